@@ -1,0 +1,3 @@
+//! Spillway's control plane.
+
+#![forbid(unsafe_code)]

@@ -1,0 +1,1 @@
+//! Raw DPDK bindings. Being written.

@@ -1,0 +1,1 @@
+//! Spillway data plane.

@@ -1,0 +1,1 @@
+//! Per-worker connection-tracking shard (CT). Being written.
