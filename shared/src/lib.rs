@@ -2,15 +2,30 @@
 //! no DPDK types, so that the data-plane workers, the `simulate` what-if tool and the tests
 //! run the same code.
 //!
-//! Reading order: [`addr`] and [`flow`] (what a packet is, SA/CT tuples and hashing),
-//! [`maglev`] (consistent hashing, CH), [`conntrack`] (the per-worker table, CT).
+//! Reading order:
+//! - [`addr`], [`flow`]: what a packet is; SA selection tuples, CT tracking keys, CH-4 hashing;
+//! - [`model`], [`policy`]: the validated configuration the control plane compiles YAML into;
+//! - [`eligible`] (FO), [`zonal`] (ZA), [`maglev`] (CH): the policy math, pure functions;
+//! - [`state`] -> [`snapshot`]: the control plane's memory and the immutable tables it
+//!   publishes (rules, services, per-client-zone Maglev tables, backend slots);
+//! - [`conntrack`]: the per-worker connection table (a mechanism; validity is judged in
+//!   [`decide`]);
+//! - [`decide`]: the one decision function; [`simulator`]: the same on a virtual clock.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod addr;
 pub mod conntrack;
+pub mod decide;
+pub mod eligible;
 pub mod flow;
+pub mod lpm;
 pub mod maglev;
+pub mod model;
 pub mod policy;
+pub mod simulator;
+pub mod snapshot;
+pub mod state;
 pub mod time;
+pub mod zonal;

@@ -1,0 +1,227 @@
+//! The one decision function: `(packet, snapshot, shard, now) -> Decision`.
+//!
+//! Workers, the simulator and the tests all call [`decide`]; nothing else chooses a backend.
+//! It follows SPEC section 1 step by step: match a forwarding rule (FR-1), look the tracking
+//! key up unless the packet is a new-connection SYN (CT-2, CT-3), judge a found entry against
+//! the snapshot in the order of CT-13 (idle timeout CT-8, draining CD-2/CD-3/CD-4, failover
+//! flush FO-9, persistence CP-1..CP-5), and otherwise select from the client zone's choice
+//! with the consistent hash (CH-1) and record the entry (CT-6, CT-12). An empty eligible set
+//! drops (FO-6).
+//!
+//! No allocation, no lock, no logging: one rule lookup, one or two hashes, one table probe.
+
+use crate::conntrack::{EntryValue, Shard};
+use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowHasher, PacketInfo};
+use crate::snapshot::{BackendRef, ServiceView, Snapshot};
+use crate::time::Time;
+
+/// Entry flag: the entry was made while its backend was already unhealthy (CP-5).
+pub const FLAG_CREATED_UNHEALTHY: u8 = 0x01;
+
+/// Why a packet was forwarded where it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ForwardReason {
+    /// No entry was found (never made, or already reclaimed), or a new-connection SYN.
+    NewConnection,
+    /// A valid entry was found.
+    ConntrackHit,
+    /// The entry had been idle for the idle timeout (CT-8).
+    ReplacedExpired,
+    /// The entry's backend was removed and its draining time is over (CD-2, CD-3, CD-4).
+    ReplacedDrained,
+    /// A failover flip with draining disabled flushed the service (FO-9).
+    ReplacedFlushed,
+    /// The entry's backend became unhealthy and the entry does not persist (CP).
+    ReplacedUnhealthy,
+}
+
+/// Why a packet was dropped by the decision core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// No forwarding rule matches (also CD-5: rule or service removed).
+    NoMatchingRule,
+    /// The final eligible set is empty (FO-6).
+    NoEligibleBackend,
+}
+
+/// The verdict for one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send to the backend in this slot of the snapshot.
+    Forward {
+        /// Backend slot.
+        backend: u16,
+        /// Why this backend.
+        reason: ForwardReason,
+    },
+    /// Drop and count.
+    Drop(DropReason),
+}
+
+/// The decision for one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Forward or drop.
+    pub verdict: Verdict,
+    /// The matched service id (0 when no rule matched).
+    pub service: u16,
+    /// A per-flow hash (of the tracking key), e.g. for the GUE source port.
+    pub flow_hash: u64,
+}
+
+impl ForwardReason {
+    /// Every value, for counter tables.
+    pub const ALL: [ForwardReason; 6] = [
+        ForwardReason::NewConnection,
+        ForwardReason::ConntrackHit,
+        ForwardReason::ReplacedExpired,
+        ForwardReason::ReplacedDrained,
+        ForwardReason::ReplacedFlushed,
+        ForwardReason::ReplacedUnhealthy,
+    ];
+
+    /// The name used in simulate output and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForwardReason::NewConnection => "new_connection",
+            ForwardReason::ConntrackHit => "conntrack_hit",
+            ForwardReason::ReplacedExpired => "replaced_expired",
+            ForwardReason::ReplacedDrained => "replaced_drained",
+            ForwardReason::ReplacedFlushed => "replaced_flushed",
+            ForwardReason::ReplacedUnhealthy => "replaced_unhealthy",
+        }
+    }
+
+    /// True when the decision made a new connection entry (counted as a new connection).
+    pub fn is_new(self) -> bool {
+        self != ForwardReason::ConntrackHit
+    }
+}
+
+impl DropReason {
+    /// Every value, for counter tables.
+    pub const ALL: [DropReason; 2] = [DropReason::NoMatchingRule, DropReason::NoEligibleBackend];
+
+    /// The name used in simulate output and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::NoMatchingRule => "no_matching_rule",
+            DropReason::NoEligibleBackend => "no_eligible_backend",
+        }
+    }
+}
+
+impl Decision {
+    /// The reason as printed by `simulate`.
+    pub fn reason_str(&self) -> &'static str {
+        match self.verdict {
+            Verdict::Forward { reason, .. } => reason.as_str(),
+            Verdict::Drop(d) => d.as_str(),
+        }
+    }
+
+    /// The backend slot, when forwarded.
+    pub fn backend(&self) -> Option<u16> {
+        match self.verdict {
+            Verdict::Forward { backend, .. } => Some(backend),
+            Verdict::Drop(_) => None,
+        }
+    }
+}
+
+/// The conntrack bucket hash. It may differ between instances (conntrack is local), so it
+/// uses a fixed key rather than the deployment's.
+pub const CONNTRACK_HASHER: FlowHasher = FlowHasher::new(0x6374_5f73_6861_7264); // "ct_shard"
+
+/// Decide what to do with one packet.
+pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> Decision {
+    let Some(svc) = snap.service_for(p) else {
+        return Decision {
+            verdict: Verdict::Drop(DropReason::NoMatchingRule),
+            service: 0,
+            flow_hash: 0,
+        };
+    };
+    let key = tracking_key(p, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id);
+    let key_hash = CONNTRACK_HASHER.hash(&key);
+    let decision = |verdict| Decision { verdict, service: svc.id, flow_hash: key_hash };
+
+    // CT-2 / CT-3: look up unless this is a new-connection SYN.
+    let mut stale = None;
+    if !is_new_connection_syn(p, svc.tracking, svc.affinity) {
+        if let Some(slot) = shard.find(&key, key_hash) {
+            let entry = shard.get(slot, now);
+            match judge(&entry.value, entry.idle_ms, svc, snap, p, now) {
+                Ok(backend) => {
+                    if !p.icmp_error {
+                        shard.touch(slot, now); // CT-8: every hit restarts the idle clock.
+                    }
+                    return decision(Verdict::Forward {
+                        backend,
+                        reason: ForwardReason::ConntrackHit,
+                    });
+                }
+                Err(reason) => stale = Some((slot, reason)),
+            }
+        }
+    }
+
+    // Backend selection: client zone -> choice -> consistent hash (CH-1).
+    let choice = svc.choice(snap.client_zone(p.src));
+    let tuple = selection_tuple(p, svc.affinity, svc.symmetric_hashing);
+    let Some(backend) = choice.table.lookup(snap.hasher.hash(&tuple)) else {
+        return decision(Verdict::Drop(DropReason::NoEligibleBackend)); // FO-6
+    };
+    let reason = stale.map_or(ForwardReason::NewConnection, |(_, r)| r);
+    if !p.icmp_error {
+        let Some(b) = snap.backend(backend) else {
+            return decision(Verdict::Drop(DropReason::NoEligibleBackend));
+        };
+        let value = EntryValue {
+            backend: BackendRef { slot: backend, gen: b.gen }.to_u32(),
+            epoch: svc.epoch,
+            flags: if b.healthy { 0 } else { FLAG_CREATED_UNHEALTHY },
+        };
+        // CT-6, CT-12: a replacement entry is an ordinary entry.
+        match stale {
+            Some((slot, _)) => shard.replace(slot, value, now),
+            None => {
+                shard.insert(&key, key_hash, value, now);
+            }
+        }
+    }
+    decision(Verdict::Forward { backend, reason })
+}
+
+/// Is a found entry still valid? `Ok(slot)` or the first reason it is not (CT-13).
+fn judge(
+    value: &EntryValue,
+    idle_ms: u64,
+    svc: &ServiceView,
+    snap: &Snapshot,
+    p: &PacketInfo,
+    now: Time,
+) -> Result<u16, ForwardReason> {
+    // CT-8: idle for exactly the timeout has expired.
+    if idle_ms >= svc.idle_timeout_ms {
+        return Err(ForwardReason::ReplacedExpired);
+    }
+    // CD-2, CD-3, CD-4: removed and past its deadline, or the slot started afresh.
+    let r = BackendRef::from_u32(value.backend);
+    let Some(b) = snap.backend(r.slot) else { return Err(ForwardReason::ReplacedDrained) };
+    if b.gen != r.gen || b.service != svc.id || !b.is_live(now) {
+        return Err(ForwardReason::ReplacedDrained);
+    }
+    // FO-9.
+    if value.epoch != svc.epoch {
+        return Err(ForwardReason::ReplacedFlushed);
+    }
+    // CP-1..CP-4, with CP-5 for entries made on an already unhealthy backend.
+    if !b.healthy && !svc.persists_on_unhealthy(p.proto) {
+        let made_unhealthy = value.flags & FLAG_CREATED_UNHEALTHY != 0;
+        if !(made_unhealthy && svc.choice(snap.client_zone(p.src)).contains(r.slot)) {
+            return Err(ForwardReason::ReplacedUnhealthy);
+        }
+    }
+    Ok(r.slot)
+}

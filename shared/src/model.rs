@@ -1,0 +1,243 @@
+//! The validated service model: what the control plane compiles its YAML into, and what the
+//! simulator and tests build directly. Everything here has already passed validation (the
+//! control plane's `config` module does that); the core trusts it.
+//!
+//! Identities are by name and address, never by position: a backend is identified by
+//! (service name, endpoint address, port), a service by its name, a zone by its name. The
+//! policy state (`state`) turns these into the dense, stable ids the data path indexes.
+
+use crate::addr::{Addr, Prefix};
+use crate::policy::{Affinity, FailoverPolicy, Persistence, TrackingMode, ZonalAffinity};
+use std::fmt;
+
+/// Index of a zone in [`Model::zones`].
+pub type ZoneId = u16;
+
+/// A whole deployment: topology and services.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Model {
+    /// CH-4 hash key (the built-in [`crate::flow::DEFAULT_HASH_SEED`] when none is configured).
+    pub hash_seed: u64,
+    /// Maglev table size M (a prime from [`crate::maglev::TABLE_SIZES`]).
+    pub table_size: u32,
+    /// The balancer's own region (ZA-1: only client subnets of this region are compatible).
+    pub region: String,
+    /// Every zone that groups or client subnets name.
+    pub zones: Vec<Zone>,
+    /// Client subnets, for the client zone of a packet (ZA-1).
+    pub client_subnets: Vec<ClientSubnet>,
+    /// The services.
+    pub services: Vec<Service>,
+}
+
+/// A zone and the region it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Zone {
+    /// Zone name (e.g. `zone-a`).
+    pub name: String,
+    /// Region name.
+    pub region: String,
+}
+
+/// Where the clients of a source subnet are (ZA-1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientSubnet {
+    /// The source prefix.
+    pub prefix: Prefix,
+    /// The zone of its clients; `None` for a regional subnet (VPN, interconnect), which is
+    /// never zonally compatible.
+    pub zone: Option<ZoneId>,
+}
+
+/// One load-balanced service: forwarding rules plus a backend service.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Service {
+    /// Unique name.
+    pub name: String,
+    /// What traffic belongs to the service.
+    pub rules: Vec<Rule>,
+    /// SA: session affinity.
+    pub affinity: Affinity,
+    /// SA-8: hash both directions alike.
+    pub symmetric_hashing: bool,
+    /// CT-1: tracking mode.
+    pub tracking: TrackingMode,
+    /// CP: persistence on unhealthy backends.
+    pub persistence: Persistence,
+    /// CT-8/CT-9: idle timeout in seconds.
+    pub idle_timeout_secs: u32,
+    /// CD-3: draining timeout in seconds (0 = disabled).
+    pub draining_timeout_secs: u32,
+    /// Section 3.
+    pub failover: FailoverPolicy,
+    /// Section 4.
+    pub zonal: ZonalAffinity,
+    /// How packets reach the backends.
+    pub encap: Encap,
+    /// Backend groups, primaries and failovers.
+    pub groups: Vec<Group>,
+}
+
+/// How the data plane sends a packet to a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Encap {
+    /// IP-in-IP (IPv4-in-IPv4, IPv6-in-IPv6, IPv4-in-IPv6).
+    #[default]
+    Ipip,
+    /// GUE (variant 1, direct IP in UDP) to this UDP destination port.
+    Gue {
+        /// Destination UDP port on the backends.
+        port: u16,
+    },
+    /// Rewrite the destination MAC only; backends share the L2 segment and hold the VIP.
+    L2,
+}
+
+/// A forwarding rule (FR-1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// The destination it matches.
+    pub dest: RuleDest,
+    /// The protocol it matches.
+    pub protocol: RuleProtocol,
+    /// The destination ports it matches (`All` for `L3_DEFAULT`).
+    pub ports: Ports,
+}
+
+/// The destination of a forwarding rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RuleDest {
+    /// An exact virtual IP.
+    Vip(Addr),
+    /// A destination prefix (next-hop mode, SA-7).
+    Prefix(Prefix),
+}
+
+/// The protocol of a forwarding rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RuleProtocol {
+    /// TCP only.
+    Tcp,
+    /// UDP only.
+    Udp,
+    /// Every IP protocol (`L3_DEFAULT`).
+    L3Default,
+}
+
+/// The destination ports of a forwarding rule.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Ports {
+    /// Every port (and packets without ports, such as fragments and ICMP).
+    All,
+    /// Inclusive ranges; a single port is `(p, p)`.
+    List(Vec<(u16, u16)>),
+}
+
+impl Ports {
+    /// True when `port` is covered. Packets without ports (`None`) only match `All`.
+    pub fn contains(&self, port: Option<u16>) -> bool {
+        match (self, port) {
+            (Ports::All, _) => true,
+            (Ports::List(_), None) => false,
+            (Ports::List(r), Some(p)) => r.iter().any(|&(lo, hi)| lo <= p && p <= hi),
+        }
+    }
+}
+
+/// A backend group: endpoints in one zone with one role.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    /// Name, unique within the service.
+    pub name: String,
+    /// The zone of every endpoint of the group.
+    pub zone: ZoneId,
+    /// Role: `true` for a failover group, `false` for a primary.
+    pub failover: bool,
+    /// Relative weight of each endpoint of the group in the hash (CH-3), >= 1.
+    pub weight: u32,
+    /// The endpoints.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// One backend endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint {
+    /// Its address.
+    pub addr: Addr,
+    /// Its port (health checks, GUE); 0 when not set.
+    pub port: u16,
+}
+
+/// The identity of a backend across configurations: (service, address, port).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BackendKey {
+    /// Service name.
+    pub service: String,
+    /// Endpoint.
+    pub endpoint: Endpoint,
+}
+
+impl fmt::Display for BackendKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.endpoint.port == 0 {
+            write!(f, "{}/{}", self.service, self.endpoint.addr)
+        } else {
+            write!(f, "{}/{}:{}", self.service, self.endpoint.addr, self.endpoint.port)
+        }
+    }
+}
+
+impl Model {
+    /// A model with no zones and no services, the default seed and table size.
+    pub fn empty() -> Model {
+        Model {
+            hash_seed: crate::flow::DEFAULT_HASH_SEED,
+            table_size: 65537,
+            region: String::new(),
+            zones: Vec::new(),
+            client_subnets: Vec::new(),
+            services: Vec::new(),
+        }
+    }
+
+    /// The id of the zone named `name`.
+    pub fn zone_id(&self, name: &str) -> Option<ZoneId> {
+        self.zones.iter().position(|z| z.name == name).and_then(|i| ZoneId::try_from(i).ok())
+    }
+
+    /// Every backend of every service, with its group.
+    pub fn backends(&self) -> impl Iterator<Item = (BackendKey, &Service, &Group)> + '_ {
+        self.services.iter().flat_map(|s| {
+            s.groups.iter().flat_map(move |g| {
+                g.endpoints.iter().map(move |e| {
+                    (BackendKey { service: s.name.clone(), endpoint: *e }, s, g)
+                })
+            })
+        })
+    }
+}
+
+impl Service {
+    /// A service with every setting at its default, no rules and no groups.
+    pub fn new(name: &str) -> Service {
+        Service {
+            name: name.to_string(),
+            rules: Vec::new(),
+            affinity: Affinity::default(),
+            symmetric_hashing: false,
+            tracking: TrackingMode::default(),
+            persistence: Persistence::default(),
+            idle_timeout_secs: 600,
+            draining_timeout_secs: 0,
+            failover: FailoverPolicy::default(),
+            zonal: ZonalAffinity::default(),
+            encap: Encap::default(),
+            groups: Vec::new(),
+        }
+    }
+
+    /// True when at least one failover group is configured (FO-2, FO-9).
+    pub fn has_failover_groups(&self) -> bool {
+        self.groups.iter().any(|g| g.failover)
+    }
+}

@@ -1,0 +1,313 @@
+//! The immutable snapshot: everything a worker needs to decide, in flat tables.
+//!
+//! Built by [`crate::state::PolicyState::snapshot`] off the hot path, published by pointer
+//! swap, read by workers once per burst. It holds the forwarding rules (exact VIPs and
+//! next-hop prefixes, FR-1), the client-subnet table (ZA-1), every service's policy and its
+//! precomputed choices (one Maglev table per client zone that has a zonal match, plus the
+//! default one, CH-3), and the backend table indexed by stable slot (address, generation,
+//! health, draining deadline). The data path only indexes: client zone -> choice -> table ->
+//! backend slot.
+
+use crate::addr::Addr;
+use crate::eligible::{Eligible, EligibleKind};
+use crate::flow::{FlowHasher, PacketInfo};
+use crate::lpm::Lpm;
+use crate::maglev::MaglevTable;
+use crate::model::{Encap, Endpoint, Ports, RuleProtocol, ZoneId};
+use crate::policy::{Affinity, Persistence, TrackingMode};
+use crate::time::Time;
+use hashbrown::HashMap;
+use std::sync::Arc;
+
+/// An immutable decision snapshot.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Increases by one with every snapshot the policy state builds.
+    pub generation: u64,
+    /// CH-4 keyed hash for backend selection (identical on every instance).
+    pub hasher: FlowHasher,
+    /// Forwarding rules.
+    pub rules: RuleTable,
+    /// Services by id (`None` for ids of removed services).
+    pub services: Vec<Option<ServiceView>>,
+    /// Backends by slot.
+    pub backends: Vec<BackendView>,
+    /// Client subnets: source prefix -> compatible zone, or `None` (incompatible, ZA-1).
+    pub client_zones: Lpm<Option<ZoneId>>,
+    /// Zone names by id.
+    pub zone_names: Vec<String>,
+}
+
+/// Where a backend slot stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendStatus {
+    /// Configured.
+    Active,
+    /// Removed from the configuration; its entries stay valid until `deadline` (CD-3).
+    Draining {
+        /// The first instant at which its entries are invalid.
+        deadline: Time,
+    },
+    /// Unused slot.
+    Free,
+}
+
+/// One backend slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendView {
+    /// Address and port.
+    pub endpoint: Endpoint,
+    /// Owning service id.
+    pub service: u16,
+    /// Generation of the slot: bumped each time the slot starts afresh (CD-4).
+    pub gen: u16,
+    /// Configured, draining or free.
+    pub status: BackendStatus,
+    /// Health as the policy sees it (probes plus overrides, HC-2).
+    pub healthy: bool,
+    /// Zone of its group.
+    pub zone: ZoneId,
+    /// True when its group is a failover group.
+    pub failover: bool,
+    /// Name of its group.
+    pub group: Arc<str>,
+}
+
+impl BackendView {
+    /// True while entries that point at this slot may still be valid at `now` (CD-2, CD-3).
+    #[inline]
+    pub fn is_live(&self, now: Time) -> bool {
+        match self.status {
+            BackendStatus::Active => true,
+            BackendStatus::Draining { deadline } => now < deadline,
+            BackendStatus::Free => false,
+        }
+    }
+}
+
+/// The reference a conntrack entry stores: slot and generation in one `u32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BackendRef {
+    /// Slot in [`Snapshot::backends`].
+    pub slot: u16,
+    /// Generation of the slot when the entry was made.
+    pub gen: u16,
+}
+
+impl BackendRef {
+    /// Pack into the conntrack value.
+    pub fn to_u32(self) -> u32 {
+        (u32::from(self.slot) << 16) | u32::from(self.gen)
+    }
+
+    /// Unpack from the conntrack value.
+    pub fn from_u32(v: u32) -> BackendRef {
+        BackendRef { slot: (v >> 16) as u16, gen: (v & 0xffff) as u16 }
+    }
+}
+
+/// A service as the data path sees it.
+#[derive(Debug)]
+pub struct ServiceView {
+    /// Stable id (never reused within a process).
+    pub id: u16,
+    /// Name.
+    pub name: Arc<str>,
+    /// SA.
+    pub affinity: Affinity,
+    /// SA-8.
+    pub symmetric_hashing: bool,
+    /// CT-1.
+    pub tracking: TrackingMode,
+    /// CP.
+    pub persistence: Persistence,
+    /// CT-8: idle timeout in milliseconds.
+    pub idle_timeout_ms: u64,
+    /// How packets reach its backends.
+    pub encap: Encap,
+    /// FO-9 flush epoch: entries made under an older epoch are invalid.
+    pub epoch: u32,
+    /// The original eligible set A (section 3).
+    pub eligible: Eligible,
+    /// The choice for clients without a zonal match.
+    pub default_choice: Arc<Choice>,
+    /// The choice per client zone id; zones without a match share `default_choice`.
+    pub zone_choices: Vec<Arc<Choice>>,
+}
+
+impl ServiceView {
+    /// The choice for a client in `zone` (`None`: incompatible client).
+    #[inline]
+    pub fn choice(&self, zone: Option<ZoneId>) -> &Choice {
+        match zone.and_then(|z| self.zone_choices.get(usize::from(z))) {
+            Some(c) => c,
+            None => &self.default_choice,
+        }
+    }
+
+    /// CP-1..CP-4: do entries of this protocol persist on a backend that became unhealthy?
+    pub fn persists_on_unhealthy(&self, proto: u8) -> bool {
+        use crate::flow::proto::{TCP, UDP};
+        match self.persistence {
+            Persistence::NeverPersist => false,
+            Persistence::AlwaysPersist => proto == TCP || proto == UDP,
+            Persistence::DefaultForProtocol => {
+                proto == TCP
+                    && (self.tracking == TrackingMode::PerConnection
+                        || matches!(self.affinity, Affinity::None | Affinity::ClientIpPortProto))
+            }
+        }
+    }
+}
+
+/// The final eligible set for one (service, client zone) and its table.
+#[derive(Debug)]
+pub struct Choice {
+    /// FO-7 kind of the original set A.
+    pub kind: EligibleKind,
+    /// ZA-2 predicate.
+    pub zonal_match: bool,
+    /// True when a zonal match spilled to A (SPILL_CROSS_ZONE below its ratio).
+    pub spilled: bool,
+    /// The modified eligible set, sorted by slot.
+    pub members: Vec<u16>,
+    /// Weighted Maglev table over `members` (empty when `members` is).
+    pub table: Arc<MaglevTable>,
+}
+
+impl Choice {
+    /// True when `slot` is in the final set (CP-5).
+    pub fn contains(&self, slot: u16) -> bool {
+        self.members.binary_search(&slot).is_ok()
+    }
+}
+
+/// Forwarding rules, most specific first (FR-1).
+#[derive(Clone, Debug, Default)]
+pub struct RuleTable {
+    exact: HashMap<Addr, Vec<RuleEntry>>,
+    prefixes: Lpm<Vec<RuleEntry>>,
+}
+
+/// One forwarding rule as matched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleEntry {
+    /// Protocol.
+    pub protocol: RuleProtocol,
+    /// Ports.
+    pub ports: Ports,
+    /// Service id.
+    pub service: u16,
+}
+
+impl RuleEntry {
+    fn matches(&self, p: &PacketInfo) -> bool {
+        use crate::flow::proto::{TCP, UDP};
+        let proto_ok = match self.protocol {
+            RuleProtocol::Tcp => p.proto == TCP,
+            RuleProtocol::Udp => p.proto == UDP,
+            RuleProtocol::L3Default => true,
+        };
+        proto_ok && self.ports.contains(p.has_ports().then_some(p.dport))
+    }
+
+    /// Sort key: named protocol before L3_DEFAULT, listed ports before ALL.
+    fn specificity(&self) -> (u8, u8) {
+        (
+            u8::from(self.protocol == RuleProtocol::L3Default),
+            u8::from(self.ports == Ports::All),
+        )
+    }
+}
+
+impl RuleTable {
+    /// Add a rule for an exact VIP.
+    pub fn add_vip(&mut self, vip: Addr, rule: RuleEntry) {
+        let v = self.exact.entry(vip).or_default();
+        v.push(rule);
+        v.sort_by_key(RuleEntry::specificity);
+    }
+
+    /// Add a next-hop rule for a destination prefix.
+    pub fn add_prefix(&mut self, prefix: crate::addr::Prefix, rule: RuleEntry) {
+        let mut v = self.prefixes.get(&prefix).cloned().unwrap_or_default();
+        v.push(rule);
+        v.sort_by_key(RuleEntry::specificity);
+        self.prefixes.insert(prefix, v);
+    }
+
+    /// The service of the most specific rule matching `p` (FR-1): an exact VIP before any
+    /// prefix, longer prefixes before shorter ones, and within one destination a named
+    /// protocol before `L3_DEFAULT` and listed ports before ALL.
+    #[inline]
+    pub fn lookup(&self, p: &PacketInfo) -> Option<u16> {
+        if let Some(rules) = self.exact.get(&p.dst) {
+            if let Some(r) = rules.iter().find(|r| r.matches(p)) {
+                return Some(r.service);
+            }
+        }
+        if self.prefixes.is_empty() {
+            return None;
+        }
+        self.prefixes
+            .matches(p.dst)
+            .find_map(|(_, rules)| rules.iter().find(|r| r.matches(p)).map(|r| r.service))
+    }
+
+    /// True when `a` is a configured VIP (the node answers ARP/ND and echo for it).
+    pub fn is_vip(&self, a: &Addr) -> bool {
+        self.exact.contains_key(a)
+    }
+
+    /// Every configured VIP.
+    pub fn vips(&self) -> impl Iterator<Item = &Addr> {
+        self.exact.keys()
+    }
+}
+
+impl Snapshot {
+    /// The service serving `p`, if any rule matches.
+    #[inline]
+    pub fn service_for(&self, p: &PacketInfo) -> Option<&ServiceView> {
+        self.rules.lookup(p).and_then(|id| self.service(id))
+    }
+
+    /// The service with id `id`.
+    #[inline]
+    pub fn service(&self, id: u16) -> Option<&ServiceView> {
+        self.services.get(usize::from(id)).and_then(Option::as_ref)
+    }
+
+    /// The client zone of a source address, if it is zonally compatible (ZA-1).
+    #[inline]
+    pub fn client_zone(&self, src: Addr) -> Option<ZoneId> {
+        if self.client_zones.is_empty() {
+            return None;
+        }
+        self.client_zones.lookup(src).copied().flatten()
+    }
+
+    /// The backend in `slot`.
+    #[inline]
+    pub fn backend(&self, slot: u16) -> Option<&BackendView> {
+        self.backends.get(usize::from(slot))
+    }
+
+    /// Services in id order.
+    pub fn services(&self) -> impl Iterator<Item = &ServiceView> {
+        self.services.iter().flatten()
+    }
+
+    /// An empty snapshot (no rules: every packet is `no_matching_rule`).
+    pub fn empty() -> Snapshot {
+        Snapshot {
+            generation: 0,
+            hasher: FlowHasher::default(),
+            rules: RuleTable::default(),
+            services: Vec::new(),
+            backends: Vec::new(),
+            client_zones: Lpm::new(),
+            zone_names: Vec::new(),
+        }
+    }
+}
