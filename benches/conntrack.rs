@@ -1,1 +1,300 @@
-fn main() {}
+//! Conntrack shard micro-benchmarks: lookup hit, lookup miss and insert, one at a time and
+//! batched, at 1K entries (cache-resident) and 1M entries (a 128 MiB table: bigger than the
+//! L1/L2 and the TLB reach, so nearly every lookup misses them).
+//!
+//! Keys are random IPv4 5-tuples, hashed once with `FlowHasher` before measuring; lookups
+//! walk a random permutation of them so that consecutive lookups touch unrelated buckets.
+//! The table is built once per size, outside the measurement. Throughput is reported in
+//! elements (lookups or inserts) per second.
+//!
+//! `cargo bench -p spillway-shared --bench conntrack`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use spillway_shared::addr::Addr;
+use spillway_shared::conntrack::{EntryValue, Shard, Slot};
+use spillway_shared::flow::{FlowHasher, FlowKey};
+use spillway_shared::time::Time;
+
+/// Lookups per measured iteration.
+const CHUNK: usize = 1024;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+fn random_key(rng: &mut Rng) -> FlowKey {
+    let r = rng.next();
+    let [a, b, c, d, e, f, g, h] = r.to_le_bytes();
+    let ports = rng.next();
+    FlowKey {
+        src: Addr::v4(a, b, c, d),
+        dst: Addr::v4(198, 51, e, f),
+        sport: ports as u16,
+        dport: [80, 443, 53, 8080][usize::from(g & 3)],
+        proto: if h & 1 == 0 { 6 } else { 17 },
+        kind: 5,
+        service: u16::from(h >> 4),
+    }
+}
+
+/// `n` distinct random keys with their hashes.
+fn keys(rng: &mut Rng, n: usize) -> (Vec<FlowKey>, Vec<u64>) {
+    let hasher = FlowHasher::default();
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    let mut ks = Vec::with_capacity(n);
+    while ks.len() < n {
+        let k = random_key(rng);
+        if seen.insert(k) {
+            ks.push(k);
+        }
+    }
+    let hs = ks.iter().map(|k| hasher.hash(k)).collect();
+    (ks, hs)
+}
+
+fn shuffle<T>(rng: &mut Rng, v: &mut [T]) {
+    for i in (1..v.len()).rev() {
+        v.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+    }
+}
+
+/// A rolling window over a key set, so successive iterations look up different keys.
+struct Stream {
+    keys: Vec<FlowKey>,
+    hashes: Vec<u64>,
+    pos: usize,
+}
+
+impl Stream {
+    /// Keys padded to a multiple of CHUNK by repeating from the start.
+    fn new(mut keys: Vec<FlowKey>, mut hashes: Vec<u64>) -> Stream {
+        let n = keys.len();
+        let pad = (CHUNK - n % CHUNK) % CHUNK;
+        for i in 0..pad {
+            keys.push(keys[i % n]);
+            hashes.push(hashes[i % n]);
+        }
+        Stream {
+            keys,
+            hashes,
+            pos: 0,
+        }
+    }
+
+    fn next_chunk(&mut self) -> (&[FlowKey], &[u64]) {
+        let p = self.pos;
+        self.pos = (p + CHUNK) % self.keys.len();
+        (&self.keys[p..p + CHUNK], &self.hashes[p..p + CHUNK])
+    }
+}
+
+fn find_all(shard: &Shard, keys: &[FlowKey], hashes: &[u64]) -> usize {
+    keys.iter()
+        .zip(hashes)
+        .filter(|(k, &h)| shard.find(k, h).is_some())
+        .count()
+}
+
+fn find_all_batched<const N: usize>(shard: &Shard, keys: &[FlowKey], hashes: &[u64]) -> usize {
+    let mut hits = 0;
+    let mut out = [None::<Slot>; N];
+    for (k, h) in keys.chunks_exact(N).zip(hashes.chunks_exact(N)) {
+        shard.find_batch::<N>(k.try_into().unwrap(), h.try_into().unwrap(), &mut out);
+        hits += out.iter().filter(|s| s.is_some()).count();
+    }
+    hits
+}
+
+fn bench_size(c: &mut Criterion, n: usize, label: &str) {
+    let mut rng = Rng(0x5eed ^ n as u64);
+    let (present, present_h) = keys(&mut rng, n);
+    let mut shard = Shard::with_capacity(n + n / 4);
+    for (k, &h) in present.iter().zip(&present_h) {
+        shard.insert(
+            k,
+            h,
+            EntryValue {
+                backend: 1,
+                epoch: 0,
+                flags: 0,
+            },
+            Time(0),
+        );
+    }
+    eprintln!(
+        "conntrack {label}: {} entries in capacity {} ({} MiB), {} evicted while filling",
+        shard.len(),
+        shard.capacity(),
+        shard.bytes() >> 20,
+        shard.stats().evictions
+    );
+    // Lookups in random order; "absent" keys are fresh random keys (not in the table).
+    let mut order: Vec<usize> = (0..n).collect();
+    shuffle(&mut rng, &mut order);
+    let mut hit = Stream::new(
+        order.iter().map(|&i| present[i]).collect(),
+        order.iter().map(|&i| present_h[i]).collect(),
+    );
+    let (absent, absent_h) = keys(&mut rng, n.max(CHUNK));
+    let mut miss = Stream::new(absent, absent_h);
+    let (fresh, fresh_h) = keys(&mut rng, (n / 4).max(16 * CHUNK));
+    let mut fresh = Stream::new(fresh, fresh_h);
+
+    let mut g = c.benchmark_group(format!("conntrack/{label}"));
+    g.throughput(Throughput::Elements(CHUNK as u64));
+    g.bench_function("hit", |b| {
+        b.iter(|| {
+            let (k, h) = hit.next_chunk();
+            black_box(find_all(&shard, k, h))
+        })
+    });
+    g.bench_function("miss", |b| {
+        b.iter(|| {
+            let (k, h) = miss.next_chunk();
+            black_box(find_all(&shard, k, h))
+        })
+    });
+    for (name, stream) in [("hit", &mut hit), ("miss", &mut miss)] {
+        g.bench_function(BenchmarkId::new(format!("{name}_batch"), 8), |b| {
+            b.iter(|| {
+                let (k, h) = stream.next_chunk();
+                black_box(find_all_batched::<8>(&shard, k, h))
+            })
+        });
+        g.bench_function(BenchmarkId::new(format!("{name}_batch"), 16), |b| {
+            b.iter(|| {
+                let (k, h) = stream.next_chunk();
+                black_box(find_all_batched::<16>(&shard, k, h))
+            })
+        });
+    }
+    // Insert of new keys at constant occupancy: CHUNK timed inserts, then (untimed) the same
+    // keys are removed again.
+    let mut slots = Vec::with_capacity(CHUNK);
+    g.bench_function("insert", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for i in 0..iters {
+                let (k, h) = fresh.next_chunk();
+                let now = Time(i);
+                slots.clear();
+                let t = Instant::now();
+                for (k, &h) in k.iter().zip(h) {
+                    let out = shard.insert(
+                        k,
+                        h,
+                        EntryValue {
+                            backend: 2,
+                            epoch: 0,
+                            flags: 0,
+                        },
+                        now,
+                    );
+                    slots.push(out.slot);
+                }
+                total += t.elapsed();
+                for &s in &slots {
+                    shard.remove(s);
+                }
+            }
+            total
+        })
+    });
+    g.finish();
+}
+
+/// `CONNTRACK_AB=1 cargo bench --bench conntrack`: instead of criterion, run the lookup
+/// variants interleaved in short rounds and print the best and median rate of each. On a
+/// shared, noisy machine this compares variants far more fairly than sequential runs.
+fn ab_report(n: usize, label: &str) {
+    let mut rng = Rng(0x5eed ^ n as u64);
+    let (present, present_h) = keys(&mut rng, n);
+    let mut shard = Shard::with_capacity(n + n / 4);
+    for (k, &h) in present.iter().zip(&present_h) {
+        shard.insert(
+            k,
+            h,
+            EntryValue {
+                backend: 1,
+                epoch: 0,
+                flags: 0,
+            },
+            Time(0),
+        );
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    shuffle(&mut rng, &mut order);
+    let mut hit = Stream::new(
+        order.iter().map(|&i| present[i]).collect(),
+        order.iter().map(|&i| present_h[i]).collect(),
+    );
+    let (absent, absent_h) = keys(&mut rng, n.max(CHUNK));
+    let mut miss = Stream::new(absent, absent_h);
+    type Variant = (&'static str, bool, fn(&Shard, &[FlowKey], &[u64]) -> usize);
+    let variants: [Variant; 6] = [
+        ("hit single", true, find_all),
+        ("hit batch 8", true, find_all_batched::<8>),
+        ("hit batch 16", true, find_all_batched::<16>),
+        ("miss single", false, find_all),
+        ("miss batch 8", false, find_all_batched::<8>),
+        ("miss batch 16", false, find_all_batched::<16>),
+    ];
+    let rounds = 40;
+    let chunks = (64 * 1024 / CHUNK).max(1);
+    let mut rates = vec![Vec::with_capacity(rounds); variants.len()];
+    for _ in 0..rounds {
+        for (v, &(_, is_hit, f)) in variants.iter().enumerate() {
+            let stream = if is_hit { &mut hit } else { &mut miss };
+            let t = Instant::now();
+            let mut found = 0;
+            for _ in 0..chunks {
+                let (k, h) = stream.next_chunk();
+                found += f(&shard, k, h);
+            }
+            let el = t.elapsed();
+            black_box(found);
+            rates[v].push((chunks * CHUNK) as f64 / el.as_secs_f64() / 1e6);
+        }
+    }
+    for (v, &(name, _, _)) in variants.iter().enumerate() {
+        let r = &mut rates[v];
+        r.sort_by(|a, b| b.total_cmp(a));
+        println!(
+            "{label:>3} {name:<26} best {:6.1} M/s  median {:6.1} M/s",
+            r[0],
+            r[r.len() / 2]
+        );
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    if std::env::var_os("CONNTRACK_AB").is_some() {
+        ab_report(1_000, "1K");
+        ab_report(1_000_000, "1M");
+        return;
+    }
+    bench_size(c, 1_000, "1K");
+    bench_size(c, 1_000_000, "1M");
+}
+
+criterion_group! {
+    name = conntrack;
+    config = Criterion::default()
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500))
+        .sample_size(20);
+    targets = benches
+}
+criterion_main!(conntrack);

@@ -57,7 +57,7 @@ pub fn zonal_adjust(
         // ZA-3.
         ZonalAffinity::StayWithinZone => within(if i.is_empty() { c } else { i }),
         // ZA-4.
-        ZonalAffinity::SpillCrossZone { ratio } if ratio == 0.0 => {
+        ZonalAffinity::SpillCrossZone { ratio: 0.0 } => {
             if i.is_empty() {
                 spill()
             } else {

@@ -102,11 +102,6 @@ fn fr_1_exact_vip_beats_slash_32_even_with_fewer_ports() {
     assert_eq!(sim.packet(&syn("198.18.10.5", 9)).service.as_deref(), Some("vip"));
 }
 
-/// A source port whose SYN picks a backend other than `not`.
-fn sport_not_on(sim: &mut Simulator, src: &str, not: &str) -> u16 {
-    (20000..30000).find(|&p| backend(&sim.packet(&syn(src, p))) != not).unwrap()
-}
-
 #[test]
 fn ct_2_syn_skips_lookup_and_replaces_entry() {
     let mut sim = sim(three(|_| {}));

@@ -1,0 +1,329 @@
+//! Property tests of the connection-tracking shard (`spillway_shared::conntrack`): key
+//! integrity under colliding hashes, agreement with a `HashMap` model, LRU eviction within a
+//! set, idle time across the u32 wrap of milliseconds (CT-8), and sweeping.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use proptest::prelude::*;
+use spillway_shared::addr::Addr;
+use spillway_shared::conntrack::{
+    EntryValue, Shard, BUCKET_ALIGN, BUCKET_BYTES, BYTES_PER_ENTRY, WAYS,
+};
+use spillway_shared::flow::{FlowHasher, FlowKey};
+use spillway_shared::time::Time;
+
+const U32_WRAP: u64 = 1 << 32;
+
+/// Key number `i` of a small domain: distinct for distinct `i`.
+fn key(i: u16) -> FlowKey {
+    let [a, b] = i.to_be_bytes();
+    FlowKey {
+        src: Addr::v4(10, 0, a, b),
+        dst: Addr::v4(192, 0, 2, 1),
+        sport: 40_000 + (i % 7),
+        dport: 443,
+        proto: 6,
+        kind: 5,
+        service: 3,
+    }
+}
+
+fn real_hash(k: &FlowKey) -> u64 {
+    FlowHasher::default().hash(k)
+}
+
+/// How the tests hash keys: adversarial modes make many keys share a bucket and a signature.
+#[derive(Clone, Copy, Debug)]
+enum HashMode {
+    /// Every key gets the same hash: one bucket, one signature.
+    Constant(u64),
+    /// The real hash with only two bucket bits and two signature bits kept.
+    FewBits,
+    /// The real hash.
+    Real,
+}
+
+impl HashMode {
+    fn hash(self, k: &FlowKey) -> u64 {
+        match self {
+            HashMode::Constant(h) => h,
+            HashMode::FewBits => real_hash(k) & 0x0003_0000_0000_0003,
+            HashMode::Real => real_hash(k),
+        }
+    }
+}
+
+fn hash_mode() -> impl Strategy<Value = HashMode> {
+    prop_oneof![
+        any::<u64>().prop_map(HashMode::Constant),
+        Just(HashMode::Constant(0)),
+        Just(HashMode::FewBits),
+        Just(HashMode::Real),
+    ]
+}
+
+fn value(backend: u32) -> EntryValue {
+    EntryValue {
+        backend,
+        epoch: backend.wrapping_mul(3),
+        flags: (backend % 5) as u8,
+    }
+}
+
+#[test]
+fn layout_is_512_byte_buckets_and_64_bytes_per_entry() {
+    assert_eq!(BUCKET_BYTES, 512);
+    assert_eq!(BUCKET_ALIGN, 64);
+    assert_eq!(BYTES_PER_ENTRY, 64);
+    assert_eq!(WAYS, 8);
+    let s = Shard::with_capacity(1 << 20);
+    assert_eq!(s.capacity(), 1 << 20);
+    assert_eq!(s.bytes(), 64 << 20);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// The shard never returns an entry for a different key, however the hashes collide, and
+    /// the key just inserted is always found.
+    #[test]
+    fn never_returns_an_entry_for_another_key(
+        cap in 8usize..=64,
+        mode in hash_mode(),
+        ops in prop::collection::vec((0u16..48, any::<bool>()), 1..200),
+    ) {
+        let mut s = Shard::with_capacity(cap);
+        for (t, &(k, remove)) in ops.iter().enumerate() {
+            let now = Time(t as u64);
+            let key = key(k);
+            let h = mode.hash(&key);
+            if remove {
+                if let Some(slot) = s.find(&key, h) {
+                    s.remove(slot);
+                }
+                prop_assert_eq!(s.find(&key, h), None);
+            } else {
+                let out = s.insert(&key, h, value(u32::from(k)), now);
+                prop_assert_eq!(s.find(&key, h), Some(out.slot));
+            }
+            for probe in 0..48 {
+                let pk = self::key(probe);
+                if let Some(slot) = s.find(&pk, mode.hash(&pk)) {
+                    let e = s.get(slot, now);
+                    prop_assert_eq!(e.key, pk);
+                    prop_assert_eq!(e.value, value(u32::from(probe)));
+                }
+            }
+            prop_assert!(s.len() <= s.capacity());
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(u16, u32),
+    Lookup(u16),
+    Touch(u16),
+    Replace(u16, u32),
+    Remove(u16),
+    /// A full sweep cycle removing the entries whose backend % 3 == r.
+    Sweep(u32),
+    Advance(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let k = 0u16..40;
+    prop_oneof![
+        4 => (k.clone(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
+        4 => k.clone().prop_map(Op::Lookup),
+        2 => k.clone().prop_map(Op::Touch),
+        2 => (k.clone(), any::<u32>()).prop_map(|(k, v)| Op::Replace(k, v)),
+        2 => k.prop_map(Op::Remove),
+        1 => (0u32..3).prop_map(Op::Sweep),
+        3 => (0u64..700_000).prop_map(Op::Advance),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// NX-1 at the table level: with room to spare, the shard behaves exactly like a map. An
+    /// entry is never lost or altered unless the caller removes, replaces or sweeps it, and idle
+    /// times are exact (CT-8), also across the u32 wrap of milliseconds.
+    #[test]
+    fn agrees_with_a_map_model(
+        start in prop_oneof![Just(0u64), Just(U32_WRAP - 1_000_000), 0u64..(1 << 45)],
+        ops in prop::collection::vec(op(), 1..150),
+    ) {
+        // 40 keys in 512 buckets: with these fixed keys and hash seed no bucket gets 8.
+        let mut s = Shard::with_capacity(4096);
+        let mut model: HashMap<FlowKey, (EntryValue, u64)> = HashMap::new();
+        let mut now = start;
+        for op in ops {
+            match op {
+                Op::Insert(k, v) => {
+                    let key = key(k);
+                    let out = s.insert(&key, real_hash(&key), value(v), Time(now));
+                    let old = model.insert(key, (value(v), now));
+                    prop_assert_eq!(out.overwritten, old.is_some());
+                    prop_assert_eq!(out.evicted, None);
+                }
+                Op::Lookup(k) => {
+                    let key = key(k);
+                    let got = s.lookup(&key, real_hash(&key), Time(now)).map(|(_, e)| e);
+                    let want = model.get(&key).map(|&(value, seen)| {
+                        spillway_shared::conntrack::Entry { key, value, idle_ms: now - seen }
+                    });
+                    prop_assert_eq!(got, want);
+                }
+                Op::Touch(k) => {
+                    let key = key(k);
+                    if let Some(slot) = s.find(&key, real_hash(&key)) {
+                        s.touch(slot, Time(now));
+                        model.get_mut(&key).unwrap().1 = now;
+                    }
+                }
+                Op::Replace(k, v) => {
+                    let key = key(k);
+                    if let Some(slot) = s.find(&key, real_hash(&key)) {
+                        s.replace(slot, value(v), Time(now));
+                        model.insert(key, (value(v), now));
+                    }
+                }
+                Op::Remove(k) => {
+                    let key = key(k);
+                    let found = s.find(&key, real_hash(&key));
+                    prop_assert_eq!(found.is_some(), model.contains_key(&key));
+                    if let Some(slot) = found {
+                        s.remove(slot);
+                        model.remove(&key);
+                    }
+                }
+                Op::Sweep(r) => {
+                    let before = model.len();
+                    model.retain(|_, (v, _)| v.backend % 3 != r);
+                    let n = s.sweep(s.bucket_count(), Time(now), |e| e.value.backend % 3 == r);
+                    prop_assert_eq!(n, before - model.len());
+                }
+                Op::Advance(dt) => now += dt,
+            }
+            prop_assert_eq!(s.len(), model.len());
+        }
+        prop_assert_eq!(s.stats().evictions, 0);
+        let stored: HashMap<FlowKey, (EntryValue, u64)> =
+            s.iter(Time(now)).map(|(_, e)| (e.key, (e.value, now - e.idle_ms))).collect();
+        prop_assert_eq!(stored, model);
+    }
+
+    /// When a set is full, an insert of a new key evicts that set's least recently touched
+    /// entry, counts it, and every other entry is still found.
+    #[test]
+    fn full_set_evicts_its_least_recently_touched_way(
+        ops in prop::collection::vec((0u16..40, any::<bool>(), 1u64..1000), 1..300),
+        start in prop_oneof![Just(0u64), Just(U32_WRAP - 50_000)],
+    ) {
+        // 8 buckets; key k lives in bucket k % 2, with its real signature.
+        let hash = |k: u16| (real_hash(&key(k)) & !7) | u64::from(k % 2);
+        let mut s = Shard::with_capacity(64);
+        let mut sets: [BTreeMap<u16, u64>; 2] = [BTreeMap::new(), BTreeMap::new()];
+        let mut evictions = 0;
+        let mut now = start;
+        for (k, touch, dt) in ops {
+            now += dt;
+            let set = &mut sets[usize::from(k % 2)];
+            if touch {
+                if let Some(slot) = s.find(&key(k), hash(k)) {
+                    s.touch(slot, Time(now));
+                    *set.get_mut(&k).unwrap() = now;
+                }
+                continue;
+            }
+            let victim = if set.len() == WAYS && !set.contains_key(&k) {
+                let (&v, &seen) = set.iter().min_by_key(|(_, &seen)| seen).unwrap();
+                Some((v, seen))
+            } else {
+                None
+            };
+            let out = s.insert(&key(k), hash(k), value(u32::from(k)), Time(now));
+            match victim {
+                Some((v, seen)) => {
+                    let ev = out.evicted.expect("a full set must evict");
+                    prop_assert_eq!(ev.key, key(v));
+                    prop_assert_eq!(ev.idle_ms, now - seen);
+                    set.remove(&v);
+                    evictions += 1;
+                }
+                None => prop_assert_eq!(out.evicted, None),
+            }
+            set.insert(k, now);
+            prop_assert_eq!(s.stats().evictions, evictions);
+            prop_assert!(s.len() <= s.capacity());
+            prop_assert_eq!(s.len(), sets[0].len() + sets[1].len());
+            for (&k, &seen) in sets.iter().flatten() {
+                let (_, e) = s.lookup(&key(k), hash(k), Time(now)).expect("survivor lost");
+                prop_assert_eq!(e.idle_ms, now - seen);
+            }
+        }
+    }
+
+    /// CT-8 support: `idle_ms` is now minus the last insert/touch/replace, including when the
+    /// millisecond clock crosses a multiple of 2^32 between the two.
+    #[test]
+    fn ct_8_idle_time_is_exact_across_the_u32_wrap(
+        wraps in 0u64..1000,
+        before in 0u64..10_000_000,
+        idle1 in 0u64..20_000_000,
+        idle2 in 0u64..(1 << 31),
+    ) {
+        let t0 = (wraps + 1) * U32_WRAP - before;
+        let k = key(1);
+        let mut s = Shard::with_capacity(8);
+        let slot = s.insert(&k, real_hash(&k), value(1), Time(t0)).slot;
+        prop_assert_eq!(s.get(slot, Time(t0 + idle1)).idle_ms, idle1);
+        let t1 = t0 + idle1;
+        s.touch(slot, Time(t1));
+        prop_assert_eq!(s.get(slot, Time(t1 + idle2)).idle_ms, idle2);
+        s.replace(slot, value(2), Time(t1 + idle2));
+        prop_assert_eq!(s.get(slot, Time(t1 + idle2 + 5)).idle_ms, 5);
+    }
+
+    /// Sweeping in chunks that add up to the bucket count visits every entry exactly once and
+    /// removes exactly the entries the predicate names.
+    #[test]
+    fn sweep_cycle_visits_every_entry_once_and_removes_exactly_the_named_ones(
+        n in 0u16..600,
+        chunk in 1usize..80,
+        offset in 0usize..64,
+        kill in 0u32..4,
+    ) {
+        let mut s = Shard::with_capacity(512);
+        // Start the cycle anywhere: the cursor rolls.
+        s.sweep(offset, Time(0), |_| false);
+        for k in 0..n {
+            s.insert(&key(k), real_hash(&key(k)), value(u32::from(k)), Time(u64::from(k)));
+        }
+        let stored: HashSet<FlowKey> = s.iter(Time(0)).map(|(_, e)| e.key).collect();
+        let start_cursor = s.sweep_cursor();
+        let mut seen = Vec::new();
+        let mut removed = 0;
+        let mut left = s.bucket_count();
+        while left > 0 {
+            let step = chunk.min(left);
+            removed += s.sweep(step, Time(1000), |e| {
+                seen.push(e.key);
+                e.value.backend % 4 == kill
+            });
+            left -= step;
+        }
+        prop_assert_eq!(s.sweep_cursor(), start_cursor);
+        prop_assert_eq!(seen.len(), stored.len());
+        prop_assert_eq!(seen.iter().copied().collect::<HashSet<_>>(), stored.clone());
+        let named: HashSet<FlowKey> =
+            (0..n).filter(|&k| u32::from(k) % 4 == kill).map(key).filter(|k| stored.contains(k)).collect();
+        let left_after: HashSet<FlowKey> = s.iter(Time(0)).map(|(_, e)| e.key).collect();
+        prop_assert_eq!(removed, named.len());
+        prop_assert_eq!(s.stats().swept, removed as u64);
+        prop_assert_eq!(left_after, &stored - &named);
+        prop_assert_eq!(s.len(), stored.len() - named.len());
+    }
+}
