@@ -17,6 +17,7 @@
 
 pub mod addr;
 pub mod conntrack;
+pub mod counters;
 pub mod decide;
 pub mod eligible;
 pub mod flow;
@@ -28,4 +29,5 @@ pub mod simulator;
 pub mod snapshot;
 pub mod state;
 pub mod time;
+pub mod wire;
 pub mod zonal;

@@ -1,0 +1,239 @@
+//! Per-worker counters: written by one worker, read by the control thread.
+//!
+//! Every counter is a [`Counter`]: an `AtomicU64` that only its owning worker writes, with a
+//! relaxed load and store (never a locked read-modify-write), so the hot path pays a plain
+//! add and the control thread can read at any time. Every reason the data path can drop or
+//! forward a packet has its own counter ([`Reason`]), so the metrics explain every packet.
+//! Per-service and per-backend counters are indexed by the snapshot's stable service ids and
+//! backend slots.
+
+use crate::decide::{DropReason, ForwardReason};
+use crate::wire::Malformed;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A single-writer counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Add `n`. Only the owning worker may call this (single writer).
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    /// Add one.
+    #[inline]
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    /// Overwrite (for gauges such as the conntrack entry count).
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    /// Read.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Why the data path dropped a packet (beyond the decision core's own reasons).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PathDrop {
+    /// The next hop's MAC is not resolved yet (a resolution was requested).
+    NeighbourUnresolved,
+    /// No room in the mbuf for the encapsulation headers.
+    NoHeadroom,
+    /// DF set and too big for the egress MTU after encapsulation (an ICMP error was sent).
+    TooBig,
+    /// An ICMP error for a flow we cannot route (no rule, no backend).
+    IcmpUnroutable,
+    /// Not IP, ARP or neighbour discovery for us (e.g. LLDP, foreign ARP).
+    NotForUs,
+    /// The TX queue was full.
+    TxFull,
+}
+
+impl PathDrop {
+    /// Every value.
+    pub const ALL: [PathDrop; 6] = [
+        PathDrop::NeighbourUnresolved,
+        PathDrop::NoHeadroom,
+        PathDrop::TooBig,
+        PathDrop::IcmpUnroutable,
+        PathDrop::NotForUs,
+        PathDrop::TxFull,
+    ];
+
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PathDrop::NeighbourUnresolved => "neighbour_unresolved",
+            PathDrop::NoHeadroom => "no_headroom",
+            PathDrop::TooBig => "too_big",
+            PathDrop::IcmpUnroutable => "icmp_unroutable",
+            PathDrop::NotForUs => "not_for_us",
+            PathDrop::TxFull => "tx_full",
+        }
+    }
+}
+
+/// Every reason a packet can end, one counter each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Forwarded to a backend.
+    Forward(ForwardReason),
+    /// Dropped by the decision core.
+    Decision(DropReason),
+    /// Dropped as malformed (NX-2).
+    Malformed(Malformed),
+    /// Dropped by the data path.
+    Path(PathDrop),
+}
+
+const N_FORWARD: usize = ForwardReason::ALL.len();
+const N_DECISION: usize = DropReason::ALL.len();
+const N_MALFORMED: usize = Malformed::ALL.len();
+const N_PATH: usize = PathDrop::ALL.len();
+/// Number of distinct [`Reason`]s.
+pub const N_REASONS: usize = N_FORWARD + N_DECISION + N_MALFORMED + N_PATH;
+
+impl Reason {
+    /// Dense index in `0..N_REASONS`.
+    #[inline]
+    pub fn index(self) -> usize {
+        match self {
+            Reason::Forward(r) => r as usize,
+            Reason::Decision(r) => N_FORWARD + r as usize,
+            Reason::Malformed(r) => N_FORWARD + N_DECISION + r as usize,
+            Reason::Path(r) => N_FORWARD + N_DECISION + N_MALFORMED + r as usize,
+        }
+    }
+
+    /// Every reason, in index order.
+    pub fn all() -> impl Iterator<Item = Reason> {
+        ForwardReason::ALL
+            .into_iter()
+            .map(Reason::Forward)
+            .chain(DropReason::ALL.into_iter().map(Reason::Decision))
+            .chain(Malformed::ALL.into_iter().map(Reason::Malformed))
+            .chain(PathDrop::ALL.into_iter().map(Reason::Path))
+    }
+
+    /// (kind, label): kind is `forward` or `drop`, label the reason's snake_case name.
+    pub fn labels(self) -> (&'static str, &'static str) {
+        match self {
+            Reason::Forward(r) => ("forward", r.as_str()),
+            Reason::Decision(r) => ("drop", r.as_str()),
+            Reason::Malformed(r) => ("drop", r.as_str()),
+            Reason::Path(r) => ("drop", r.as_str()),
+        }
+    }
+}
+
+/// Packets, bytes and new connections of one service or backend.
+#[derive(Debug, Default)]
+pub struct TrafficCounters {
+    /// Packets sent on.
+    pub packets: Counter,
+    /// Bytes sent on (before encapsulation).
+    pub bytes: Counter,
+    /// New connection entries made (new connections and replacements).
+    pub new_connections: Counter,
+}
+
+/// Highest number of service ids a worker counts (ids are never reused within a process).
+pub const MAX_SERVICES: usize = 4096;
+/// Number of backend slots a worker counts (slots are `u16`).
+pub const MAX_BACKENDS: usize = 1 << 16;
+
+/// Everything one worker counts.
+#[derive(Debug)]
+#[repr(align(64))]
+pub struct WorkerCounters {
+    /// Packets received.
+    pub rx_packets: Counter,
+    /// Bytes received.
+    pub rx_bytes: Counter,
+    /// Packets handed to the driver.
+    pub tx_packets: Counter,
+    /// Per-reason packet counts, indexed by [`Reason::index`].
+    pub reasons: [Counter; N_REASONS],
+    /// ARP replies and neighbour advertisements sent for our addresses and VIPs.
+    pub neighbour_replies: Counter,
+    /// Echo replies sent for our addresses and VIPs.
+    pub echo_replies: Counter,
+    /// ICMP errors for VIP flows sent on to the flow's backend.
+    pub icmp_errors_forwarded: Counter,
+    /// Conntrack gauge: entries in this worker's shard.
+    pub ct_entries: Counter,
+    /// Conntrack: inserts (new entries, not replacements in place).
+    pub ct_inserts: Counter,
+    /// Conntrack: live entries evicted because their set was full.
+    pub ct_evictions: Counter,
+    /// Conntrack: capacity of the shard.
+    pub ct_capacity: Counter,
+    /// Per service id.
+    pub services: Box<[TrafficCounters]>,
+    /// Per backend slot.
+    pub backends: Box<[TrafficCounters]>,
+}
+
+impl WorkerCounters {
+    /// Zeroed counters.
+    pub fn new() -> WorkerCounters {
+        WorkerCounters {
+            rx_packets: Counter::default(),
+            rx_bytes: Counter::default(),
+            tx_packets: Counter::default(),
+            reasons: std::array::from_fn(|_| Counter::default()),
+            neighbour_replies: Counter::default(),
+            echo_replies: Counter::default(),
+            icmp_errors_forwarded: Counter::default(),
+            ct_entries: Counter::default(),
+            ct_inserts: Counter::default(),
+            ct_evictions: Counter::default(),
+            ct_capacity: Counter::default(),
+            services: (0..MAX_SERVICES).map(|_| TrafficCounters::default()).collect(),
+            backends: (0..MAX_BACKENDS).map(|_| TrafficCounters::default()).collect(),
+        }
+    }
+
+    /// The counter of one reason.
+    #[inline]
+    pub fn reason(&self, r: Reason) -> &Counter {
+        &self.reasons[r.index()]
+    }
+}
+
+impl Default for WorkerCounters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_indexes_are_dense_and_distinct() {
+        let idx: Vec<usize> = Reason::all().map(Reason::index).collect();
+        assert_eq!(idx, (0..N_REASONS).collect::<Vec<_>>());
+        let labels: std::collections::BTreeSet<_> = Reason::all().map(|r| r.labels()).collect();
+        assert_eq!(labels.len(), N_REASONS, "labels must be unique");
+    }
+
+    #[test]
+    fn single_writer_counter_adds() {
+        let c = WorkerCounters::new();
+        c.reason(Reason::Path(PathDrop::TxFull)).add(3);
+        c.reason(Reason::Path(PathDrop::TxFull)).inc();
+        assert_eq!(c.reason(Reason::Path(PathDrop::TxFull)).get(), 4);
+        assert_eq!(c.reason(Reason::Path(PathDrop::NotForUs)).get(), 0);
+    }
+}
