@@ -166,10 +166,7 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
         }
     }
 
-    // Backend selection: client zone -> choice -> consistent hash (CH-1).
-    let choice = svc.choice(snap.client_zone(p.src));
-    let tuple = selection_tuple(p, svc.affinity, svc.symmetric_hashing);
-    let Some(backend) = choice.table.lookup(snap.hasher.hash(&tuple)) else {
+    let Some(backend) = select(p, svc, snap) else {
         return decision(Verdict::Drop(DropReason::NoEligibleBackend)); // FO-6
     };
     let reason = stale.map_or(ForwardReason::NewConnection, |(_, r)| r);
@@ -193,8 +190,17 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
     decision(Verdict::Forward { backend, reason })
 }
 
+/// Backend selection for a new connection: client zone -> the service's choice for it ->
+/// consistent hash of the selection tuple (CH-1). `None` when the final set is empty (FO-6).
+#[inline]
+pub fn select(p: &PacketInfo, svc: &ServiceView, snap: &Snapshot) -> Option<u16> {
+    let choice = svc.choice(snap.client_zone(p.src));
+    let tuple = selection_tuple(p, svc.affinity, svc.symmetric_hashing);
+    choice.table.lookup(snap.hasher.hash(&tuple))
+}
+
 /// Is a found entry still valid? `Ok(slot)` or the first reason it is not (CT-13).
-fn judge(
+pub fn judge(
     value: &EntryValue,
     idle_ms: u64,
     svc: &ServiceView,

@@ -20,6 +20,7 @@ pub mod conntrack;
 pub mod counters;
 pub mod decide;
 pub mod eligible;
+pub mod explain;
 pub mod flow;
 pub mod lpm;
 pub mod maglev;

@@ -154,6 +154,12 @@ impl Simulator {
         self.replace_model(m)
     }
 
+    /// Change the policy state (an operator action, say) and publish a new snapshot.
+    pub fn with_state(&mut self, f: impl FnOnce(&mut PolicyState)) {
+        f(&mut self.state);
+        self.rebuild();
+    }
+
     /// Rebuild the snapshot at the current virtual time (e.g. after [`Self::advance`]).
     pub fn rebuild(&mut self) {
         self.snapshot = self.state.snapshot(self.now);

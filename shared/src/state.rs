@@ -69,6 +69,7 @@ pub struct PolicyState {
     by_key: HashMap<BackendKey, u16>,
     free: Vec<u16>,
     health: HashMap<BackendKey, bool>,
+    drained: hashbrown::HashSet<BackendKey>,
     default_healthy: bool,
     services: HashMap<String, ServiceState>,
     next_service_id: u16,
@@ -87,6 +88,7 @@ impl PolicyState {
             by_key: HashMap::new(),
             free: Vec::new(),
             health: HashMap::new(),
+            drained: hashbrown::HashSet::new(),
             default_healthy,
             services: HashMap::new(),
             next_service_id: 1,
@@ -212,6 +214,7 @@ impl PolicyState {
                     if let Some(key) = self.slot_keys[slot].take() {
                         self.by_key.remove(&key);
                         self.health.remove(&key);
+                        self.drained.remove(&key);
                     }
                     self.free.push(u16::try_from(slot).unwrap_or(u16::MAX));
                 }
@@ -225,6 +228,22 @@ impl PolicyState {
         let before = self.is_healthy(key);
         self.health.insert(key.clone(), healthy);
         before != healthy
+    }
+
+    /// Drain (or undrain) a backend by operator request: it takes no new connections and
+    /// does not count as configured for the failover ratio, while its existing entries stay
+    /// valid (no deadline). Returns true when it changed.
+    pub fn set_drained(&mut self, key: &BackendKey, drained: bool) -> bool {
+        if drained {
+            self.drained.insert(key.clone())
+        } else {
+            self.drained.remove(key)
+        }
+    }
+
+    /// True when the operator drained this backend.
+    pub fn is_drained(&self, key: &BackendKey) -> bool {
+        self.drained.contains(key)
     }
 
     /// The health verdict of a backend.
@@ -291,6 +310,9 @@ impl PolicyState {
                 for e in &g.endpoints {
                     let key = BackendKey { service: svc.name.clone(), endpoint: *e };
                     let Some(&slot) = self.by_key.get(&key) else { continue };
+                    if self.drained.contains(&key) {
+                        continue;
+                    }
                     let b = &self.backends[usize::from(slot)];
                     candidates.push(Candidate {
                         slot,

@@ -565,3 +565,51 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn operator_drain_stops_new_connections_keeps_entries() {
+    let m = three(|_| {});
+    let mut s = Simulator::new(m).unwrap();
+    let x = backend(&s.packet(&udp("198.18.10.5", 1)));
+    let key = spillway_shared::model::BackendKey { service: "web".into(), endpoint: ep(&x) };
+    let mut st_changed = false;
+    // Drain through the policy state the way the control plane does.
+    let snapshot_before = s.snapshot().generation;
+    s.with_state(|st| st_changed = st.set_drained(&key, true));
+    assert!(st_changed);
+    assert!(s.snapshot().generation > snapshot_before);
+    // The existing UDP flow keeps its backend (not unhealthy, so CP does not apply)...
+    let o = s.packet(&udp("198.18.10.5", 1));
+    assert_eq!((backend(&o), reason(&o)), (x.clone(), "conntrack_hit"));
+    // ...and no new connection goes there.
+    for port in 100..400 {
+        assert_ne!(backend(&s.packet(&udp("198.18.10.5", port))), x);
+    }
+    s.with_state(|st| {
+        st.set_drained(&key, false);
+    });
+    assert!((100..400).any(|port| backend(&s.packet(&udp("198.18.10.6", port))) == x));
+}
+
+#[test]
+fn explain_tells_what_decide_then_does() {
+    use spillway_shared::decide::CONNTRACK_HASHER;
+    use spillway_shared::explain::explain;
+    let mut s = sim(three(|s| s.zonal = spillway_shared::policy::ZonalAffinity::StayWithinZone));
+    let x = backend(&s.packet(&syn("198.18.10.5", 7)));
+    s.set_health_by_addr(a(&x), false);
+    for p in [ack("198.18.10.5", 7), udp("198.18.10.5", 9), syn("198.18.10.5", 7)] {
+        let key = explain(&p, s.snapshot(), None, s.now()).tracking_key.unwrap();
+        let entry = s
+            .shard()
+            .find(&key, CONNTRACK_HASHER.hash(&key))
+            .map(|slot| s.shard().get(slot, s.now()));
+        let ex = explain(&p, s.snapshot(), entry.as_ref(), s.now());
+        assert_eq!(ex.service.as_deref(), Some("web"));
+        assert_eq!(ex.client_zone.as_deref(), Some("zone-a"));
+        assert!(ex.zonal_match);
+        let o = s.packet(&p);
+        assert_eq!(ex.backend, o.backend);
+        assert_eq!(ex.reason, reason(&o));
+    }
+}

@@ -1,0 +1,105 @@
+//! "Why does this flow go there?": the decision for one flow, spelled out, without changing
+//! anything. The admin API's `explain` and `spillwayctl explain` use it. It calls the same
+//! pieces as [`crate::decide::decide`] (rule match, [`judge`], [`select`]), so it cannot
+//! disagree with the workers.
+
+use crate::conntrack::Entry;
+use crate::decide::{judge, select, ForwardReason, CONNTRACK_HASHER};
+use crate::eligible::EligibleKind;
+use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowKey, PacketInfo};
+use crate::model::Endpoint;
+use crate::snapshot::{BackendRef, Snapshot};
+use crate::time::Time;
+
+/// The explanation of one flow against one snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Explanation {
+    /// The matched service, if a rule matches.
+    pub service: Option<String>,
+    /// Its tracking key (CT-1).
+    pub tracking_key: Option<FlowKey>,
+    /// Its conntrack bucket hash (to find the entry in a shard).
+    pub tracking_hash: u64,
+    /// The selection tuple's hash (CH-1).
+    pub selection_hash: u64,
+    /// The client's zone when zonally compatible (ZA-1).
+    pub client_zone: Option<String>,
+    /// FO-7 kind of the original eligible set.
+    pub kind: Option<EligibleKind>,
+    /// ZA-2.
+    pub zonal_match: bool,
+    /// SPILL_CROSS_ZONE spilled to the whole eligible set.
+    pub spilled: bool,
+    /// Size of the final set.
+    pub eligible_size: usize,
+    /// Would this packet skip the lookup (CT-2)?
+    pub new_connection_syn: bool,
+    /// The backend a new connection gets now.
+    pub hashed_backend: Option<Endpoint>,
+    /// The tracked entry's backend, if an entry was given.
+    pub entry_backend: Option<Endpoint>,
+    /// `Ok` when the entry is valid now, else why not (CT-13).
+    pub entry_valid: Option<Result<(), ForwardReason>>,
+    /// Where the packet goes now, and why.
+    pub backend: Option<Endpoint>,
+    /// The reason label `decide` would report.
+    pub reason: &'static str,
+}
+
+/// Explain `p` against `snap`, with the flow's conntrack entry if one was found.
+pub fn explain(p: &PacketInfo, snap: &Snapshot, entry: Option<&Entry>, now: Time) -> Explanation {
+    let mut x = Explanation {
+        service: None,
+        tracking_key: None,
+        tracking_hash: 0,
+        selection_hash: 0,
+        client_zone: None,
+        kind: None,
+        zonal_match: false,
+        spilled: false,
+        eligible_size: 0,
+        new_connection_syn: false,
+        hashed_backend: None,
+        entry_backend: None,
+        entry_valid: None,
+        backend: None,
+        reason: "no_matching_rule",
+    };
+    let Some(svc) = snap.service_for(p) else { return x };
+    let endpoint = |slot: u16| snap.backend(slot).map(|b| b.endpoint);
+    x.service = Some(svc.name.to_string());
+    let key = tracking_key(p, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id);
+    x.tracking_key = Some(key);
+    x.tracking_hash = CONNTRACK_HASHER.hash(&key);
+    x.selection_hash = snap.hasher.hash(&selection_tuple(p, svc.affinity, svc.symmetric_hashing));
+    let zone = snap.client_zone(p.src);
+    x.client_zone = zone.and_then(|z| snap.zone_names.get(usize::from(z)).cloned());
+    let choice = svc.choice(zone);
+    x.kind = Some(choice.kind);
+    x.zonal_match = choice.zonal_match;
+    x.spilled = choice.spilled;
+    x.eligible_size = choice.members.len();
+    x.new_connection_syn = is_new_connection_syn(p, svc.tracking, svc.affinity);
+    x.hashed_backend = select(p, svc, snap).and_then(endpoint);
+    let mut stale = None;
+    if let (Some(e), false) = (entry, x.new_connection_syn) {
+        x.entry_backend = endpoint(BackendRef::from_u32(e.value.backend).slot);
+        let verdict = judge(&e.value, e.idle_ms, svc, snap, p, now);
+        x.entry_valid = Some(verdict.map(|_| ()));
+        match verdict {
+            Ok(slot) => {
+                x.backend = endpoint(slot);
+                x.reason = ForwardReason::ConntrackHit.as_str();
+                return x;
+            }
+            Err(r) => stale = Some(r),
+        }
+    }
+    x.backend = x.hashed_backend;
+    x.reason = match (x.backend, stale) {
+        (None, _) => "no_eligible_backend",
+        (Some(_), Some(r)) => r.as_str(),
+        (Some(_), None) => ForwardReason::NewConnection.as_str(),
+    };
+    x
+}
