@@ -86,11 +86,7 @@ impl Stream {
             keys.push(keys[i % n]);
             hashes.push(hashes[i % n]);
         }
-        Stream {
-            keys,
-            hashes,
-            pos: 0,
-        }
+        Stream { keys, hashes, pos: 0 }
     }
 
     fn next_chunk(&mut self) -> (&[FlowKey], &[u64]) {
@@ -101,10 +97,7 @@ impl Stream {
 }
 
 fn find_all(shard: &Shard, keys: &[FlowKey], hashes: &[u64]) -> usize {
-    keys.iter()
-        .zip(hashes)
-        .filter(|(k, &h)| shard.find(k, h).is_some())
-        .count()
+    keys.iter().zip(hashes).filter(|(k, &h)| shard.find(k, h).is_some()).count()
 }
 
 fn find_all_batched<const N: usize>(shard: &Shard, keys: &[FlowKey], hashes: &[u64]) -> usize {
@@ -122,16 +115,7 @@ fn bench_size(c: &mut Criterion, n: usize, label: &str) {
     let (present, present_h) = keys(&mut rng, n);
     let mut shard = Shard::with_capacity(n + n / 4);
     for (k, &h) in present.iter().zip(&present_h) {
-        shard.insert(
-            k,
-            h,
-            EntryValue {
-                backend: 1,
-                epoch: 0,
-                flags: 0,
-            },
-            Time(0),
-        );
+        shard.insert(k, h, EntryValue { backend: 1, epoch: 0, flags: 0 }, Time(0));
     }
     eprintln!(
         "conntrack {label}: {} entries in capacity {} ({} MiB), {} evicted while filling",
@@ -192,16 +176,8 @@ fn bench_size(c: &mut Criterion, n: usize, label: &str) {
                 slots.clear();
                 let t = Instant::now();
                 for (k, &h) in k.iter().zip(h) {
-                    let out = shard.insert(
-                        k,
-                        h,
-                        EntryValue {
-                            backend: 2,
-                            epoch: 0,
-                            flags: 0,
-                        },
-                        now,
-                    );
+                    let out =
+                        shard.insert(k, h, EntryValue { backend: 2, epoch: 0, flags: 0 }, now);
                     slots.push(out.slot);
                 }
                 total += t.elapsed();
@@ -223,16 +199,7 @@ fn ab_report(n: usize, label: &str) {
     let (present, present_h) = keys(&mut rng, n);
     let mut shard = Shard::with_capacity(n + n / 4);
     for (k, &h) in present.iter().zip(&present_h) {
-        shard.insert(
-            k,
-            h,
-            EntryValue {
-                backend: 1,
-                epoch: 0,
-                flags: 0,
-            },
-            Time(0),
-        );
+        shard.insert(k, h, EntryValue { backend: 1, epoch: 0, flags: 0 }, Time(0));
     }
     let mut order: Vec<usize> = (0..n).collect();
     shuffle(&mut rng, &mut order);
@@ -271,11 +238,7 @@ fn ab_report(n: usize, label: &str) {
     for (v, &(name, _, _)) in variants.iter().enumerate() {
         let r = &mut rates[v];
         r.sort_by(|a, b| b.total_cmp(a));
-        println!(
-            "{label:>3} {name:<26} best {:6.1} M/s  median {:6.1} M/s",
-            r[0],
-            r[r.len() / 2]
-        );
+        println!("{label:>3} {name:<26} best {:6.1} M/s  median {:6.1} M/s", r[0], r[r.len() / 2]);
     }
 }
 

@@ -42,8 +42,7 @@ fn random_u64s(n: usize, mut state: u64) -> Vec<u64> {
 
 fn build(c: &mut Criterion) {
     let mut g = c.benchmark_group("maglev_build_m65537");
-    g.measurement_time(Duration::from_secs(3))
-        .warm_up_time(Duration::from_secs(1));
+    g.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
     g.sample_size(20);
     for n in [10u16, 100, 1000] {
         let ms = members(n);
@@ -59,8 +58,7 @@ fn lookup(c: &mut Criterion) {
     let table = MaglevTable::build(&members(1000), DEFAULT_TABLE_SIZE);
     let hashes = random_u64s(STREAM, 1);
     let mut g = c.benchmark_group("maglev_lookup");
-    g.measurement_time(Duration::from_secs(3))
-        .warm_up_time(Duration::from_secs(1));
+    g.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
     g.sample_size(30);
     g.throughput(Throughput::Elements(STREAM as u64));
     g.bench_function("n1000_m65537_stream4096", |b| {
@@ -110,8 +108,7 @@ fn key_and_hash(c: &mut Criterion) {
     const STREAM: usize = 1024;
     let hasher = FlowHasher::default();
     let mut g = c.benchmark_group("tracking_key_hash");
-    g.measurement_time(Duration::from_secs(3))
-        .warm_up_time(Duration::from_secs(1));
+    g.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
     g.sample_size(30);
     g.throughput(Throughput::Elements(STREAM as u64));
     for (name, v6) in [("ipv4", false), ("ipv6", true)] {

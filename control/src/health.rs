@@ -161,14 +161,8 @@ pub enum ProbeResult {
 
 impl ProbeResult {
     /// Every result kind's label, in the order of [`ResultCounts::iter`].
-    pub const LABELS: [&'static str; 6] = [
-        "success",
-        "refused",
-        "timeout",
-        "bad_status",
-        "bad_reply",
-        "error",
-    ];
+    pub const LABELS: [&'static str; 6] =
+        ["success", "refused", "timeout", "bad_status", "bad_reply", "error"];
 
     /// A stable label for metrics (`success`, `refused`, `timeout`, `bad_status`, `bad_reply`,
     /// `error`).
@@ -218,10 +212,7 @@ impl ResultCounts {
 
     /// `(label, count)` for every kind, labels as [`ProbeResult::as_str`].
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        ProbeResult::LABELS
-            .iter()
-            .copied()
-            .zip(self.0.iter().copied())
+        ProbeResult::LABELS.iter().copied().zip(self.0.iter().copied())
     }
 
     fn add(&mut self, result: ProbeResult) {
@@ -362,10 +353,7 @@ pub struct HealthChecker {
 impl HealthChecker {
     /// A checker with no targets that will send verdict changes to `events`.
     pub fn new(events: UnboundedSender<HealthEvent>) -> Self {
-        HealthChecker {
-            events,
-            targets: BTreeMap::new(),
-        }
+        HealthChecker { events, targets: BTreeMap::new() }
     }
 
     /// Reconciles the probed set with `targets` (at start and on every reload): starts probing
@@ -409,11 +397,7 @@ impl HealthChecker {
             Arc::clone(&state),
             self.events.clone(),
         ));
-        Entry {
-            check,
-            state,
-            _task: AbortOnDrop(task),
-        }
+        Entry { check, state, _task: AbortOnDrop(task) }
     }
 
     /// The status of every target, ordered by key.
@@ -522,10 +506,7 @@ async fn run_target(
             }
             if let Some(healthy) = s.record(&check, result, latency) {
                 // Sent under the lock: see the module doc. A closed receiver is not our concern.
-                let _ = events.send(HealthEvent {
-                    key: key.clone(),
-                    healthy,
-                });
+                let _ = events.send(HealthEvent { key: key.clone(), healthy });
             }
         }
         // Never earlier than `interval` after the start; right away when the probe overran.
@@ -538,11 +519,9 @@ async fn run_target(
 async fn probe(kind: &CheckKind, addr: SocketAddr) -> ProbeResult {
     let r = match kind {
         CheckKind::Tcp => TcpStream::connect(addr).await.map(|_| ProbeResult::Success),
-        CheckKind::Http {
-            path,
-            expected_status,
-            host,
-        } => probe_http(addr, path, *expected_status, host.as_deref()).await,
+        CheckKind::Http { path, expected_status, host } => {
+            probe_http(addr, path, *expected_status, host.as_deref()).await
+        }
         CheckKind::Udp { request, expect } => probe_udp(addr, request, expect.as_deref()).await,
     };
     r.unwrap_or_else(|e| ProbeResult::from_io(&e))
@@ -703,10 +682,7 @@ mod tests {
         let a: SocketAddr = "[::1]:8080".parse().unwrap();
         let r = http_request(a, "/healthz", None).unwrap();
         let r = String::from_utf8(r).unwrap();
-        assert!(
-            r.starts_with("GET /healthz HTTP/1.1\r\nHost: [::1]:8080\r\n"),
-            "{r}"
-        );
+        assert!(r.starts_with("GET /healthz HTTP/1.1\r\nHost: [::1]:8080\r\n"), "{r}");
         assert!(r.contains("\r\nConnection: close\r\n") && r.ends_with("\r\n\r\n"));
         assert!(http_request(a, "/x\r\nEvil: 1", None).is_none());
         assert!(http_request(a, "/", Some("h\n")).is_none());
@@ -717,10 +693,7 @@ mod tests {
         let i = Duration::from_millis(1000);
         for seq in 0..1000 {
             let j = jittered(i, 42, seq);
-            assert!(
-                j >= Duration::from_millis(950) && j < Duration::from_millis(1050),
-                "{j:?}"
-            );
+            assert!(j >= Duration::from_millis(950) && j < Duration::from_millis(1050), "{j:?}");
         }
         assert_ne!(jittered(i, 42, 0), jittered(i, 42, 1));
     }
@@ -732,9 +705,6 @@ mod tests {
         let mut c = ResultCounts::default();
         c.add(ProbeResult::BadStatus(404));
         c.add(ProbeResult::BadStatus(500));
-        assert_eq!(
-            c.iter().find(|(l, _)| *l == "bad_status"),
-            Some(("bad_status", 2))
-        );
+        assert_eq!(c.iter().find(|(l, _)| *l == "bad_status"), Some(("bad_status", 2)));
     }
 }

@@ -1,3 +1,7 @@
 //! Spillway's control plane.
 
 #![forbid(unsafe_code)]
+
+pub mod config;
+pub mod health;
+pub mod publish;

@@ -22,13 +22,7 @@ const LO4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const LO6: IpAddr = IpAddr::V6(Ipv6Addr::LOCALHOST);
 
 fn key(service: &str, ip: IpAddr, port: u16) -> BackendKey {
-    BackendKey {
-        service: service.into(),
-        endpoint: Endpoint {
-            addr: Addr::from(ip),
-            port,
-        },
-    }
+    BackendKey { service: service.into(), endpoint: Endpoint { addr: Addr::from(ip), port } }
 }
 
 fn spec(kind: CheckKind, interval_ms: u64, healthy: u32, unhealthy: u32) -> CheckSpec {
@@ -45,33 +39,20 @@ fn spec(kind: CheckKind, interval_ms: u64, healthy: u32, unhealthy: u32) -> Chec
 }
 
 fn target(key: &BackendKey, spec: CheckSpec) -> Target {
-    Target {
-        key: key.clone(),
-        check: Arc::new(spec),
-    }
+    Target { key: key.clone(), check: Arc::new(spec) }
 }
 
 fn http(expected_status: u16) -> CheckKind {
-    CheckKind::Http {
-        path: "/healthz".into(),
-        expected_status,
-        host: None,
-    }
+    CheckKind::Http { path: "/healthz".into(), expected_status, host: None }
 }
 
 fn status_of(hc: &HealthChecker, key: &BackendKey) -> TargetStatus {
-    hc.status()
-        .into_iter()
-        .find(|s| &s.key == key)
-        .expect("target present")
+    hc.status().into_iter().find(|s| &s.key == key).expect("target present")
 }
 
 /// The next event, failing the test after `within`.
 async fn next_event(rx: &mut UnboundedReceiver<HealthEvent>, within: Duration) -> HealthEvent {
-    timeout(within, rx.recv())
-        .await
-        .expect("event in time")
-        .expect("channel open")
+    timeout(within, rx.recv()).await.expect("event in time").expect("channel open")
 }
 
 /// Asserts that no event arrives during `d`.
@@ -117,11 +98,7 @@ async fn http_server(initial: u16) -> HttpServer {
     let status = Arc::new(AtomicU16::new(initial));
     let requests = Arc::new(AtomicU64::new(0));
     let last_request = Arc::new(Mutex::new(String::new()));
-    let (st, rq, last) = (
-        Arc::clone(&status),
-        Arc::clone(&requests),
-        Arc::clone(&last_request),
-    );
+    let (st, rq, last) = (Arc::clone(&status), Arc::clone(&requests), Arc::clone(&last_request));
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
             let (st, rq, last) = (Arc::clone(&st), Arc::clone(&rq), Arc::clone(&last));
@@ -145,12 +122,7 @@ async fn http_server(initial: u16) -> HttpServer {
             });
         }
     });
-    HttpServer {
-        port,
-        status,
-        requests,
-        last_request,
-    }
+    HttpServer { port, status, requests, last_request }
 }
 
 /// A TCP server that accepts and holds every connection without ever answering.
@@ -196,13 +168,7 @@ async fn hc_1_hc_3_tcp_listening_turns_healthy_after_threshold() {
 
     let start = Instant::now();
     let ev = next_event(&mut rx, Duration::from_secs(3)).await;
-    assert_eq!(
-        ev,
-        HealthEvent {
-            key: k.clone(),
-            healthy: true
-        }
-    );
+    assert_eq!(ev, HealthEvent { key: k.clone(), healthy: true });
     let st = status_of(&hc, &k);
     // Turned healthy on the third success, not before.
     assert_eq!(st.probes.get(ProbeResult::Success), 3, "{st:?}");
@@ -254,13 +220,7 @@ async fn hc_1_tcp_ipv6_check_port_and_missing_port() {
         target(&no_port, spec(CheckKind::Tcp, 50, 1, 1)),
     ]);
     let ev = next_event(&mut rx, Duration::from_secs(2)).await;
-    assert_eq!(
-        ev,
-        HealthEvent {
-            key: with_check_port.clone(),
-            healthy: true
-        }
-    );
+    assert_eq!(ev, HealthEvent { key: with_check_port.clone(), healthy: true });
     sleep(Duration::from_millis(200)).await;
     let st = status_of(&hc, &no_port);
     assert!(!st.healthy);
@@ -278,25 +238,13 @@ async fn hc_1_http_status_drives_verdict_and_detection_time() {
     let k = key("api", LO4, srv.port);
     let interval = Duration::from_millis(100);
     let unhealthy_threshold = 3;
-    hc.set_targets(vec![target(
-        &k,
-        spec(http(200), 100, 2, unhealthy_threshold),
-    )]);
+    hc.set_targets(vec![target(&k, spec(http(200), 100, 2, unhealthy_threshold))]);
 
     let ev = next_event(&mut rx, Duration::from_secs(3)).await;
-    assert_eq!(
-        ev,
-        HealthEvent {
-            key: k.clone(),
-            healthy: true
-        }
-    );
+    assert_eq!(ev, HealthEvent { key: k.clone(), healthy: true });
     let req = srv.last_request.lock().unwrap().clone();
     assert!(req.starts_with("GET /healthz HTTP/1.1\r\n"), "{req}");
-    assert!(
-        req.contains(&format!("\r\nHost: 127.0.0.1:{}\r\n", srv.port)),
-        "{req}"
-    );
+    assert!(req.contains(&format!("\r\nHost: 127.0.0.1:{}\r\n", srv.port)), "{req}");
     assert!(req.contains("\r\nConnection: close\r\n"), "{req}");
 
     no_event(&mut rx, Duration::from_millis(250)).await;
@@ -304,44 +252,23 @@ async fn hc_1_http_status_drives_verdict_and_detection_time() {
     let switched = Instant::now();
     let ev = next_event(&mut rx, Duration::from_secs(3)).await;
     let detection = switched.elapsed();
-    assert_eq!(
-        ev,
-        HealthEvent {
-            key: k.clone(),
-            healthy: false
-        }
-    );
+    assert_eq!(ev, HealthEvent { key: k.clone(), healthy: false });
     let bound = interval * (unhealthy_threshold + 1);
     eprintln!("http: 500 detected after {detection:?} (bound {bound:?} + 250 ms margin)");
-    assert!(
-        detection <= bound + Duration::from_millis(250),
-        "{detection:?}"
-    );
+    assert!(detection <= bound + Duration::from_millis(250), "{detection:?}");
     // And not before `unhealthy_threshold` failures: at least two full intervals.
-    assert!(
-        detection >= interval * (unhealthy_threshold - 1) * 9 / 10,
-        "{detection:?}"
-    );
+    assert!(detection >= interval * (unhealthy_threshold - 1) * 9 / 10, "{detection:?}");
     let st = status_of(&hc, &k);
     assert_eq!(st.last_result, Some(ProbeResult::BadStatus(500)));
     assert_eq!(st.consecutive_fail, unhealthy_threshold, "{st:?}");
-    assert_eq!(
-        st.probes.get(ProbeResult::BadStatus(0)),
-        u64::from(unhealthy_threshold)
-    );
+    assert_eq!(st.probes.get(ProbeResult::BadStatus(0)), u64::from(unhealthy_threshold));
     assert!(srv.requests.load(Ordering::Relaxed) >= 2 + u64::from(unhealthy_threshold));
 
     // Exactly one event for the change; back to 200 gives exactly one more.
     no_event(&mut rx, Duration::from_millis(250)).await;
     srv.status.store(200, Ordering::Relaxed);
     let ev = next_event(&mut rx, Duration::from_secs(3)).await;
-    assert_eq!(
-        ev,
-        HealthEvent {
-            key: k.clone(),
-            healthy: true
-        }
-    );
+    assert_eq!(ev, HealthEvent { key: k.clone(), healthy: true });
     no_event(&mut rx, Duration::from_millis(250)).await;
 }
 
@@ -362,13 +289,7 @@ async fn hc_1_http_garbage_reply_is_bad_reply() {
     sp.initial_healthy = true;
     hc.set_targets(vec![target(&k, sp)]);
     let ev = next_event(&mut rx, Duration::from_secs(2)).await;
-    assert_eq!(
-        ev,
-        HealthEvent {
-            key: k.clone(),
-            healthy: false
-        }
-    );
+    assert_eq!(ev, HealthEvent { key: k.clone(), healthy: false });
     assert_eq!(status_of(&hc, &k).last_result, Some(ProbeResult::BadReply));
 }
 
@@ -405,27 +326,15 @@ async fn hc_1_udp_request_reply() {
         events.push(next_event(&mut rx, Duration::from_secs(3)).await);
     }
     let mut expected = vec![
-        HealthEvent {
-            key: good.clone(),
-            healthy: true,
-        },
-        HealthEvent {
-            key: good6.clone(),
-            healthy: true,
-        },
-        HealthEvent {
-            key: wrong.clone(),
-            healthy: false,
-        },
+        HealthEvent { key: good.clone(), healthy: true },
+        HealthEvent { key: good6.clone(), healthy: true },
+        HealthEvent { key: wrong.clone(), healthy: false },
     ];
     events.sort_by(|a, b| a.key.cmp(&b.key));
     expected.sort_by(|a, b| a.key.cmp(&b.key));
     assert_eq!(events, expected);
     no_event(&mut rx, Duration::from_millis(300)).await;
-    assert_eq!(
-        status_of(&hc, &wrong).last_result,
-        Some(ProbeResult::BadReply)
-    );
+    assert_eq!(status_of(&hc, &wrong).last_result, Some(ProbeResult::BadReply));
     let st = status_of(&hc, &refused);
     assert!(!st.healthy);
     assert_eq!(st.last_result, Some(ProbeResult::Refused), "{st:?}");
@@ -442,10 +351,7 @@ async fn hung_backend_does_not_delay_others() {
     let fast = key("fast", LO4, fast_port);
     let mut hung_spec = spec(http(200), 100, 1, 1);
     hung_spec.initial_healthy = true;
-    hc.set_targets(vec![
-        target(&hung, hung_spec),
-        target(&fast, spec(CheckKind::Tcp, 50, 1, 1)),
-    ]);
+    hc.set_targets(vec![target(&hung, hung_spec), target(&fast, spec(CheckKind::Tcp, 50, 1, 1))]);
 
     sleep(Duration::from_millis(300)).await;
     let t0 = Instant::now();
@@ -470,10 +376,7 @@ async fn hung_backend_does_not_delay_others() {
     let timeouts = hung_st.probes.get(ProbeResult::Timeout);
     assert!((2..=4).contains(&timeouts), "{timeouts} timeouts in ~1.8 s");
     let lat = hung_st.last_latency.unwrap();
-    assert!(
-        lat >= Duration::from_millis(500) && lat < Duration::from_millis(800),
-        "{lat:?}"
-    );
+    assert!(lat >= Duration::from_millis(500) && lat < Duration::from_millis(800), "{lat:?}");
 }
 
 /// HC-3 `initial: healthy`: a never-probed backend starts healthy, and a failing one leaves it
@@ -489,25 +392,13 @@ async fn hc_3_initial_healthy_starts_healthy() {
     sp.initial_healthy = true;
     let sp = Arc::new(sp);
     hc.set_targets(vec![
-        Target {
-            key: up.clone(),
-            check: Arc::clone(&sp),
-        },
-        Target {
-            key: down.clone(),
-            check: sp,
-        },
+        Target { key: up.clone(), check: Arc::clone(&sp) },
+        Target { key: down.clone(), check: sp },
     ]);
     assert_eq!(hc.verdict(&up), Some(true));
     assert_eq!(hc.verdict(&down), Some(true));
     let ev = next_event(&mut rx, Duration::from_secs(2)).await;
-    assert_eq!(
-        ev,
-        HealthEvent {
-            key: down.clone(),
-            healthy: false
-        }
-    );
+    assert_eq!(ev, HealthEvent { key: down.clone(), healthy: false });
     no_event(&mut rx, Duration::from_millis(300)).await;
     assert_eq!(hc.verdict(&up), Some(true));
 }
@@ -524,10 +415,7 @@ async fn reconcile_keeps_unchanged_and_drops_removed() {
     let kept = key("web", LO4, kept_port);
     let removed = key("api", LO4, removed_srv.port);
     let kept_spec = || spec(CheckKind::Tcp, 50, 2, 2);
-    hc.set_targets(vec![
-        target(&kept, kept_spec()),
-        target(&removed, spec(http(200), 50, 1, 1)),
-    ]);
+    hc.set_targets(vec![target(&kept, kept_spec()), target(&removed, spec(http(200), 50, 1, 1))]);
     let mut evs = vec![
         next_event(&mut rx, Duration::from_secs(2)).await,
         next_event(&mut rx, Duration::from_secs(2)).await,
@@ -536,14 +424,8 @@ async fn reconcile_keeps_unchanged_and_drops_removed() {
     assert_eq!(
         evs,
         vec![
-            HealthEvent {
-                key: removed.clone(),
-                healthy: true
-            },
-            HealthEvent {
-                key: kept.clone(),
-                healthy: true
-            },
+            HealthEvent { key: removed.clone(), healthy: true },
+            HealthEvent { key: kept.clone(), healthy: true },
         ]
     );
     sleep(Duration::from_millis(100)).await;
@@ -567,13 +449,7 @@ async fn reconcile_keeps_unchanged_and_drops_removed() {
     let requests = removed_srv.requests.load(Ordering::Relaxed);
     removed_srv.status.store(503, Ordering::Relaxed);
     let ev = next_event(&mut rx, Duration::from_secs(2)).await;
-    assert_eq!(
-        ev,
-        HealthEvent {
-            key: new.clone(),
-            healthy: true
-        }
-    );
+    assert_eq!(ev, HealthEvent { key: new.clone(), healthy: true });
     no_event(&mut rx, Duration::from_millis(300)).await;
     assert_eq!(removed_srv.requests.load(Ordering::Relaxed), requests);
     let counters_kept = status_of(&hc, &kept).probes.total();

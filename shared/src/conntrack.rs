@@ -10,43 +10,74 @@
 //! caller supplies.
 //!
 //! The shard must never return an entry for a different key, never lose or alter an entry the
-//! caller did not remove except by evicting it from a full set (counted), never allocate after
+//! caller did not remove except by evicting it when both of the new key's candidate buckets
+//! are full and none of their entries can move (counted), never allocate after
 //! [`Shard::with_capacity`], and never fail an insert or a lookup because it is full.
 //!
 //! # Layout
 //!
-//! Set-associative: a power-of-two number of 8-way buckets. A [`Bucket`] is 512 bytes aligned
+//! Set-associative: a power-of-two number of 8-way buckets. A bucket is 512 bytes aligned
 //! to 64 (one cache line of header, then eight 56-byte records):
 //!
 //! ```text
 //! offset   0  sig: [u16; 8]        16-bit signature per way, 0 = empty way
 //! offset  16  last_seen: [u32; 8]  milliseconds, wrapping u32
-//! offset  48  reserved: [u8; 16]   zero (room for an overflow hint, see below)
-//! offset  64  records: [Record; 8] 56 B each: FlowKey (40) + backend u32 + epoch u32 + flags u8 + 7 pad
+//! offset  48  overflow: u32        entries whose primary is this bucket, stored in their secondary
+//! offset  52  reserved: [u8; 12]   zero
+//! offset  64  records: [Record; 8] 56 B each, below
+//!
+//! Record: key FlowKey (40) | backend u32 | epoch u32 | flags u8 | in_secondary u8 | pad 2
+//!         | other u32 (the key's other candidate bucket)
 //! ```
 //!
 //! That is exactly [`BYTES_PER_ENTRY`] = 64 bytes per tracked connection: 1M connections at
-//! 100% load are 64 MiB. The hash (from [`crate::flow::FlowHasher`]) picks the bucket with its
-//! low bits and the signature with its top 16 bits (0 is mapped to 1), so they are independent
-//! for any table below 2^48 buckets.
+//! 100% load are 64 MiB. The hash (from [`crate::flow::FlowHasher`]) picks the signature with
+//! its top 16 bits (0 is mapped to 1) and two candidate buckets (below).
+//!
+//! # Two choices (Cuckoo++-style, without displacement chains)
+//!
+//! A key has a *primary* bucket `p = hash & mask` (the low bits) and a *secondary* bucket
+//! `s = (p ^ ((hash >> 32) as u32 | 1)) & mask` ([`Shard::candidate_buckets`]). The XOR-ed
+//! value is odd, so `s != p` whenever the table has two buckets or more (a one-bucket table has
+//! a single candidate). `s` depends on hash bits 32 and up, disjoint from the bits of `p` for
+//! any table size ([`MAX_CAPACITY`] is 2^28 buckets), so the keys sharing a primary spread over
+//! unrelated secondaries.
+//!
+//! Each bucket's `overflow` counts the entries whose *primary* it is and that are stored in
+//! their secondary. A lookup scans the primary's signatures; only if the key is not there **and**
+//! the primary's `overflow` is non-zero does it scan the secondary. The counter lives in the
+//! header line already read, so a miss on a table whose buckets have not overflowed touches one
+//! line, as with one choice, and a hit in the primary costs exactly what it did before. Every
+//! record says whether it is in its secondary and names the key's *other* candidate bucket
+//! (`other`: the primary for an entry in its secondary, else the secondary), so removing,
+//! evicting, sweeping or moving an entry keeps the counters exact without the key's hash.
 //!
 //! A lookup reads the header line, compares the eight signatures at once, and compares the
 //! full 40-byte key only on a signature match (a false signature match costs one key compare
 //! and is rare: 8/65536 per full bucket). A hit touches the header line plus the record, which
 //! straddles two lines for six ways out of eight (56-byte stride); a miss usually touches the
-//! header line only.
+//! header line only, plus the secondary's header line when the primary has overflowed.
 //!
 //! # Eviction and sizing
 //!
-//! An insert takes an empty way of its bucket, else evicts the way with the oldest
-//! `last_seen` (LRU within the set) and reports it ([`InsertOutcome::evicted`],
-//! [`ShardStats::evictions`]). Because a key can live in one bucket only, a bucket can fill up
-//! before the table does: with uniformly hashed keys, filling a table to 50% evicts about 0.8%
-//! of the inserted keys, to 75% about 5% and to 90% about 10% (the `eviction_rate_by_load`
-//! test prints the figures). The evicted entry is the oldest of its set, so an expired entry
-//! not yet swept goes first; only a set of eight live entries loses a live connection.
-//! Size the capacity at about twice the connections a worker must hold.
-//! [`Shard::with_capacity`] rounds up to a power of two buckets, so it often does that for you.
+//! An insert of a new key takes an empty way of its primary bucket, else an empty way of its
+//! secondary (incrementing the primary's `overflow`). If both are full, it moves *one* entry of
+//! the two buckets to that entry's other candidate bucket, if one has an empty way there (the
+//! first found, primary's ways first; at most 16 header lines read, and never a chain of
+//! moves), and takes the way it left. Only if none can move does it evict the entry with the
+//! oldest `last_seen` among the 16 ways of *both* buckets (ties go to the primary, then to the
+//! lowest way), report it ([`InsertOutcome::evicted`], [`ShardStats::evictions`]) and take its
+//! way. An eviction therefore means both candidate buckets and every other candidate of their
+//! entries are full, which with uniformly hashed keys happens only when the table is nearly
+//! full: filling a table to 75% evicts none of the inserted keys, to 90% about 0.01%, to 95%
+//! about 0.2% and to 100% about 1.6% (one choice evicted 5% at 75% and 10% at 90%; the
+//! two-choice rule without the move 1% and 4%; the `eviction_rate_by_load` test prints the
+//! figures). The evicted entry is the oldest of the two sets, so an expired entry not yet swept
+//! goes first; only sixteen live entries with no room elsewhere lose a live connection. About
+//! 40% of the buckets have a non-zero `overflow` at 90% load (2% at 50%), so misses on a loaded
+//! table often read a second header line. Size the capacity at about 1.25× the connections a
+//! worker must hold; [`Shard::with_capacity`] rounds up to a power of two buckets, so it often
+//! gives more.
 //!
 //! # Time
 //!
@@ -61,16 +92,17 @@
 //!
 //! # Slots
 //!
-//! [`Shard::find`] and [`Shard::insert`] return a [`Slot`], a handle to one way. A slot stays
-//! valid until the next [`Shard::insert`], [`Shard::remove`] or [`Shard::sweep`] (any of which
-//! may empty or reuse that way); [`Shard::get`], [`Shard::touch`] and [`Shard::replace`] keep
-//! it valid. The usual per-packet sequence is `find` -> `get` -> (`touch` | `replace`), or
+//! [`Shard::find`] and [`Shard::insert`] return a [`Slot`], a handle to one way (of either
+//! candidate bucket). A slot stays valid until the next [`Shard::insert`], [`Shard::remove`] or
+//! [`Shard::sweep`] (any of which may empty or reuse that way; an insert may also move one
+//! other entry to make room); [`Shard::get`], [`Shard::touch`] and [`Shard::replace`] keep it
+//! valid. The usual per-packet sequence is `find` -> `get` -> (`touch` | `replace`), or
 //! `insert` on a miss.
 //!
 //! # Prefetch
 //!
 //! This crate forbids `unsafe`, and the prefetch intrinsics take raw pointers, so
-//! [`Shard::prefetch`] is a plain load of the bucket's header line through
+//! [`Shard::prefetch`] is a plain load of the primary bucket's header line through
 //! [`std::hint::black_box`]: the load is issued and the CPU runs on out of order, so
 //! several of them overlap; it is not a non-blocking prefetch hint (a load that misses still
 //! occupies the reorder buffer until it completes). [`Shard::find_batch`] uses the same idea.
@@ -138,7 +170,7 @@ impl Slot {
         self.0 as usize
     }
 
-    /// The bucket this way belongs to.
+    /// The bucket this way belongs to (the key's primary or secondary bucket).
     pub fn bucket(self) -> usize {
         self.index() / WAYS
     }
@@ -156,9 +188,10 @@ pub struct InsertOutcome {
     /// The key was already present: its value and idle clock were overwritten in place
     /// (e.g. a new-connection SYN replacing an entry, CT-2).
     pub overwritten: bool,
-    /// The bucket was full and this entry, its least recently seen, was evicted to make room.
-    /// Whether that entry was still valid is for the caller to judge (e.g. `idle_ms` against the
-    /// idle timeout): evicting a valid entry loses a tracked connection.
+    /// Both candidate buckets of the key were full and this entry, the least recently seen of
+    /// their 16 ways, was evicted to make room. Whether that entry was still valid is for the
+    /// caller to judge (e.g. `idle_ms` against the idle timeout): evicting a valid entry loses a
+    /// tracked connection.
     pub evicted: Option<Entry>,
 }
 
@@ -174,7 +207,7 @@ pub struct ShardStats {
     pub inserts: u64,
     /// Values overwritten in place: [`Shard::insert`] on a present key, and [`Shard::replace`].
     pub updates: u64,
-    /// Entries evicted from a full bucket to make room for an insert.
+    /// Entries evicted to make room for an insert whose two candidate buckets were full.
     pub evictions: u64,
     /// Entries removed by [`Shard::remove`].
     pub removals: u64,
@@ -190,7 +223,12 @@ struct Record {
     backend: u32,
     epoch: u32,
     flags: u8,
-    _pad: [u8; 7],
+    /// 1 when the entry is stored in its secondary bucket (counted in its primary's
+    /// `overflow`), 0 when in its primary.
+    in_secondary: u8,
+    _pad: [u8; 2],
+    /// The key's other candidate bucket: its primary when `in_secondary`, else its secondary.
+    other: u32,
 }
 
 impl Record {
@@ -207,21 +245,24 @@ impl Record {
         backend: 0,
         epoch: 0,
         flags: 0,
-        _pad: [0; 7],
+        in_secondary: 0,
+        _pad: [0; 2],
+        other: 0,
     };
 
     fn value(&self) -> EntryValue {
-        EntryValue {
-            backend: self.backend,
-            epoch: self.epoch,
-            flags: self.flags,
-        }
+        EntryValue { backend: self.backend, epoch: self.epoch, flags: self.flags }
     }
 
     fn set_value(&mut self, v: EntryValue) {
         self.backend = v.backend;
         self.epoch = v.epoch;
         self.flags = v.flags;
+    }
+
+    /// The primary bucket whose `overflow` counts this entry, if it is in its secondary.
+    fn overflowed_from(&self) -> Option<usize> {
+        (self.in_secondary != 0).then_some(self.other as usize)
     }
 }
 
@@ -231,20 +272,25 @@ impl Record {
 struct Bucket {
     sig: [u16; WAYS],
     last_seen: [u32; WAYS],
-    _reserved: [u8; 16],
+    /// Entries whose primary is this bucket and that are stored in their secondary. A `u32`
+    /// cannot overflow: it is at most the number of entries, at most [`MAX_CAPACITY`].
+    overflow: u32,
+    _reserved: [u8; 12],
     records: [Record; WAYS],
 }
 
 const _: () = assert!(size_of::<Record>() == 56);
 const _: () = assert!(size_of::<Bucket>() == 512);
 const _: () = assert!(align_of::<Bucket>() == 64);
+const _: () = assert!(std::mem::offset_of!(Bucket, overflow) == 48);
 const _: () = assert!(std::mem::offset_of!(Bucket, records) == 64);
 
 impl Bucket {
     const EMPTY: Bucket = Bucket {
         sig: [0; WAYS],
         last_seen: [0; WAYS],
-        _reserved: [0; 16],
+        overflow: 0,
+        _reserved: [0; 12],
         records: [Record::EMPTY; WAYS],
     };
 
@@ -258,10 +304,9 @@ impl Bucket {
         m
     }
 
-    /// The way holding `key` among the ways whose signature is `sig`.
+    /// The way holding `key` among the ways of mask `m` (from [`Bucket::match_mask`]).
     #[inline(always)]
-    fn find_way(&self, key: &FlowKey, sig: u16) -> Option<usize> {
-        let mut m = self.match_mask(sig);
+    fn find_in_mask(&self, key: &FlowKey, mut m: u32) -> Option<usize> {
         while m != 0 {
             let w = m.trailing_zeros() as usize;
             if self.records[w].key == *key {
@@ -272,8 +317,21 @@ impl Bucket {
         None
     }
 
-    /// The way seen longest ago (lowest index on ties).
-    fn lru_way(&self, now32: u32) -> usize {
+    /// The way holding `key` among the ways whose signature is `sig`.
+    #[inline(always)]
+    fn find_way(&self, key: &FlowKey, sig: u16) -> Option<usize> {
+        self.find_in_mask(key, self.match_mask(sig))
+    }
+
+    /// The lowest empty way, if any.
+    #[inline(always)]
+    fn empty_way(&self) -> Option<usize> {
+        let m = self.match_mask(0);
+        (m != 0).then(|| m.trailing_zeros() as usize)
+    }
+
+    /// The way seen longest ago (lowest index on ties), with its idle time.
+    fn lru_way(&self, now32: u32) -> (usize, u32) {
         let mut best = 0;
         let mut best_idle = 0u32;
         for (w, &seen) in self.last_seen.iter().enumerate() {
@@ -283,16 +341,12 @@ impl Bucket {
                 best_idle = idle;
             }
         }
-        best
+        (best, best_idle)
     }
 
     fn entry(&self, w: usize, now32: u32) -> Entry {
         let r = &self.records[w];
-        Entry {
-            key: r.key,
-            value: r.value(),
-            idle_ms: idle_ms(now32, self.last_seen[w]),
-        }
+        Entry { key: r.key, value: r.value(), idle_ms: idle_ms(now32, self.last_seen[w]) }
     }
 
     fn clear(&mut self, w: usize) {
@@ -346,10 +400,7 @@ impl Shard {
     ///
     /// If `entries` exceeds [`MAX_CAPACITY`].
     pub fn with_capacity(entries: usize) -> Shard {
-        assert!(
-            entries <= MAX_CAPACITY,
-            "conntrack capacity {entries} > {MAX_CAPACITY}"
-        );
+        assert!(entries <= MAX_CAPACITY, "conntrack capacity {entries} > {MAX_CAPACITY}");
         let buckets = entries.max(WAYS).div_ceil(WAYS).next_power_of_two();
         let buckets = vec![Bucket::EMPTY; buckets].into_boxed_slice();
         let capacity = (buckets.len() * WAYS) as u64;
@@ -357,10 +408,7 @@ impl Shard {
             buckets,
             len: 0,
             cursor: 0,
-            stats: ShardStats {
-                capacity,
-                ..ShardStats::default()
-            },
+            stats: ShardStats { capacity, ..ShardStats::default() },
         }
     }
 
@@ -391,10 +439,7 @@ impl Shard {
 
     /// The counters.
     pub fn stats(&self) -> ShardStats {
-        ShardStats {
-            entries: self.len as u64,
-            ..self.stats
-        }
+        ShardStats { entries: self.len as u64, ..self.stats }
     }
 
     /// The bucket the next [`Shard::sweep`] starts at.
@@ -402,9 +447,32 @@ impl Shard {
         self.cursor
     }
 
+    /// The two buckets a key with this hash may be stored in: `(primary, secondary)` (module
+    /// doc). They differ unless the table has a single bucket.
+    pub fn candidate_buckets(&self, hash: u64) -> (usize, usize) {
+        let p = self.bucket_index(hash);
+        (p, self.secondary_index(p, hash))
+    }
+
     #[inline(always)]
     fn bucket_index(&self, hash: u64) -> usize {
         (hash as usize) & (self.buckets.len() - 1)
+    }
+
+    /// The secondary bucket of a key whose primary is `primary`: `primary` XOR an odd number
+    /// taken from hash bits 32..64, so it differs from `primary` in a table of two buckets or
+    /// more and is independent of the primary's (low) bits.
+    #[inline(always)]
+    fn secondary_index(&self, primary: usize, hash: u64) -> usize {
+        (primary ^ ((hash >> 32) as u32 | 1) as usize) & (self.buckets.len() - 1)
+    }
+
+    /// The rare half of a lookup: `key` is not in its primary bucket `primary`, whose
+    /// `overflow` is non-zero; look in the secondary.
+    #[inline(never)]
+    fn find_secondary(&self, key: &FlowKey, hash: u64, primary: usize) -> Option<Slot> {
+        let b = self.secondary_index(primary, hash);
+        self.buckets[b].find_way(key, sig_of(hash)).map(|w| Slot::new(b, w))
     }
 
     /// Where `key` is stored, if it is. `hash` must be the key's [`crate::flow::FlowHasher`]
@@ -412,15 +480,19 @@ impl Shard {
     #[inline]
     pub fn find(&self, key: &FlowKey, hash: u64) -> Option<Slot> {
         let b = self.bucket_index(hash);
-        self.buckets[b]
-            .find_way(key, sig_of(hash))
-            .map(|w| Slot::new(b, w))
+        let bucket = &self.buckets[b];
+        match bucket.find_way(key, sig_of(hash)) {
+            Some(w) => Some(Slot::new(b, w)),
+            None if bucket.overflow != 0 => self.find_secondary(key, hash, b),
+            None => None,
+        }
     }
 
-    /// [`Shard::find`] for `N` keys at once: the bucket headers of all keys are read and their
-    /// signatures compared first, then the candidate keys are compared, so the cache misses of
-    /// the `N` lookups overlap (software pipelining, without prefetch intrinsics).
-    /// `out[i]` is `find(&keys[i], hashes[i])`.
+    /// [`Shard::find`] for `N` keys at once: the primary bucket headers of all keys are read and
+    /// their signatures compared first, then the candidate keys are compared, so the cache
+    /// misses of the `N` lookups overlap (software pipelining, without prefetch intrinsics). A
+    /// key not in its primary whose primary has overflowed is then looked up in its secondary,
+    /// one at a time (the rare path). `out[i]` is `find(&keys[i], hashes[i])`.
     ///
     /// Use `N = 8`: on a table much larger than the caches it is about 1.3-1.4× the rate of
     /// one-at-a-time `find` for hits and misses alike, and larger batches measured slower
@@ -434,27 +506,23 @@ impl Shard {
         out: &mut [Option<Slot>; N],
     ) {
         let mut masks = [0u32; N];
+        let mut overflowed = [false; N];
         for i in 0..N {
-            let b = self.bucket_index(hashes[i]);
-            masks[i] = self.buckets[b].match_mask(sig_of(hashes[i]));
+            let bucket = &self.buckets[self.bucket_index(hashes[i])];
+            masks[i] = bucket.match_mask(sig_of(hashes[i]));
+            overflowed[i] = bucket.overflow != 0;
         }
         for i in 0..N {
             let b = self.bucket_index(hashes[i]);
-            let bucket = &self.buckets[b];
-            let mut m = masks[i];
-            out[i] = None;
-            while m != 0 {
-                let w = m.trailing_zeros() as usize;
-                if bucket.records[w].key == keys[i] {
-                    out[i] = Some(Slot::new(b, w));
-                    break;
-                }
-                m &= m - 1;
-            }
+            out[i] = match self.buckets[b].find_in_mask(&keys[i], masks[i]) {
+                Some(w) => Some(Slot::new(b, w)),
+                None if overflowed[i] => self.find_secondary(&keys[i], hashes[i], b),
+                None => None,
+            };
         }
     }
 
-    /// Start loading the header line of `hash`'s bucket, to be found by a later
+    /// Start loading the header line of `hash`'s primary bucket, to be found by a later
     /// [`Shard::find`] or [`Shard::insert`]. A plain load kept alive by
     /// [`std::hint::black_box`], not a prefetch instruction (see the module doc).
     #[inline]
@@ -467,30 +535,22 @@ impl Shard {
     #[inline]
     pub fn get(&self, slot: Slot, now: Time) -> Entry {
         let bucket = &self.buckets[slot.bucket()];
-        debug_assert!(
-            bucket.sig[slot.way()] != 0,
-            "conntrack get on an empty slot"
-        );
+        debug_assert!(bucket.sig[slot.way()] != 0, "conntrack get on an empty slot");
         bucket.entry(slot.way(), stamp(now))
     }
 
     /// [`Shard::find`] then [`Shard::get`].
     #[inline]
     pub fn lookup(&self, key: &FlowKey, hash: u64, now: Time) -> Option<(Slot, Entry)> {
-        let b = self.bucket_index(hash);
-        let bucket = &self.buckets[b];
-        let w = bucket.find_way(key, sig_of(hash))?;
-        Some((Slot::new(b, w), bucket.entry(w, stamp(now))))
+        let slot = self.find(key, hash)?;
+        Some((slot, self.buckets[slot.bucket()].entry(slot.way(), stamp(now))))
     }
 
     /// Restart the entry's idle clock at `now` (CT-8: every packet that hits it).
     #[inline]
     pub fn touch(&mut self, slot: Slot, now: Time) {
         let bucket = &mut self.buckets[slot.bucket()];
-        debug_assert!(
-            bucket.sig[slot.way()] != 0,
-            "conntrack touch on an empty slot"
-        );
+        debug_assert!(bucket.sig[slot.way()] != 0, "conntrack touch on an empty slot");
         bucket.last_seen[slot.way()] = stamp(now);
     }
 
@@ -499,20 +559,26 @@ impl Shard {
     #[inline]
     pub fn replace(&mut self, slot: Slot, value: EntryValue, now: Time) {
         let bucket = &mut self.buckets[slot.bucket()];
-        debug_assert!(
-            bucket.sig[slot.way()] != 0,
-            "conntrack replace on an empty slot"
-        );
+        debug_assert!(bucket.sig[slot.way()] != 0, "conntrack replace on an empty slot");
         bucket.records[slot.way()].set_value(value);
         bucket.last_seen[slot.way()] = stamp(now);
         self.stats.updates += 1;
     }
 
+    /// Empty way `w` of bucket `b` (occupied), keeping its primary's `overflow` exact.
+    fn clear_way(&mut self, b: usize, w: usize) {
+        let bucket = &mut self.buckets[b];
+        let home = bucket.records[w].overflowed_from();
+        bucket.clear(w);
+        if let Some(home) = home {
+            self.buckets[home].overflow -= 1;
+        }
+    }
+
     /// Remove the entry in `slot`. Removing an empty way does nothing.
     pub fn remove(&mut self, slot: Slot) {
-        let bucket = &mut self.buckets[slot.bucket()];
-        if bucket.sig[slot.way()] != 0 {
-            bucket.clear(slot.way());
+        if self.buckets[slot.bucket()].sig[slot.way()] != 0 {
+            self.clear_way(slot.bucket(), slot.way());
             self.len -= 1;
             self.stats.removals += 1;
         }
@@ -520,10 +586,12 @@ impl Shard {
 
     /// Store `key -> value` with `now` as last seen (CT-6), and return where.
     ///
-    /// An upsert: if `key` is present its value and idle clock are overwritten in place (CT-2:
-    /// a new-connection SYN replaces the entry). Otherwise the entry takes an empty way of its
-    /// bucket, or, if the bucket is full, evicts the bucket's least recently seen entry, which is
-    /// returned and counted. Never fails.
+    /// An upsert: if `key` is present (in either candidate bucket) its value and idle clock are
+    /// overwritten in place (CT-2: a new-connection SYN replaces the entry). Otherwise the entry
+    /// takes an empty way of its primary bucket, else of its secondary bucket. If both are full,
+    /// one entry of theirs that has room in its own other candidate bucket is moved there (one
+    /// move at most, no chain) and the new entry takes its way; only if none has room is the
+    /// least recently seen entry of the 16 ways evicted, returned and counted. Never fails.
     pub fn insert(
         &mut self,
         key: &FlowKey,
@@ -531,31 +599,40 @@ impl Shard {
         value: EntryValue,
         now: Time,
     ) -> InsertOutcome {
-        let b = self.bucket_index(hash);
-        let sig = sig_of(hash);
         let now32 = stamp(now);
-        let bucket = &mut self.buckets[b];
-        if let Some(w) = bucket.find_way(key, sig) {
-            bucket.records[w].set_value(value);
-            bucket.last_seen[w] = now32;
+        if let Some(slot) = self.find(key, hash) {
+            let bucket = &mut self.buckets[slot.bucket()];
+            bucket.records[slot.way()].set_value(value);
+            bucket.last_seen[slot.way()] = now32;
             self.stats.updates += 1;
-            return InsertOutcome {
-                slot: Slot::new(b, w),
-                overwritten: true,
-                evicted: None,
-            };
+            return InsertOutcome { slot, overwritten: true, evicted: None };
         }
-        let empty = bucket.match_mask(0);
-        let (w, evicted) = if empty != 0 {
-            (empty.trailing_zeros() as usize, None)
+        let (p, s) = self.candidate_buckets(hash);
+        let mut evicted = None;
+        let (b, w) = if let Some(w) = self.buckets[p].empty_way() {
+            (p, w)
+        } else if let Some(w) = self.buckets[s].empty_way().filter(|_| s != p) {
+            (s, w)
+        } else if let Some(bw) = self.relocate_one(p, s) {
+            bw
         } else {
-            let w = bucket.lru_way(now32);
-            (w, Some(bucket.entry(w, now32)))
+            let (b, w) = self.lru_of(p, s, now32);
+            evicted = Some(self.buckets[b].entry(w, now32));
+            self.clear_way(b, w);
+            (b, w)
         };
-        bucket.sig[w] = sig;
+        let in_secondary = b != p;
+        if in_secondary {
+            self.buckets[p].overflow += 1;
+        }
+        let bucket = &mut self.buckets[b];
+        bucket.sig[w] = sig_of(hash);
         bucket.last_seen[w] = now32;
         bucket.records[w] = Record {
             key: *key,
+            in_secondary: u8::from(in_secondary),
+            // Below 2^28 buckets (MAX_CAPACITY / WAYS), so it fits.
+            other: if in_secondary { p } else { s } as u32,
             ..Record::EMPTY
         };
         bucket.records[w].set_value(value);
@@ -565,10 +642,59 @@ impl Shard {
         } else {
             self.len += 1;
         }
-        InsertOutcome {
-            slot: Slot::new(b, w),
-            overwritten: false,
-            evicted,
+        InsertOutcome { slot: Slot::new(b, w), overwritten: false, evicted }
+    }
+
+    /// Both `p` and `s` are full: move the first entry of theirs (`p`'s ways, then `s`'s) whose
+    /// other candidate bucket has an empty way there, and return the way it left. One move,
+    /// never a chain: it reads at most 16 other header lines, on an insert that would otherwise
+    /// evict.
+    fn relocate_one(&mut self, p: usize, s: usize) -> Option<(usize, usize)> {
+        for b in [p, s] {
+            for w in 0..WAYS {
+                let to = self.buckets[b].records[w].other as usize;
+                // `to == b` only in a one-bucket table, which is full.
+                if let Some(to_w) = self.buckets[to].empty_way().filter(|_| to != b) {
+                    self.move_way(b, w, to, to_w);
+                    return Some((b, w));
+                }
+            }
+            if s == p {
+                break;
+            }
+        }
+        None
+    }
+
+    /// Move the entry in way `w` of bucket `b` to the empty way `to_w` of its other candidate
+    /// bucket `to`, keeping the `overflow` counters exact.
+    fn move_way(&mut self, b: usize, w: usize, to: usize, to_w: usize) {
+        let from = &self.buckets[b];
+        let (sig, seen, mut rec) = (from.sig[w], from.last_seen[w], from.records[w]);
+        if rec.in_secondary != 0 {
+            // Back to its primary, `to`.
+            self.buckets[to].overflow -= 1;
+        } else {
+            // Out to its secondary; `b` is its primary.
+            self.buckets[b].overflow += 1;
+        }
+        rec.in_secondary ^= 1;
+        rec.other = b as u32;
+        self.buckets[b].clear(w);
+        let dest = &mut self.buckets[to];
+        dest.sig[to_w] = sig;
+        dest.last_seen[to_w] = seen;
+        dest.records[to_w] = rec;
+    }
+
+    /// The least recently seen way of buckets `p` and `s` (`p` first on ties).
+    fn lru_of(&self, p: usize, s: usize, now32: u32) -> (usize, usize) {
+        let (wp, idle_p) = self.buckets[p].lru_way(now32);
+        let (ws, idle_s) = self.buckets[s].lru_way(now32);
+        if idle_s > idle_p {
+            (s, ws)
+        } else {
+            (p, wp)
         }
     }
 
@@ -588,14 +714,14 @@ impl Shard {
         let now32 = stamp(now);
         let mut removed = 0;
         for _ in 0..buckets.min(n) {
-            let bucket = &mut self.buckets[self.cursor];
+            let b = self.cursor;
             self.cursor = (self.cursor + 1) & (n - 1);
-            let mut occupied = !bucket.match_mask(0) & ((1 << WAYS) - 1);
+            let mut occupied = !self.buckets[b].match_mask(0) & ((1 << WAYS) - 1);
             while occupied != 0 {
                 let w = occupied.trailing_zeros() as usize;
                 occupied &= occupied - 1;
-                if dead(&bucket.entry(w, now32)) {
-                    bucket.clear(w);
+                if dead(&self.buckets[b].entry(w, now32)) {
+                    self.clear_way(b, w);
                     removed += 1;
                 }
             }
@@ -609,14 +735,11 @@ impl Shard {
     /// admin API and `explain`, never per packet.
     pub fn iter(&self, now: Time) -> impl Iterator<Item = (Slot, Entry)> + '_ {
         let now32 = stamp(now);
-        self.buckets
-            .iter()
-            .enumerate()
-            .flat_map(move |(b, bucket)| {
-                (0..WAYS)
-                    .filter(move |&w| bucket.sig[w] != 0)
-                    .map(move |w| (Slot::new(b, w), bucket.entry(w, now32)))
-            })
+        self.buckets.iter().enumerate().flat_map(move |(b, bucket)| {
+            (0..WAYS)
+                .filter(move |&w| bucket.sig[w] != 0)
+                .map(move |w| (Slot::new(b, w), bucket.entry(w, now32)))
+        })
     }
 }
 
@@ -639,11 +762,7 @@ mod tests {
     }
 
     fn val(b: u32) -> EntryValue {
-        EntryValue {
-            backend: b,
-            epoch: 7,
-            flags: 1,
-        }
+        EntryValue { backend: b, epoch: 7, flags: 1 }
     }
 
     #[test]
@@ -654,7 +773,11 @@ mod tests {
         assert_eq!(align_of::<Bucket>(), 64);
         assert_eq!(std::mem::offset_of!(Bucket, sig), 0);
         assert_eq!(std::mem::offset_of!(Bucket, last_seen), 16);
+        assert_eq!(std::mem::offset_of!(Bucket, overflow), 48);
         assert_eq!(std::mem::offset_of!(Bucket, records), 64);
+        assert_eq!(std::mem::offset_of!(Record, flags), 48);
+        assert_eq!(std::mem::offset_of!(Record, in_secondary), 49);
+        assert_eq!(std::mem::offset_of!(Record, other), 52);
         assert_eq!(BYTES_PER_ENTRY, 64);
         let s = Shard::with_capacity(1000);
         assert_eq!(s.bucket_count(), 128);
@@ -725,9 +848,88 @@ mod tests {
     }
 
     #[test]
-    fn full_bucket_evicts_least_recently_seen() {
-        // A constant hash puts every key in bucket 0 with the same signature.
+    fn secondary_bucket_differs_from_primary() {
+        let h = FlowHasher::default();
+        for cap in [16, 64, 1 << 12, 1 << 20] {
+            let s = Shard::with_capacity(cap);
+            for i in 0..1000 {
+                let (p, q) = s.candidate_buckets(h.hash(&key(i)));
+                assert_eq!(p, h.hash(&key(i)) as usize & (s.bucket_count() - 1));
+                assert!(p != q && q < s.bucket_count(), "cap {cap} key {i}: {p} {q}");
+            }
+            for hash in [0, u64::MAX, 0xffff_ffff, 0xffff_ffff_0000_0000] {
+                let (p, q) = s.candidate_buckets(hash);
+                assert!(p != q, "cap {cap} hash {hash:#x}");
+            }
+        }
+        // A one-bucket table has a single candidate.
+        assert_eq!(Shard::with_capacity(8).candidate_buckets(12345), (0, 0));
+    }
+
+    #[test]
+    fn full_primary_overflows_to_secondary_and_counts_it() {
+        // A constant hash 0: primary bucket 0, secondary bucket 1 (0 ^ 1), one signature.
         let mut s = Shard::with_capacity(64);
+        assert_eq!(s.candidate_buckets(0), (0, 1));
+        let slots: Vec<Slot> =
+            (0..16).map(|i| s.insert(&key(i), 0, val(i), Time(u64::from(i))).slot).collect();
+        assert!(slots[..8].iter().all(|sl| sl.bucket() == 0));
+        assert!(slots[8..].iter().all(|sl| sl.bucket() == 1));
+        assert_eq!((s.buckets[0].overflow, s.buckets[1].overflow), (8, 0));
+        for (i, &slot) in slots.iter().enumerate() {
+            assert_eq!(s.find(&key(i as u32), 0), Some(slot));
+            assert_eq!(s.get(slot, Time(20)).value, val(i as u32));
+        }
+        // Freeing a way of the primary does not move anything; the next key takes it.
+        s.remove(slots[3]);
+        s.remove(slots[12]);
+        assert_eq!(s.buckets[0].overflow, 7);
+        assert_eq!(s.insert(&key(3), 0, val(3), Time(30)).slot, slots[3]);
+        assert_eq!(s.insert(&key(12), 0, val(12), Time(30)).slot, slots[12]);
+        assert_eq!(s.buckets[0].overflow, 8);
+        // Overwriting a key in its secondary stays in place and does not count it twice.
+        let out = s.insert(&key(9), 0, val(99), Time(40));
+        assert!(out.overwritten && out.slot == slots[9]);
+        assert_eq!(s.buckets[0].overflow, 8);
+        // A sweep of everything brings the counters back to zero.
+        assert_eq!(s.sweep(s.bucket_count(), Time(50), |_| true), 16);
+        assert_eq!((s.buckets[0].overflow, s.len()), (0, 0));
+    }
+
+    #[test]
+    fn both_full_buckets_evict_the_least_recently_seen_of_16() {
+        // A constant hash puts every key in buckets 0 and 1 with the same signature.
+        let mut s = Shard::with_capacity(64);
+        for i in 0..16 {
+            s.insert(&key(i), 0, val(i), Time(u64::from(i) * 10));
+        }
+        s.touch(s.find(&key(0), 0).unwrap(), Time(200)); // key 1 is now the oldest (bucket 0)
+        let out = s.insert(&key(100), 0, val(100), Time(210));
+        let ev = out.evicted.unwrap();
+        assert_eq!((ev.key, ev.idle_ms), (key(1), 200));
+        assert_eq!(out.slot.bucket(), 0);
+        assert_eq!(s.find(&key(1), 0), None);
+        // The oldest is now key 2 in bucket 0; touch bucket 0's keys so that key 8, in the
+        // secondary, is the oldest of the 16.
+        for i in [2, 3, 4, 5, 6, 7] {
+            s.touch(s.find(&key(i), 0).unwrap(), Time(300));
+        }
+        let out = s.insert(&key(101), 0, val(101), Time(310));
+        let ev = out.evicted.unwrap();
+        assert_eq!((ev.key, ev.idle_ms), (key(8), 230));
+        assert_eq!(out.slot.bucket(), 1);
+        assert_eq!(s.buckets[0].overflow, 8);
+        assert!((0..16)
+            .filter(|&i| i != 1 && i != 8)
+            .chain([100, 101])
+            .all(|i| s.find(&key(i), 0).is_some()));
+        assert_eq!(s.stats().evictions, 2);
+        assert_eq!(s.len(), 16);
+    }
+
+    #[test]
+    fn one_bucket_table_evicts_within_its_only_bucket() {
+        let mut s = Shard::with_capacity(8);
         for i in 0..8 {
             s.insert(&key(i), 0, val(i), Time(u64::from(i) * 10));
         }
@@ -736,11 +938,75 @@ mod tests {
         let ev = out.evicted.unwrap();
         assert_eq!((ev.key, ev.idle_ms), (key(1), 100));
         assert_eq!(s.find(&key(1), 0), None);
-        assert!((0..8)
-            .filter(|&i| i != 1)
-            .all(|i| s.find(&key(i), 0).is_some()));
-        assert_eq!(s.stats().evictions, 1);
-        assert_eq!(s.len(), 8);
+        assert!((0..8).filter(|&i| i != 1).all(|i| s.find(&key(i), 0).is_some()));
+        assert_eq!((s.stats().evictions, s.len(), s.buckets[0].overflow), (1, 8, 0));
+    }
+
+    /// Every bucket's `overflow` equals the number of entries stored in their secondary with
+    /// that bucket as primary, and every entry sits in one of its key's candidate buckets, with
+    /// `in_secondary` and `other` saying which.
+    fn check_bookkeeping(s: &Shard, hash: impl Fn(&FlowKey) -> u64) {
+        let mut counts = vec![0u32; s.bucket_count()];
+        for (slot, e) in s.iter(Time(0)) {
+            let r = &s.buckets[slot.bucket()].records[slot.way()];
+            let (p, q) = s.candidate_buckets(hash(&e.key));
+            assert_eq!(s.buckets[slot.bucket()].sig[slot.way()], sig_of(hash(&e.key)));
+            if r.in_secondary != 0 {
+                assert!(slot.bucket() == q && q != p && r.other as usize == p);
+                counts[p] += 1;
+            } else {
+                assert!(slot.bucket() == p && r.other as usize == q);
+            }
+        }
+        for (b, bucket) in s.buckets.iter().enumerate() {
+            assert_eq!(bucket.overflow, counts[b], "bucket {b}");
+        }
+    }
+
+    #[test]
+    fn overflow_counters_stay_exact_under_churn() {
+        let h = FlowHasher::default();
+        // Adversarial hashes: 2 primary bits, 2 secondary bits, 1 signature bit; and the real one.
+        type HashFn = Box<dyn Fn(&FlowKey) -> u64>;
+        let modes: [HashFn; 3] = [
+            Box::new(move |k| h.hash(k) & 0x0001_0003_0000_0003),
+            Box::new(move |k| h.hash(k) & 0x0000_0001_0000_0001),
+            Box::new(move |k| h.hash(k)),
+        ];
+        for hash in modes {
+            let mut s = Shard::with_capacity(64);
+            let mut rng = 0x1234_5678_9abc_def0u64;
+            for t in 0..4000u64 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let k = key((rng % 120) as u32);
+                let now = Time(t);
+                match (rng >> 32) % 10 {
+                    0..=5 => {
+                        s.insert(&k, hash(&k), val(1), now);
+                    }
+                    6 | 7 => {
+                        if let Some(slot) = s.find(&k, hash(&k)) {
+                            s.remove(slot);
+                        }
+                    }
+                    8 => {
+                        let r = (rng >> 40) % 3;
+                        s.sweep(((rng >> 48) % 5) as usize, now, |e| {
+                            u64::from(e.key.src.0[15]) % 3 == r
+                        });
+                    }
+                    _ => {
+                        if let Some(slot) = s.find(&k, hash(&k)) {
+                            s.touch(slot, now);
+                        }
+                    }
+                }
+                check_bookkeeping(&s, &hash);
+                assert!(s.len() <= s.capacity());
+            }
+        }
     }
 
     #[test]
@@ -774,19 +1040,40 @@ mod tests {
     }
 
     /// Sizing guidance for the module doc: the share of inserted keys that evict an entry
-    /// when a table is filled to a given load with uniformly hashed keys.
+    /// when a table is filled to a given load with uniformly hashed keys, and the share of
+    /// buckets whose `overflow` is non-zero (the share of misses that read a second line).
+    ///
+    /// Measured (16K entries, these keys, the default hash seed), evicted share of inserts /
+    /// share of buckets with a non-zero `overflow`:
+    ///
+    /// | load | one choice (before) | primary, secondary, evict | + one move (this code) |
+    /// |------|---------------------|---------------------------|------------------------|
+    /// | 50%  | 0.79%               | 0.012%                    | 0      / 1.9%          |
+    /// | 75%  | 5.09%               | 0.95%                     | 0      / 18%           |
+    /// | 90%  | 9.92%               | 3.87%                     | 0.014% / 40%           |
+    /// | 95%  |                     | 5.62%                     | 0.19%  / 51%           |
+    /// | 100% |                     | 7.67%                     | 1.56%  / 64%           |
+    ///
+    /// The bounds leave a margin of 10× or more over the figures of this code.
     #[test]
     fn eviction_rate_by_load() {
         let h = FlowHasher::default();
         let cap = 1 << 14;
-        for (load, max_rate) in [(0.25, 0.0005), (0.5, 0.01), (0.75, 0.06), (0.9, 0.15)] {
+        let bounds =
+            [(0.25, 0.0), (0.5, 0.0), (0.75, 0.0005), (0.9, 0.002), (0.95, 0.02), (1.0, 0.15)];
+        for (load, max_rate) in bounds {
             let mut s = Shard::with_capacity(cap);
             let n = (cap as f64 * load) as u32;
             for i in 0..n {
                 s.insert(&key(i), h.hash(&key(i)), val(i), Time(u64::from(i)));
             }
             let rate = s.stats().evictions as f64 / f64::from(n);
-            println!("load {load}: {:.3}% of inserts evicted", rate * 100.0);
+            let overflowed = s.buckets.iter().filter(|b| b.overflow != 0).count();
+            println!(
+                "load {load}: {:.3}% of inserts evicted, {:.1}% of buckets overflowed",
+                rate * 100.0,
+                overflowed as f64 * 100.0 / s.bucket_count() as f64
+            );
             assert!(rate <= max_rate, "load {load}: eviction rate {rate}");
         }
     }

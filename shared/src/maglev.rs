@@ -163,19 +163,11 @@ impl MaglevTable {
         }
         let members_u32 = u32::try_from(n).unwrap_or(u32::MAX);
         if n == 0 {
-            return Ok(MaglevTable {
-                size,
-                members: 0,
-                entries: Box::new([]),
-            });
+            return Ok(MaglevTable { size, members: 0, entries: Box::new([]) });
         }
 
         let m64 = u64::from(size);
-        let max_weight = sorted
-            .iter()
-            .map(|m| u64::from(m.weight))
-            .max()
-            .unwrap_or(1);
+        let max_weight = sorted.iter().map(|m| u64::from(m.weight)).max().unwrap_or(1);
         let mut builders: Vec<Builder> = sorted
             .iter()
             .map(|m| {
@@ -185,13 +177,7 @@ impl MaglevTable {
                 // Both results are < size <= u32::MAX, so the conversions cannot fail.
                 let offset = u32::try_from(h1 % m64).unwrap_or(0);
                 let skip = u32::try_from(h2 % (m64 - 1) + 1).unwrap_or(1);
-                Builder {
-                    id: m.id,
-                    weight: u64::from(m.weight),
-                    next: offset,
-                    skip,
-                    count: 0,
-                }
+                Builder { id: m.id, weight: u64::from(m.weight), next: offset, skip, count: 0 }
             })
             .collect();
 
@@ -214,11 +200,7 @@ impl MaglevTable {
                     let (word, bit) = (p / 64, 1u64 << (p % 64));
                     // Advance along the permutation: pos = (pos + skip) mod M.
                     let step = size - b.skip;
-                    pos = if pos >= step {
-                        pos - step
-                    } else {
-                        pos + b.skip
-                    };
+                    pos = if pos >= step { pos - step } else { pos + b.skip };
                     if taken[word] & bit == 0 {
                         taken[word] |= bit;
                         entries[p] = b.id;
@@ -233,11 +215,7 @@ impl MaglevTable {
                 }
             }
         }
-        Ok(MaglevTable {
-            size,
-            members: members_u32,
-            entries: entries.into_boxed_slice(),
-        })
+        Ok(MaglevTable { size, members: members_u32, entries: entries.into_boxed_slice() })
     }
 
     /// The member id owning `hash`'s position, or `None` for an empty table. O(1):
@@ -303,11 +281,7 @@ impl fmt::Debug for MaglevTable {
 pub fn slots_moved(a: &MaglevTable, b: &MaglevTable) -> usize {
     let (x, y) = (a.entries(), b.entries());
     let common = x.len().min(y.len());
-    let differing = x[..common]
-        .iter()
-        .zip(&y[..common])
-        .filter(|(p, q)| p != q)
-        .count();
+    let differing = x[..common].iter().zip(&y[..common]).filter(|(p, q)| p != q).count();
     differing + x.len().max(y.len()) - common
 }
 
@@ -317,11 +291,7 @@ mod tests {
 
     fn members(n: u16) -> Vec<MaglevMember> {
         (0..n)
-            .map(|i| MaglevMember {
-                id: i,
-                identity: u64::from(i) * 0x9e37_79b9,
-                weight: 1,
-            })
+            .map(|i| MaglevMember { id: i, identity: u64::from(i) * 0x9e37_79b9, weight: 1 })
             .collect()
     }
 
@@ -332,27 +302,13 @@ mod tests {
         assert_eq!(t.size(), 65537);
         assert_eq!(t.lookup(12345), None);
         // Weight 0 is "not in the table".
-        let t = MaglevTable::build(
-            &[MaglevMember {
-                id: 3,
-                identity: 9,
-                weight: 0,
-            }],
-            251,
-        );
+        let t = MaglevTable::build(&[MaglevMember { id: 3, identity: 9, weight: 0 }], 251);
         assert!(t.is_empty());
     }
 
     #[test]
     fn single_member_owns_everything() {
-        let t = MaglevTable::build(
-            &[MaglevMember {
-                id: 7,
-                identity: 1,
-                weight: 5,
-            }],
-            251,
-        );
+        let t = MaglevTable::build(&[MaglevMember { id: 7, identity: 1, weight: 5 }], 251);
         assert_eq!(t.entries().len(), 251);
         assert!(t.entries().iter().all(|&e| e == 7));
         assert_eq!(t.lookup(0), Some(7));
@@ -375,16 +331,10 @@ mod tests {
             MaglevTable::try_build(&members(3), 65536),
             Err(MaglevError::SizeNotPrime(65536))
         );
-        assert_eq!(
-            MaglevTable::try_build(&members(3), 1),
-            Err(MaglevError::SizeNotPrime(1))
-        );
+        assert_eq!(MaglevTable::try_build(&members(3), 1), Err(MaglevError::SizeNotPrime(1)));
         assert_eq!(
             MaglevTable::try_build(&members(4), 3),
-            Err(MaglevError::TooManyMembers {
-                members: 4,
-                size: 3
-            })
+            Err(MaglevError::TooManyMembers { members: 4, size: 3 })
         );
     }
 

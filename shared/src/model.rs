@@ -209,9 +209,9 @@ impl Model {
     pub fn backends(&self) -> impl Iterator<Item = (BackendKey, &Service, &Group)> + '_ {
         self.services.iter().flat_map(|s| {
             s.groups.iter().flat_map(move |g| {
-                g.endpoints.iter().map(move |e| {
-                    (BackendKey { service: s.name.clone(), endpoint: *e }, s, g)
-                })
+                g.endpoints
+                    .iter()
+                    .map(move |e| (BackendKey { service: s.name.clone(), endpoint: *e }, s, g))
             })
         })
     }

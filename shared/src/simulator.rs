@@ -124,11 +124,7 @@ impl Simulator {
     }
 
     /// Remove one endpoint from a service (a reload without it).
-    pub fn remove_backend(
-        &mut self,
-        service: &str,
-        addr: Addr,
-    ) -> Result<ModelChange, StateError> {
+    pub fn remove_backend(&mut self, service: &str, addr: Addr) -> Result<ModelChange, StateError> {
         let mut m = self.state.model().clone();
         for s in m.services.iter_mut().filter(|s| s.name == service) {
             for g in &mut s.groups {

@@ -213,10 +213,7 @@ impl RuleEntry {
 
     /// Sort key: named protocol before L3_DEFAULT, listed ports before ALL.
     fn specificity(&self) -> (u8, u8) {
-        (
-            u8::from(self.protocol == RuleProtocol::L3Default),
-            u8::from(self.ports == Ports::All),
-        )
+        (u8::from(self.protocol == RuleProtocol::L3Default), u8::from(self.ports == Ports::All))
     }
 }
 

@@ -359,12 +359,16 @@ impl PolicyState {
                 used_tables.insert(key, Arc::clone(&t));
                 t
             };
-            let make_choice = |members: Vec<u16>, zonal_match: bool, spilled: bool, t: &mut dyn FnMut(&[u16]) -> Arc<MaglevTable>| {
-                let mut members = members;
-                members.sort_unstable();
-                let table = t(&members);
-                Arc::new(Choice { kind: a.kind, zonal_match, spilled, members, table })
-            };
+            let make_choice =
+                |members: Vec<u16>,
+                 zonal_match: bool,
+                 spilled: bool,
+                 t: &mut dyn FnMut(&[u16]) -> Arc<MaglevTable>| {
+                    let mut members = members;
+                    members.sort_unstable();
+                    let table = t(&members);
+                    Arc::new(Choice { kind: a.kind, zonal_match, spilled, members, table })
+                };
             let default_choice = make_choice(a.members.clone(), false, false, &mut table_for);
             let mut zone_choices = Vec::with_capacity(zone_count);
             for z in 0..zone_count {

@@ -41,18 +41,31 @@ fn fr_1_most_specific_rule_wins() {
         s
     };
     let svcs = vec![
-        mk("tcp80", rule(RuleDest::Vip(vip), RuleProtocol::Tcp, Ports::List(vec![(80, 80)])), "198.18.1.1", &m),
+        mk(
+            "tcp80",
+            rule(RuleDest::Vip(vip), RuleProtocol::Tcp, Ports::List(vec![(80, 80)])),
+            "198.18.1.1",
+            &m,
+        ),
         mk("tcpall", rule(RuleDest::Vip(vip), RuleProtocol::Tcp, Ports::All), "198.18.1.2", &m),
         mk("l3", rule(RuleDest::Vip(vip), RuleProtocol::L3Default, Ports::All), "198.18.1.3", &m),
         mk(
             "host32",
-            rule(RuleDest::Prefix("198.18.0.100/32".parse().unwrap()), RuleProtocol::L3Default, Ports::All),
+            rule(
+                RuleDest::Prefix("198.18.0.100/32".parse().unwrap()),
+                RuleProtocol::L3Default,
+                Ports::All,
+            ),
             "198.18.1.4",
             &m,
         ),
         mk(
             "p24",
-            rule(RuleDest::Prefix("198.18.0.0/24".parse().unwrap()), RuleProtocol::L3Default, Ports::All),
+            rule(
+                RuleDest::Prefix("198.18.0.0/24".parse().unwrap()),
+                RuleProtocol::L3Default,
+                Ports::All,
+            ),
             "198.18.1.5",
             &m,
         ),

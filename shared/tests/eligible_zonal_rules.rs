@@ -80,10 +80,7 @@ fn fo_2_first_non_empty_of_five_sets() {
 fn fo_3_nothing_healthy_drop_or_all_primaries() {
     let cs = [c(1, 0, false, false), c(2, 0, false, false), c(10, 1, true, false)];
     assert_eq!(eligible(&cs, true, &pol(0.1, true)), set(EligibleKind::Empty, &[]));
-    assert_eq!(
-        eligible(&cs, true, &pol(0.1, false)),
-        set(EligibleKind::UnhealthyPrimary, &[1, 2])
-    );
+    assert_eq!(eligible(&cs, true, &pol(0.1, false)), set(EligibleKind::UnhealthyPrimary, &[1, 2]));
 }
 
 #[test]
@@ -159,12 +156,8 @@ fn za_e1_failover_set_in_other_zones_means_no_match() {
     assert!(z.zonal_match);
     assert_eq!(z.members, vec![1]);
     // Eligible = healthy failovers -> B = failovers in C,D -> no match.
-    let down = [
-        c(1, 0, false, false),
-        c(2, 1, false, false),
-        c(3, 2, true, true),
-        c(4, 3, true, true),
-    ];
+    let down =
+        [c(1, 0, false, false), c(2, 1, false, false), c(3, 2, true, true), c(4, 3, true, true)];
     let a = eligible(&down, true, &pol(0.0, false));
     assert_eq!(a.kind, EligibleKind::HealthyFailover);
     let z = zonal_adjust(&down, &a, Some(0), stay);

@@ -39,34 +39,16 @@ fn tcp(flags: u8) -> PacketInfo {
 }
 
 fn udp() -> PacketInfo {
-    PacketInfo {
-        proto: proto::UDP,
-        sport: 5353,
-        dport: 53,
-        tcp_flags: 0,
-        ..tcp(0)
-    }
+    PacketInfo { proto: proto::UDP, sport: 5353, dport: 53, tcp_flags: 0, ..tcp(0) }
 }
 
 fn icmp() -> PacketInfo {
-    PacketInfo {
-        proto: proto::ICMP,
-        sport: 0,
-        dport: 0,
-        tcp_flags: 0,
-        ..tcp(0)
-    }
+    PacketInfo { proto: proto::ICMP, sport: 0, dport: 0, tcp_flags: 0, ..tcp(0) }
 }
 
 fn fragment_of(p: PacketInfo) -> PacketInfo {
     // Later fragments carry no ports; the parser reports 0.
-    PacketInfo {
-        fragment: true,
-        sport: 0,
-        dport: 0,
-        tcp_flags: 0,
-        ..p
-    }
+    PacketInfo { fragment: true, sport: 0, dport: 0, tcp_flags: 0, ..p }
 }
 
 fn v6(s: &str) -> Addr {
@@ -75,15 +57,7 @@ fn v6(s: &str) -> Addr {
 
 /// A key spelled out field by field.
 fn key(src: Addr, dst: Addr, sport: u16, dport: u16, proto: u8, kind: u8, service: u16) -> FlowKey {
-    FlowKey {
-        src,
-        dst,
-        sport,
-        dport,
-        proto,
-        kind,
-        service,
-    }
+    FlowKey { src, dst, sport, dport, proto, kind, service }
 }
 
 const NOWHERE: Addr = Addr::UNSPECIFIED;
@@ -99,25 +73,10 @@ fn packet_zoo() -> Vec<PacketInfo> {
         icmp(),
         fragment_of(tcp(0)),
         fragment_of(udp()),
-        PacketInfo {
-            fragment: true,
-            ..udp()
-        }, // first fragment, ports still visible
-        PacketInfo {
-            proto: 47,
-            sport: 0,
-            dport: 0,
-            ..tcp(0)
-        }, // GRE
-        PacketInfo {
-            icmp_error: true,
-            ..tcp(tcp_flags::ACK)
-        },
-        PacketInfo {
-            src: v6("2001:db8::1"),
-            dst: v6("2001:db8::2"),
-            ..udp()
-        },
+        PacketInfo { fragment: true, ..udp() }, // first fragment, ports still visible
+        PacketInfo { proto: 47, sport: 0, dport: 0, ..tcp(0) }, // GRE
+        PacketInfo { icmp_error: true, ..tcp(tcp_flags::ACK) },
+        PacketInfo { src: v6("2001:db8::1"), dst: v6("2001:db8::2"), ..udp() },
         PacketInfo {
             src: v6("2001:db8::1"),
             dst: v6("2001:db8::2"),
@@ -127,11 +86,7 @@ fn packet_zoo() -> Vec<PacketInfo> {
             ..tcp(0)
         },
     ];
-    v.push(PacketInfo {
-        proto: proto::UDP,
-        tcp_flags: 0,
-        ..v[0]
-    });
+    v.push(PacketInfo { proto: proto::UDP, tcp_flags: 0, ..v[0] });
     v
 }
 
@@ -144,30 +99,16 @@ fn sa_1_unfragmented_tcp_and_udp_use_the_5_tuple() {
             selection_tuple(&tcp(tcp_flags::ACK), a, false),
             key(CLIENT, VIP, 40000, 443, 6, 5, 0)
         );
-        assert_eq!(
-            selection_tuple(&udp(), a, false),
-            key(CLIENT, VIP, 5353, 53, 17, 5, 0)
-        );
+        assert_eq!(selection_tuple(&udp(), a, false), key(CLIENT, VIP, 5353, 53, 17, 5, 0));
     }
 }
 
 #[test]
 fn sa_1_icmp_and_other_protocols_use_the_3_tuple() {
     for a in [Affinity::None, Affinity::ClientIpPortProto] {
-        assert_eq!(
-            selection_tuple(&icmp(), a, false),
-            key(CLIENT, VIP, 0, 0, 1, 3, 0)
-        );
-        let gre = PacketInfo {
-            proto: 47,
-            sport: 0,
-            dport: 0,
-            ..tcp(0)
-        };
-        assert_eq!(
-            selection_tuple(&gre, a, false),
-            key(CLIENT, VIP, 0, 0, 47, 3, 0)
-        );
+        assert_eq!(selection_tuple(&icmp(), a, false), key(CLIENT, VIP, 0, 0, 1, 3, 0));
+        let gre = PacketInfo { proto: 47, sport: 0, dport: 0, ..tcp(0) };
+        assert_eq!(selection_tuple(&gre, a, false), key(CLIENT, VIP, 0, 0, 47, 3, 0));
         let icmp6 = PacketInfo {
             src: v6("2001:db8::1"),
             dst: v6("2001:db8::2"),
@@ -200,33 +141,17 @@ fn sa_1_fragmented_tcp_and_udp_use_the_3_tuple() {
 #[test]
 fn sa_2_client_ip_proto_uses_the_3_tuple_for_all_protocols() {
     let a = Affinity::ClientIpProto;
-    assert_eq!(
-        selection_tuple(&tcp(tcp_flags::ACK), a, false),
-        key(CLIENT, VIP, 0, 0, 6, 3, 0)
-    );
-    assert_eq!(
-        selection_tuple(&udp(), a, false),
-        key(CLIENT, VIP, 0, 0, 17, 3, 0)
-    );
-    assert_eq!(
-        selection_tuple(&icmp(), a, false),
-        key(CLIENT, VIP, 0, 0, 1, 3, 0)
-    );
-    assert_eq!(
-        selection_tuple(&fragment_of(udp()), a, false),
-        key(CLIENT, VIP, 0, 0, 17, 3, 0)
-    );
+    assert_eq!(selection_tuple(&tcp(tcp_flags::ACK), a, false), key(CLIENT, VIP, 0, 0, 6, 3, 0));
+    assert_eq!(selection_tuple(&udp(), a, false), key(CLIENT, VIP, 0, 0, 17, 3, 0));
+    assert_eq!(selection_tuple(&icmp(), a, false), key(CLIENT, VIP, 0, 0, 1, 3, 0));
+    assert_eq!(selection_tuple(&fragment_of(udp()), a, false), key(CLIENT, VIP, 0, 0, 17, 3, 0));
 }
 
 #[test]
 fn sa_3_client_ip_uses_the_2_tuple() {
     let a = Affinity::ClientIp;
     for p in [tcp(tcp_flags::ACK), udp(), icmp(), fragment_of(udp())] {
-        assert_eq!(
-            selection_tuple(&p, a, false),
-            key(CLIENT, VIP, 0, 0, 0, 2, 0),
-            "{p:?}"
-        );
+        assert_eq!(selection_tuple(&p, a, false), key(CLIENT, VIP, 0, 0, 0, 2, 0), "{p:?}");
     }
 }
 
@@ -234,11 +159,7 @@ fn sa_3_client_ip_uses_the_2_tuple() {
 fn sa_4_client_ip_no_destination_uses_the_source_only() {
     let a = Affinity::ClientIpNoDestination;
     for p in [tcp(tcp_flags::ACK), udp(), icmp(), fragment_of(udp())] {
-        assert_eq!(
-            selection_tuple(&p, a, false),
-            key(CLIENT, NOWHERE, 0, 0, 0, 1, 0),
-            "{p:?}"
-        );
+        assert_eq!(selection_tuple(&p, a, false), key(CLIENT, NOWHERE, 0, 0, 0, 1, 0), "{p:?}");
     }
 }
 
@@ -273,18 +194,11 @@ fn sa_5_none_is_client_ip_port_proto_for_every_packet_kind() {
 #[test]
 fn sa_6_every_fragment_of_a_udp_datagram_gets_one_3_tuple() {
     // First fragment (MF set, offset 0): the UDP header is in it, ports may be visible.
-    let first = PacketInfo {
-        fragment: true,
-        ..udp()
-    };
+    let first = PacketInfo { fragment: true, ..udp() };
     let middle = fragment_of(udp());
     let last = fragment_of(udp());
     let expected = key(CLIENT, VIP, 0, 0, 17, 3, 0);
-    for a in [
-        Affinity::None,
-        Affinity::ClientIpPortProto,
-        Affinity::ClientIpProto,
-    ] {
+    for a in [Affinity::None, Affinity::ClientIpPortProto, Affinity::ClientIpProto] {
         for p in [first, middle, last] {
             assert_eq!(selection_tuple(&p, a, false), expected, "{a:?} {p:?}");
         }
@@ -292,13 +206,7 @@ fn sa_6_every_fragment_of_a_udp_datagram_gets_one_3_tuple() {
     // And one tracking entry for the whole datagram (CT-1a).
     for p in [first, middle, last] {
         assert_eq!(
-            tracking_key(
-                &p,
-                TrackingMode::PerConnection,
-                Affinity::None,
-                false,
-                SERVICE
-            ),
+            tracking_key(&p, TrackingMode::PerConnection, Affinity::None, false, SERVICE),
             key(CLIENT, VIP, 0, 0, 17, 3, SERVICE)
         );
     }
@@ -306,28 +214,18 @@ fn sa_6_every_fragment_of_a_udp_datagram_gets_one_3_tuple() {
 
 #[test]
 fn sa_6_tcp_fragments_use_the_3_tuple_too() {
-    let first = PacketInfo {
-        fragment: true,
-        ..tcp(tcp_flags::SYN)
-    };
+    let first = PacketInfo { fragment: true, ..tcp(tcp_flags::SYN) };
     let later = fragment_of(tcp(0));
     let h = FlowHasher::default();
     for p in [first, later] {
-        assert_eq!(
-            selection_tuple(&p, Affinity::None, false),
-            key(CLIENT, VIP, 0, 0, 6, 3, 0)
-        );
+        assert_eq!(selection_tuple(&p, Affinity::None, false), key(CLIENT, VIP, 0, 0, 6, 3, 0));
     }
     assert_eq!(
         h.hash(&selection_tuple(&first, Affinity::None, false)),
         h.hash(&selection_tuple(&later, Affinity::None, false))
     );
     // IPv6 Fragment header: same rule.
-    let f6 = PacketInfo {
-        src: v6("2001:db8::1"),
-        dst: v6("2001:db8::2"),
-        ..first
-    };
+    let f6 = PacketInfo { src: v6("2001:db8::1"), dst: v6("2001:db8::2"), ..first };
     assert_eq!(
         selection_tuple(&f6, Affinity::None, false),
         key(v6("2001:db8::1"), v6("2001:db8::2"), 0, 0, 6, 3, 0)
@@ -339,21 +237,12 @@ fn sa_6_tcp_fragments_use_the_3_tuple_too() {
 #[test]
 fn sa_7_next_hop_destination_is_hashed_except_with_no_destination() {
     // One source sending to two destinations inside a next-hop prefix 203.0.113.0/24.
-    let to_a = PacketInfo {
-        dst: Addr::v4(203, 0, 113, 10),
-        ..tcp(tcp_flags::ACK)
-    };
-    let to_b = PacketInfo {
-        dst: Addr::v4(203, 0, 113, 20),
-        ..tcp(tcp_flags::ACK)
-    };
+    let to_a = PacketInfo { dst: Addr::v4(203, 0, 113, 10), ..tcp(tcp_flags::ACK) };
+    let to_b = PacketInfo { dst: Addr::v4(203, 0, 113, 20), ..tcp(tcp_flags::ACK) };
     let h = FlowHasher::default();
 
     let a = Affinity::ClientIpNoDestination;
-    let (ta, tb) = (
-        selection_tuple(&to_a, a, false),
-        selection_tuple(&to_b, a, false),
-    );
+    let (ta, tb) = (selection_tuple(&to_a, a, false), selection_tuple(&to_b, a, false));
     assert_eq!(ta, key(CLIENT, NOWHERE, 0, 0, 0, 1, 0));
     assert_eq!(ta, tb);
     assert_eq!(h.hash(&ta), h.hash(&tb));
@@ -365,20 +254,9 @@ fn sa_7_next_hop_destination_is_hashed_except_with_no_destination() {
         (Affinity::ClientIp, 0, 0, 0, 2),
     ];
     for (a, sp, dp, pr, kind) in expected {
-        let (ta, tb) = (
-            selection_tuple(&to_a, a, false),
-            selection_tuple(&to_b, a, false),
-        );
-        assert_eq!(
-            ta,
-            key(CLIENT, Addr::v4(203, 0, 113, 10), sp, dp, pr, kind, 0),
-            "{a:?}"
-        );
-        assert_eq!(
-            tb,
-            key(CLIENT, Addr::v4(203, 0, 113, 20), sp, dp, pr, kind, 0),
-            "{a:?}"
-        );
+        let (ta, tb) = (selection_tuple(&to_a, a, false), selection_tuple(&to_b, a, false));
+        assert_eq!(ta, key(CLIENT, Addr::v4(203, 0, 113, 10), sp, dp, pr, kind, 0), "{a:?}");
+        assert_eq!(tb, key(CLIENT, Addr::v4(203, 0, 113, 20), sp, dp, pr, kind, 0), "{a:?}");
         assert_ne!(h.hash(&ta), h.hash(&tb), "{a:?}");
     }
 }
@@ -390,48 +268,27 @@ fn sa_8_symmetric_hashing_gives_both_directions_one_tuple() {
     let h = FlowHasher::default();
     // 192.0.2.1:40000 -> 198.51.100.7:443 and its reply. 192.0.2.1 < 198.51.100.7.
     let fwd = tcp(tcp_flags::ACK);
-    let rev = PacketInfo {
-        src: VIP,
-        dst: CLIENT,
-        sport: 443,
-        dport: 40000,
-        ..fwd
-    };
+    let rev = PacketInfo { src: VIP, dst: CLIENT, sport: 443, dport: 40000, ..fwd };
     let expected = [
         (Affinity::None, key(CLIENT, VIP, 40000, 443, 6, 5, 0)),
         (Affinity::ClientIpProto, key(CLIENT, VIP, 0, 0, 6, 3, 0)),
         (Affinity::ClientIp, key(CLIENT, VIP, 0, 0, 0, 2, 0)),
     ];
     for (a, canonical) in expected {
-        let (f, r) = (
-            selection_tuple(&fwd, a, true),
-            selection_tuple(&rev, a, true),
-        );
+        let (f, r) = (selection_tuple(&fwd, a, true), selection_tuple(&rev, a, true));
         assert_eq!(f, canonical, "{a:?}");
         assert_eq!(r, canonical, "{a:?}");
         assert_eq!(h.hash(&f), h.hash(&r));
         // Off: the two directions differ.
-        let (f, r) = (
-            selection_tuple(&fwd, a, false),
-            selection_tuple(&rev, a, false),
-        );
+        let (f, r) = (selection_tuple(&fwd, a, false), selection_tuple(&rev, a, false));
         assert_ne!(f, r, "{a:?}");
         assert_ne!(h.hash(&f), h.hash(&r), "{a:?}");
     }
     // The reply, hashed without symmetry, is the reversed tuple.
-    assert_eq!(
-        selection_tuple(&rev, Affinity::None, false),
-        key(VIP, CLIENT, 443, 40000, 6, 5, 0)
-    );
+    assert_eq!(selection_tuple(&rev, Affinity::None, false), key(VIP, CLIENT, 443, 40000, 6, 5, 0));
     // Tracking keys follow the same canonical order.
     assert_eq!(
-        tracking_key(
-            &rev,
-            TrackingMode::PerConnection,
-            Affinity::None,
-            true,
-            SERVICE
-        ),
+        tracking_key(&rev, TrackingMode::PerConnection, Affinity::None, true, SERVICE),
         key(CLIENT, VIP, 40000, 443, 6, 5, SERVICE)
     );
 }
@@ -439,20 +296,8 @@ fn sa_8_symmetric_hashing_gives_both_directions_one_tuple() {
 #[test]
 fn sa_8_equal_addresses_are_ordered_by_port() {
     let a = Addr::v4(10, 0, 0, 1);
-    let p = PacketInfo {
-        src: a,
-        dst: a,
-        sport: 9000,
-        dport: 80,
-        ..udp()
-    };
-    let q = PacketInfo {
-        src: a,
-        dst: a,
-        sport: 80,
-        dport: 9000,
-        ..udp()
-    };
+    let p = PacketInfo { src: a, dst: a, sport: 9000, dport: 80, ..udp() };
+    let q = PacketInfo { src: a, dst: a, sport: 80, dport: 9000, ..udp() };
     let canonical = key(a, a, 80, 9000, 17, 5, 0);
     assert_eq!(selection_tuple(&p, Affinity::None, true), canonical);
     assert_eq!(selection_tuple(&q, Affinity::None, true), canonical);
@@ -461,11 +306,7 @@ fn sa_8_equal_addresses_are_ordered_by_port() {
 #[test]
 fn sa_8_one_tuple_is_unchanged_by_symmetry() {
     // A 1-tuple has one endpoint: the source stays the source (no canonical swap).
-    let rev = PacketInfo {
-        src: VIP,
-        dst: CLIENT,
-        ..udp()
-    };
+    let rev = PacketInfo { src: VIP, dst: CLIENT, ..udp() };
     assert_eq!(
         selection_tuple(&rev, Affinity::ClientIpNoDestination, true),
         key(VIP, NOWHERE, 0, 0, 0, 1, 0)
@@ -501,18 +342,9 @@ fn ct_1a_per_connection_keys_are_5_or_3_tuples_for_every_affinity() {
 #[test]
 fn ct_1a_per_connection_with_client_ip_selects_by_2_tuple_but_tracks_by_5_tuple() {
     let p = tcp(tcp_flags::SYN);
+    assert_eq!(selection_tuple(&p, Affinity::ClientIp, false), key(CLIENT, VIP, 0, 0, 0, 2, 0));
     assert_eq!(
-        selection_tuple(&p, Affinity::ClientIp, false),
-        key(CLIENT, VIP, 0, 0, 0, 2, 0)
-    );
-    assert_eq!(
-        tracking_key(
-            &p,
-            TrackingMode::PerConnection,
-            Affinity::ClientIp,
-            false,
-            SERVICE
-        ),
+        tracking_key(&p, TrackingMode::PerConnection, Affinity::ClientIp, false, SERVICE),
         key(CLIENT, VIP, 40000, 443, 6, 5, SERVICE)
     );
 }
@@ -606,11 +438,7 @@ fn ct_2_which_configurations_treat_a_syn_as_a_new_connection() {
     ];
     let syn = tcp(tcp_flags::SYN);
     for (mode, a, expected) in table {
-        assert_eq!(
-            is_new_connection_syn(&syn, mode, a),
-            expected,
-            "{mode:?} {a:?}"
-        );
+        assert_eq!(is_new_connection_syn(&syn, mode, a), expected, "{mode:?} {a:?}");
     }
 }
 
@@ -619,30 +447,17 @@ fn ct_2_only_an_unfragmented_tcp_syn_without_ack_is_new() {
     let (mode, a) = (TrackingMode::PerConnection, Affinity::None);
     assert!(is_new_connection_syn(&tcp(tcp_flags::SYN), mode, a));
     // SYN+ACK is the server's answer, not a new connection.
-    assert!(!is_new_connection_syn(
-        &tcp(tcp_flags::SYN | tcp_flags::ACK),
-        mode,
-        a
-    ));
+    assert!(!is_new_connection_syn(&tcp(tcp_flags::SYN | tcp_flags::ACK), mode, a));
     assert!(!is_new_connection_syn(&tcp(tcp_flags::ACK), mode, a));
     assert!(!is_new_connection_syn(&tcp(tcp_flags::RST), mode, a));
     // A fragment is never a new-connection SYN, even the first one carrying the SYN flag.
-    let frag_syn = PacketInfo {
-        fragment: true,
-        ..tcp(tcp_flags::SYN)
-    };
+    let frag_syn = PacketInfo { fragment: true, ..tcp(tcp_flags::SYN) };
     assert!(!is_new_connection_syn(&frag_syn, mode, a));
     // An ICMP error about a SYN is looked up, never a new connection.
-    let icmp_err = PacketInfo {
-        icmp_error: true,
-        ..tcp(tcp_flags::SYN)
-    };
+    let icmp_err = PacketInfo { icmp_error: true, ..tcp(tcp_flags::SYN) };
     assert!(!is_new_connection_syn(&icmp_err, mode, a));
     // Only TCP: a UDP packet with a stray flags byte is not a SYN.
-    let udp_syn = PacketInfo {
-        tcp_flags: tcp_flags::SYN,
-        ..udp()
-    };
+    let udp_syn = PacketInfo { tcp_flags: tcp_flags::SYN, ..udp() };
     assert!(!is_new_connection_syn(&udp_syn, mode, a));
 }
 
@@ -667,13 +482,8 @@ fn ch_1_byte_image_is_fixed() {
     assert_eq!(size_of::<FlowKey>(), 40);
     let k = selection_tuple(&tcp(tcp_flags::ACK), Affinity::None, false);
     assert_eq!(k.to_bytes(), five_tuple_image(0));
-    let t = tracking_key(
-        &tcp(tcp_flags::ACK),
-        TrackingMode::PerConnection,
-        Affinity::None,
-        false,
-        7,
-    );
+    let t =
+        tracking_key(&tcp(tcp_flags::ACK), TrackingMode::PerConnection, Affinity::None, false, 7);
     assert_eq!(t.to_bytes(), five_tuple_image(7));
 }
 
@@ -698,26 +508,14 @@ fn ch_1_hash_of_known_keys_is_pinned() {
     let h = FlowHasher::default();
     let five = selection_tuple(&tcp(tcp_flags::ACK), Affinity::None, false);
     assert_eq!(h.hash(&five), 0x4265_5d96_a054_45dd);
-    let tracked = tracking_key(
-        &tcp(tcp_flags::ACK),
-        TrackingMode::PerConnection,
-        Affinity::None,
-        false,
-        7,
-    );
+    let tracked =
+        tracking_key(&tcp(tcp_flags::ACK), TrackingMode::PerConnection, Affinity::None, false, 7);
     assert_eq!(h.hash(&tracked), 0x4b5f_9288_b88e_58a1);
     let one = selection_tuple(&tcp(0), Affinity::ClientIpNoDestination, false);
     assert_eq!(h.hash(&one), 0x4cff_d7c7_5563_7716);
     // IPv6 fragment, 3-tuple: 2001:db8::1 -> 2001:db8::2, UDP.
-    let f6 = PacketInfo {
-        src: v6("2001:db8::1"),
-        dst: v6("2001:db8::2"),
-        ..fragment_of(udp())
-    };
-    assert_eq!(
-        h.hash(&selection_tuple(&f6, Affinity::None, false)),
-        0xbad1_9443_e9a1_3a28
-    );
+    let f6 = PacketInfo { src: v6("2001:db8::1"), dst: v6("2001:db8::2"), ..fragment_of(udp()) };
+    assert_eq!(h.hash(&selection_tuple(&f6, Affinity::None, false)), 0xbad1_9443_e9a1_3a28);
 }
 
 #[test]

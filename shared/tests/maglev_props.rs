@@ -118,14 +118,8 @@ fn table_sizes_are_prime_and_ascending() {
     }
     assert!(TABLE_SIZES.windows(2).all(|w| w[0] < w[1]));
     // The crate's own check agrees with known primes and composites.
-    for (n, prime) in [
-        (0, false),
-        (1, false),
-        (2, true),
-        (9, false),
-        (65536, false),
-        (65537, true),
-    ] {
+    for (n, prime) in [(0, false), (1, false), (2, true), (9, false), (65536, false), (65537, true)]
+    {
         assert_eq!(spillway_shared::maglev::is_prime(n), prime, "{n}");
     }
     assert!(!spillway_shared::maglev::is_prime(65537 * 3));
@@ -137,10 +131,7 @@ fn table_sizes_are_prime_and_ascending() {
 #[test]
 fn ch_1_known_members_give_a_pinned_table() {
     let hasher = FlowHasher::new(DEFAULT_HASH_SEED);
-    assert_eq!(
-        backend_identity(&hasher, Addr::v4(10, 0, 0, 1), 80),
-        0xa6f3_ed7c_eb2d_a1be
-    );
+    assert_eq!(backend_identity(&hasher, Addr::v4(10, 0, 0, 1), 80), 0xa6f3_ed7c_eb2d_a1be);
     let members: Vec<MaglevMember> = (0..3u8)
         .map(|i| MaglevMember {
             id: u16::from(i),
@@ -163,9 +154,7 @@ fn ch_1_known_members_give_a_pinned_table() {
 
 #[test]
 fn ch_1_same_inputs_same_table() {
-    let members = backends(1000, DEFAULT_HASH_SEED, |i| {
-        1 + u32::try_from(i % 4).unwrap()
-    });
+    let members = backends(1000, DEFAULT_HASH_SEED, |i| 1 + u32::try_from(i % 4).unwrap());
     let a = MaglevTable::build(&members, DEFAULT_TABLE_SIZE);
     let b = MaglevTable::build(&members, DEFAULT_TABLE_SIZE);
     assert_eq!(a.entries(), b.entries());
@@ -190,10 +179,7 @@ fn ch_3_uniform_weights_give_floor_or_ceil_of_m_over_n() {
         let m = u64::from(DEFAULT_TABLE_SIZE);
         let n64 = n as u64;
         for (id, c) in counts(&t, n).into_iter().enumerate() {
-            assert!(
-                c == m / n64 || c == m.div_ceil(n64),
-                "n={n} id={id} count={c}"
-            );
+            assert!(c == m / n64 || c == m.div_ceil(n64), "n={n} id={id} count={c}");
             let rel = (c as f64 - m as f64 / n as f64).abs() / (m as f64 / n as f64);
             assert!(rel <= 0.01, "n={n} id={id} rel={rel}");
         }
@@ -210,25 +196,14 @@ fn check_weighted_shares(weights: &[u32]) {
     let n = weights.len();
     let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
     let min_w = u64::from(*weights.iter().min().unwrap());
-    let m = *TABLE_SIZES
-        .iter()
-        .find(|&&m| u64::from(m) * min_w >= 200 * total)
-        .unwrap();
+    let m = *TABLE_SIZES.iter().find(|&&m| u64::from(m) * min_w >= 200 * total).unwrap();
     let members = backends(n, DEFAULT_HASH_SEED, |i| weights[i]);
     let t = MaglevTable::build(&members, m);
     for (i, c) in counts(&t, n).into_iter().enumerate() {
         let expected = f64::from(m) * f64::from(weights[i]) / total as f64;
         let err = (c as f64 - expected).abs();
-        assert!(
-            err <= 2.0,
-            "M={m} id={i} w={} count={c} expected={expected}",
-            weights[i]
-        );
-        assert!(
-            err / expected <= 0.01,
-            "M={m} id={i} relative error {}",
-            err / expected
-        );
+        assert!(err <= 2.0, "M={m} id={i} w={} count={c} expected={expected}", weights[i]);
+        assert!(err / expected <= 0.01, "M={m} id={i} relative error {}", err / expected);
     }
 }
 
@@ -287,20 +262,13 @@ fn check_removal(n: usize, gone: usize, seed: u64) {
     let before = backends(n, seed, |_| 1);
     let mut after = before.clone();
     after.remove(gone);
-    let (a, b) = (
-        MaglevTable::build(&before, m),
-        MaglevTable::build(&after, m),
-    );
+    let (a, b) = (MaglevTable::build(&before, m), MaglevTable::build(&after, m));
     let gone_id = u16::try_from(gone).unwrap();
     // The removed backend's slots all go to others.
     assert!(!b.entries().contains(&gone_id));
     // Extra disruption: slots moved between survivors, at most 1.5% of the table.
     let extra = moved_between_survivors(&a, &b, |id| id != gone_id);
-    assert!(
-        extra * 1000 <= m as usize * 15,
-        "n={n} extra={extra} ({:.3}%)",
-        pct(extra)
-    );
+    assert!(extra * 1000 <= m as usize * 15, "n={n} extra={extra} ({:.3}%)", pct(extra));
     // Everything else that moved is exactly the removed backend's share.
     let share = a.entries().iter().filter(|&&e| e == gone_id).count();
     assert_eq!(slots_moved(&a, &b), share + extra);
@@ -311,24 +279,14 @@ fn check_addition(n: usize, seed: u64) {
     let m = DEFAULT_TABLE_SIZE;
     let after = backends(n + 1, seed, |_| 1);
     let before = after[..n].to_vec();
-    let (a, b) = (
-        MaglevTable::build(&before, m),
-        MaglevTable::build(&after, m),
-    );
+    let (a, b) = (MaglevTable::build(&before, m), MaglevTable::build(&after, m));
     let new_id = u16::try_from(n).unwrap();
     let gained = b.entries().iter().filter(|&&e| e == new_id).count();
     // About M / (N + 1): exactly floor or ceil with equal weights.
     let fair = m as usize / (n + 1);
-    assert!(
-        gained == fair || gained == fair + 1,
-        "n={n} gained={gained} fair={fair}"
-    );
+    assert!(gained == fair || gained == fair + 1, "n={n} gained={gained} fair={fair}");
     let extra = moved_between_survivors(&a, &b, |id| id != new_id);
-    assert!(
-        extra * 1000 <= m as usize * 15,
-        "n={n} extra={extra} ({:.3}%)",
-        pct(extra)
-    );
+    assert!(extra * 1000 <= m as usize * 15, "n={n} extra={extra} ({:.3}%)", pct(extra));
     assert_eq!(slots_moved(&a, &b), gained + extra);
 }
 
@@ -385,10 +343,7 @@ fn maglev_quality_report() {
             let gone = usize::try_from(seed % n as u64).unwrap();
             let mut after = before.clone();
             after.remove(gone);
-            let (a, b) = (
-                MaglevTable::build(&before, m),
-                MaglevTable::build(&after, m),
-            );
+            let (a, b) = (MaglevTable::build(&before, m), MaglevTable::build(&after, m));
             let gone_id = u16::try_from(gone).unwrap();
             let extra = moved_between_survivors(&a, &b, |id| id != gone_id);
             sum_extra += extra;
@@ -410,9 +365,7 @@ fn maglev_quality_report() {
     }
     // Weighted 1..=4, N = 1000 at M = 65537 and 655373: worst relative error of any share.
     for m in [DEFAULT_TABLE_SIZE, 655_373] {
-        let members = backends(1000, DEFAULT_HASH_SEED, |i| {
-            1 + u32::try_from(i % 4).unwrap()
-        });
+        let members = backends(1000, DEFAULT_HASH_SEED, |i| 1 + u32::try_from(i % 4).unwrap());
         let t = MaglevTable::build(&members, m);
         let total: u32 = members.iter().map(|x| x.weight).sum();
         let mut worst_rel = 0f64;

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 const RULES: &[&str] = &[
     "FR-1", "SA-1", "SA-2", "SA-3", "SA-4", "SA-5", "SA-6", "SA-7", "SA-8", "CT-1a", "CT-1b",
     "CT-1c", "CT-1d", "CT-1e", "CT-2", "CT-3", "CT-6", "CT-7", "CT-8", "CT-9", "CT-12", "CT-13",
-    "CP-1", "CP-2", "CP-3", "CP-4", "CP-5", "CD-1", "CD-2", "CD-3", "CD-4", "CD-5", "FO-1",
-    "FO-2", "FO-3", "FO-6", "FO-7", "FO-9", "ZA-0", "ZA-1", "ZA-2", "ZA-3", "ZA-4", "ZA-5",
-    "ZA-E1", "ZA-E2", "ZA-E3", "CH-1", "CH-2", "CH-3", "CH-4",
+    "CP-1", "CP-2", "CP-3", "CP-4", "CP-5", "CD-1", "CD-2", "CD-3", "CD-4", "CD-5", "FO-1", "FO-2",
+    "FO-3", "FO-6", "FO-7", "FO-9", "ZA-0", "ZA-1", "ZA-2", "ZA-3", "ZA-4", "ZA-5", "ZA-E1",
+    "ZA-E2", "ZA-E3", "CH-1", "CH-2", "CH-3", "CH-4",
 ];
 
 fn crate_dir() -> PathBuf {

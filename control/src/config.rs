@@ -1,0 +1,432 @@
+//! The YAML configuration file: its types, defaults, loading and the checks that need no
+//! running system.
+//!
+//! This module owns the shape of the file (`Config` and one struct per top-level section) and
+//! turns a bad file into a [`ConfigError`] that names the file, the field path and, where the
+//! parser knows it, the line and column. Unknown fields are errors everywhere.
+//!
+//! It must never touch DPDK, the network or the clock: checks that need the running system
+//! (does the port exist, are there enough EAL lcores) belong to the daemon, which reports them
+//! with the same field paths.
+//!
+//! To add a top-level section (`topology:`, `services:`, ...): add a field to [`Config`] with
+//! its own `#[serde(deny_unknown_fields)]` struct, and extend [`Config::validate`].
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Largest RX/TX burst a worker handles at once (the size of its on-stack mbuf array).
+pub const MAX_BURST: u16 = 32;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// DPDK, ports, workers and their queues.
+    pub dataplane: DataplaneConfig,
+}
+
+/// The `dataplane:` section.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataplaneConfig {
+    /// Arguments for `rte_eal_init`, without the program name, e.g.
+    /// `["--no-huge", "-m", "512", "--no-pci", "-l", "0-1", "--vdev", "net_tap0,iface=spw0"]`.
+    pub eal_args: Vec<String>,
+    /// DPDK ports to forward on, by device name (`net_tap0`, `net_null0`, a PCI address).
+    pub ports: Vec<String>,
+    /// Number of workers. Each runs on its own EAL worker lcore (not the main lcore) and owns
+    /// one RX and one TX queue on every port. Defaults to the length of `lcores`, or 1.
+    pub workers: Option<u16>,
+    /// The EAL lcores to run workers on. Defaults to the first `workers` worker lcores that
+    /// EAL enabled (`-l`/`--lcores`), in order.
+    pub lcores: Option<Vec<u32>>,
+    /// RX descriptors per queue.
+    pub rx_queue_size: u16,
+    /// TX descriptors per queue.
+    pub tx_queue_size: u16,
+    /// Mbufs in the packet pool (2^n - 1 is the most memory-efficient).
+    pub mempool_size: u32,
+    /// Per-lcore mempool cache size.
+    pub mempool_cache_size: u32,
+    /// Packets a worker receives per poll, 1..=32.
+    pub burst_size: u16,
+    /// Longest time a packet waits in a worker's TX buffer before it is flushed, in
+    /// microseconds.
+    pub tx_drain_us: u32,
+}
+
+impl Default for DataplaneConfig {
+    fn default() -> Self {
+        Self {
+            eal_args: Vec::new(),
+            ports: Vec::new(),
+            workers: None,
+            lcores: None,
+            rx_queue_size: 1024,
+            tx_queue_size: 1024,
+            mempool_size: 8191,
+            mempool_cache_size: 256,
+            burst_size: MAX_BURST,
+            tx_drain_us: 100,
+        }
+    }
+}
+
+impl DataplaneConfig {
+    /// How many workers to run: `workers`, else the number of `lcores`, else 1.
+    pub fn worker_count(&self) -> u16 {
+        match (&self.workers, &self.lcores) {
+            (Some(n), _) => *n,
+            (None, Some(l)) => u16::try_from(l.len()).unwrap_or(u16::MAX),
+            (None, None) => 1,
+        }
+    }
+
+    /// Mbufs the configured queues can hold at once: every RX ring full, every TX ring full,
+    /// every lcore cache full and every worker's RX burst and TX buffers full.
+    pub fn mbufs_needed(&self) -> u64 {
+        let ports = self.ports.len() as u64;
+        let workers = u64::from(self.worker_count());
+        let burst = u64::from(self.burst_size);
+        ports * workers * (u64::from(self.rx_queue_size) + u64::from(self.tx_queue_size) + burst)
+            + (workers + 1) * u64::from(self.mempool_cache_size)
+            + workers * burst
+    }
+
+    fn validate(&self) -> Result<(), Invalid> {
+        if self.ports.is_empty() {
+            return Err(Invalid::new("dataplane.ports", "at least one port is required"));
+        }
+        for (i, name) in self.ports.iter().enumerate() {
+            if name.trim().is_empty() {
+                return Err(Invalid::new(format!("dataplane.ports[{i}]"), "empty port name"));
+            }
+            if self.ports[..i].contains(name) {
+                return Err(Invalid::new(
+                    format!("dataplane.ports[{i}]"),
+                    format!("port '{name}' is listed twice"),
+                ));
+            }
+        }
+        if self.workers == Some(0) {
+            return Err(Invalid::new("dataplane.workers", "must be at least 1"));
+        }
+        if let Some(lcores) = &self.lcores {
+            if lcores.is_empty() {
+                return Err(Invalid::new("dataplane.lcores", "must not be empty when given"));
+            }
+            if let Some(n) = self.workers {
+                if usize::from(n) != lcores.len() {
+                    return Err(Invalid::new(
+                        "dataplane.workers",
+                        format!("is {n} but dataplane.lcores lists {} lcores", lcores.len()),
+                    ));
+                }
+            }
+            for (i, l) in lcores.iter().enumerate() {
+                if lcores[..i].contains(l) {
+                    return Err(Invalid::new(
+                        format!("dataplane.lcores[{i}]"),
+                        format!("lcore {l} is listed twice"),
+                    ));
+                }
+            }
+        }
+        for (field, size) in [
+            ("dataplane.rx_queue_size", self.rx_queue_size),
+            ("dataplane.tx_queue_size", self.tx_queue_size),
+        ] {
+            if size < 64 {
+                return Err(Invalid::new(field, format!("{size} is too small (minimum 64)")));
+            }
+        }
+        if !(1..=MAX_BURST).contains(&self.burst_size) {
+            return Err(Invalid::new(
+                "dataplane.burst_size",
+                format!("{} is out of range 1..={MAX_BURST}", self.burst_size),
+            ));
+        }
+        if self.mempool_cache_size > 512 {
+            return Err(Invalid::new(
+                "dataplane.mempool_cache_size",
+                format!("{} is above DPDK's maximum of 512", self.mempool_cache_size),
+            ));
+        }
+        if u64::from(self.mempool_size) < self.mbufs_needed() {
+            return Err(Invalid::new(
+                "dataplane.mempool_size",
+                format!(
+                    "{} mbufs cannot fill the configured queues: {} ports x {} workers with \
+                     {} RX + {} TX descriptors, caches and bursts need at least {}",
+                    self.mempool_size,
+                    self.ports.len(),
+                    self.worker_count(),
+                    self.rx_queue_size,
+                    self.tx_queue_size,
+                    self.mbufs_needed()
+                ),
+            ));
+        }
+        if self.tx_drain_us == 0 {
+            return Err(Invalid::new("dataplane.tx_drain_us", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Checks that need nothing but the file: ranges, counts, duplicates.
+    fn validate(&self) -> Result<(), Invalid> {
+        self.dataplane.validate()
+    }
+
+    /// Parses and validates YAML text. `path` only labels errors.
+    pub fn from_yaml(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let de = serde_yaml::Deserializer::from_str(text);
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = e.path().to_string();
+            let inner = e.into_inner();
+            let location = inner.location().map(|l| (l.line(), l.column()));
+            let mut message = inner.to_string();
+            // The location is shown in front already; drop serde_yaml's copy of it.
+            if let Some((line, column)) = location {
+                let suffix = format!(" at line {line} column {column}");
+                if let Some(stripped) = message.strip_suffix(&suffix) {
+                    message.truncate(stripped.len());
+                }
+            }
+            ConfigError::Parse {
+                path: path.to_owned(),
+                field: if field == "." { String::new() } else { field },
+                location,
+                message,
+            }
+        })?;
+        config.validate().map_err(|Invalid { field, message }| ConfigError::Invalid {
+            path: path.to_owned(),
+            field,
+            message,
+        })?;
+        Ok(config)
+    }
+}
+
+/// Reads, parses and validates the configuration file at `path`.
+pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ConfigError::Io { path: path.to_owned(), source })?;
+    Config::from_yaml(path, &text)
+}
+
+/// Why a configuration file was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML or does not match the schema.
+    #[error("{}{}: {}{}", path.display(), Loc(*location), Field(field), message)]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Dotted field path where the error was found, empty at the top level.
+        field: String,
+        /// 1-based line and column, when the parser knows them.
+        location: Option<(usize, usize)>,
+        /// The parser's message.
+        message: String,
+    },
+    /// The file parsed, but a setting is impossible.
+    #[error("{}: {field}: {message}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Dotted field path of the offending setting.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The dotted field path the error is about, if any.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ConfigError::Io { .. } => None,
+            ConfigError::Parse { field, .. } | ConfigError::Invalid { field, .. } => {
+                Some(field).filter(|f| !f.is_empty()).map(String::as_str)
+            }
+        }
+    }
+}
+
+struct Loc(Option<(usize, usize)>);
+
+impl fmt::Display for Loc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some((line, column)) => write!(f, ":{line}:{column}"),
+            None => Ok(()),
+        }
+    }
+}
+
+struct Field<'a>(&'a str);
+
+impl fmt::Display for Field<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            write!(f, "field `{}`: ", self.0)
+        }
+    }
+}
+
+struct Invalid {
+    field: String,
+    message: String,
+}
+
+impl Invalid {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml(Path::new("test.yaml"), text)
+    }
+
+    const MINIMAL: &str = "dataplane:\n  ports: [net_null0]\n";
+
+    #[test]
+    fn minimal_file_gets_defaults() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.dataplane.ports, vec!["net_null0".to_owned()]);
+        assert_eq!(c.dataplane.worker_count(), 1);
+        assert_eq!(c.dataplane.burst_size, 32);
+        assert_eq!(c.dataplane.rx_queue_size, 1024);
+        assert!(c.dataplane.eal_args.is_empty());
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let c = parse(
+            "dataplane:\n  eal_args: [\"--no-huge\", \"-m\", \"512\", \"-l\", \"0-2\"]\n  \
+             ports: [net_tap0, net_null0]\n  lcores: [2, 1]\n  rx_queue_size: 512\n  \
+             tx_queue_size: 256\n  mempool_size: 16383\n  burst_size: 16\n  tx_drain_us: 50\n",
+        )
+        .unwrap();
+        let d = &c.dataplane;
+        assert_eq!(d.eal_args, ["--no-huge", "-m", "512", "-l", "0-2"]);
+        assert_eq!(d.worker_count(), 2);
+        assert_eq!(d.lcores.as_deref(), Some(&[2, 1][..]));
+        assert_eq!((d.rx_queue_size, d.tx_queue_size, d.burst_size), (512, 256, 16));
+        assert_eq!((d.mempool_size, d.tx_drain_us), (16383, 50));
+    }
+
+    #[test]
+    fn unknown_field_names_path_and_line() {
+        let e = parse("dataplane:\n  ports: [net_null0]\n  wrokers: 2\n").unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with("test.yaml:3:"), "{text}");
+        assert!(text.contains("wrokers"), "{text}");
+        assert!(matches!(e, ConfigError::Parse { .. }));
+        assert_eq!(e.field(), Some("dataplane.wrokers"));
+    }
+
+    #[test]
+    fn unknown_top_level_section_is_rejected() {
+        let e = parse("dataplane:\n  ports: [a]\nservicez: {}\n").unwrap_err();
+        assert!(e.to_string().contains("servicez"), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_names_field() {
+        let e = parse("dataplane:\n  ports: [a]\n  burst_size: lots\n").unwrap_err();
+        assert_eq!(e.field(), Some("dataplane.burst_size"));
+        let text = e.to_string();
+        assert!(text.contains("test.yaml:3:"), "{text}");
+        assert!(text.contains("field `dataplane.burst_size`"), "{text}");
+    }
+
+    #[test]
+    fn bad_yaml_is_a_parse_error() {
+        let e = parse("dataplane: [\n").unwrap_err();
+        assert!(matches!(e, ConfigError::Parse { .. }), "{e}");
+    }
+
+    #[test]
+    fn missing_dataplane_section_is_rejected() {
+        let e = parse("{}\n").unwrap_err();
+        assert!(e.to_string().contains("dataplane"), "{e}");
+    }
+
+    fn invalid_field(text: &str) -> String {
+        match parse(text).unwrap_err() {
+            ConfigError::Invalid { field, .. } => field,
+            other => panic!("expected an invalid setting, got {other}"),
+        }
+    }
+
+    #[test]
+    fn impossible_settings_name_their_field() {
+        assert_eq!(invalid_field("dataplane:\n  ports: []\n"), "dataplane.ports");
+        assert_eq!(invalid_field("dataplane:\n  ports: [a, a]\n"), "dataplane.ports[1]");
+        assert_eq!(invalid_field("dataplane:\n  ports: [a]\n  workers: 0\n"), "dataplane.workers");
+        assert_eq!(
+            invalid_field("dataplane:\n  ports: [a]\n  workers: 3\n  lcores: [1, 2]\n"),
+            "dataplane.workers"
+        );
+        assert_eq!(invalid_field("dataplane:\n  ports: [a]\n  lcores: []\n"), "dataplane.lcores");
+        assert_eq!(
+            invalid_field("dataplane:\n  ports: [a]\n  lcores: [1, 1]\n"),
+            "dataplane.lcores[1]"
+        );
+        assert_eq!(
+            invalid_field("dataplane:\n  ports: [a]\n  burst_size: 33\n"),
+            "dataplane.burst_size"
+        );
+        assert_eq!(
+            invalid_field("dataplane:\n  ports: [a]\n  rx_queue_size: 8\n"),
+            "dataplane.rx_queue_size"
+        );
+        assert_eq!(
+            invalid_field("dataplane:\n  ports: [a]\n  mempool_size: 1000\n"),
+            "dataplane.mempool_size"
+        );
+        assert_eq!(
+            invalid_field("dataplane:\n  ports: [a]\n  mempool_cache_size: 1000\n"),
+            "dataplane.mempool_cache_size"
+        );
+    }
+
+    #[test]
+    fn mempool_must_cover_all_queues() {
+        // 2 ports x 2 workers x (1024 + 1024 + 32) + 3 x 256 + 2 x 32 = 9152 > 8191.
+        let text = "dataplane:\n  ports: [a, b]\n  workers: 2\n";
+        assert_eq!(invalid_field(text), "dataplane.mempool_size");
+        let ok = "dataplane:\n  ports: [a, b]\n  workers: 2\n  mempool_size: 9152\n";
+        assert!(parse(ok).is_ok());
+    }
+
+    #[test]
+    fn load_names_missing_file() {
+        let e = load("/nonexistent/spillway.yaml").unwrap_err();
+        assert!(e.to_string().starts_with("/nonexistent/spillway.yaml: cannot read"), "{e}");
+    }
+}

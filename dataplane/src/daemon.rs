@@ -1,0 +1,321 @@
+//! The `spillway` daemon: configuration in, running workers, clean teardown out.
+//!
+//! This module owns the process's life cycle: load the config, start EAL, create the mempool,
+//! open the ports, give every worker its queues and its lcore, print live counters from the
+//! main lcore, stop everything on SIGINT/SIGTERM (or after `--duration`) and tear down in the
+//! reverse order of setup, printing the final counters. Setup errors name the config field
+//! they come from. It must never touch packets itself or call DPDK other than through
+//! [`crate::dpdk`].
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use spillway_control::config::{self, Config, ConfigError, DataplaneConfig};
+
+use crate::dpdk::{self, DpdkError, Eal, LcoreId, Mempool, Port, PortSetup};
+use crate::worker::{CounterValues, PortQueues, Worker, WorkerCounters, WorkerParams};
+
+// The config's burst limit is the size of the safe layer's on-stack burst array.
+const _: () = assert!(config::MAX_BURST as usize == dpdk::MAX_BURST);
+
+/// What the command line asks for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The YAML configuration file.
+    pub config: PathBuf,
+    /// How often to print live counters; zero disables them.
+    pub stats_interval: Duration,
+    /// Stop by itself after this long (tests, benchmarks); `None` runs until a signal.
+    pub duration: Option<Duration>,
+}
+
+/// Why the daemon could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The configuration file is unreadable or invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A setting is impossible on this system (checked once DPDK is up).
+    #[error("{field}: {message}")]
+    Setting {
+        /// Dotted config field path.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// DPDK refused a step; `context` names the config field or the step.
+    #[error("{context}: {source}")]
+    Dpdk {
+        /// Config field or step.
+        context: String,
+        /// DPDK's error.
+        source: DpdkError,
+    },
+    /// Installing the signal handlers failed.
+    #[error("cannot install signal handlers: {0}")]
+    Signal(std::io::Error),
+}
+
+fn dpdk_err(context: impl Into<String>) -> impl FnOnce(DpdkError) -> DaemonError {
+    let context = context.into();
+    move |source| DaemonError::Dpdk { context, source }
+}
+
+/// Counters at the end of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// Per worker, in worker order.
+    pub workers: Vec<CounterValues>,
+}
+
+/// Runs the daemon until SIGINT/SIGTERM or the configured duration.
+pub fn run(options: &Options) -> Result<Summary, DaemonError> {
+    let config = config::load(&options.config)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(DaemonError::Signal)?;
+    }
+    run_config(&config, options, &stop)
+}
+
+/// Runs the data plane described by `config` until `stop` is set or the duration passes.
+pub fn run_config(
+    config: &Config,
+    options: &Options,
+    stop: &AtomicBool,
+) -> Result<Summary, DaemonError> {
+    let dp = &config.dataplane;
+    // Setup, in order; teardown is the reverse, by drop order: ports, then EAL.
+    let eal = Eal::init(&dp.eal_args).map_err(dpdk_err("dataplane.eal_args"))?;
+    let lcores = worker_lcores(&eal, dp)?;
+    let workers = u16::try_from(lcores.len()).expect("validated worker count fits u16");
+    let pool = Mempool::create(&eal, "spillway_mbufs", dp.mempool_size, dp.mempool_cache_size)
+        .map_err(dpdk_err("dataplane.mempool_size"))?;
+    let setup = PortSetup {
+        rx_queues: workers,
+        tx_queues: workers,
+        extra_tx_queues: 0,
+        rx_desc: dp.rx_queue_size,
+        tx_desc: dp.tx_queue_size,
+    };
+    let mut ports = Vec::with_capacity(dp.ports.len());
+    for (i, name) in dp.ports.iter().enumerate() {
+        let port = Port::open(&eal, name, setup, &pool)
+            .map_err(dpdk_err(format!("dataplane.ports[{i}]")))?;
+        log_port(&port);
+        ports.push(port);
+    }
+
+    let counters: Vec<WorkerCounters> = lcores.iter().map(|_| WorkerCounters::default()).collect();
+    let params = WorkerParams {
+        burst_size: dp.burst_size,
+        drain_ticks: (eal.tsc_hz() / 1_000_000).max(1) * u64::from(dp.tx_drain_us),
+    };
+    let mut queues: Vec<Vec<PortQueues<'_>>> = lcores.iter().map(|_| Vec::new()).collect();
+    for port in &ports {
+        let (rx, tx) = port.take_queues().expect("queues are taken once, here");
+        for (w, (rx, tx)) in rx.into_iter().zip(tx).enumerate() {
+            queues[w].push(PortQueues { rx, tx });
+        }
+    }
+    let workers: Vec<Worker<'_, '_>> = queues
+        .into_iter()
+        .zip(&counters)
+        .zip(&lcores)
+        .enumerate()
+        .map(|(i, ((q, c), &lcore))| Worker::new(i, lcore, q, params, c))
+        .collect();
+
+    let ran_for = eal.scope(|scope| -> Result<Duration, DaemonError> {
+        // Whatever happens below, the workers are told to stop before the scope waits.
+        let _stop_workers = SetOnDrop(stop);
+        for mut worker in workers {
+            let lcore = worker.lcore();
+            scope
+                .launch(lcore, move || worker.run(stop))
+                .map_err(dpdk_err(format!("launching a worker on lcore {lcore}")))?;
+        }
+        println!(
+            "spillway: running {} worker(s) on lcore(s) {} over port(s) {}",
+            lcores.len(),
+            join(&lcores),
+            dp.ports.join(", ")
+        );
+        flush_stdout();
+        Ok(monitor(&lcores, &counters, options, stop))
+    })?;
+
+    let summary = Summary { workers: counters.iter().map(WorkerCounters::read).collect() };
+    let secs = ran_for.as_secs_f64();
+    for (i, (c, lcore)) in summary.workers.iter().zip(&lcores).enumerate() {
+        println!(
+            "final worker={i} lcore={lcore} rx={} tx={} dropped={} secs={secs:.2} mpps={:.3}",
+            c.rx,
+            c.tx,
+            c.dropped,
+            mpps(c.rx, secs)
+        );
+    }
+    for port in &ports {
+        match port.stats() {
+            Ok(s) => println!(
+                "final port={} ipackets={} opackets={} imissed={} ierrors={} oerrors={} \
+                 rx_nombuf={}",
+                port.name(),
+                s.ipackets,
+                s.opackets,
+                s.imissed,
+                s.ierrors,
+                s.oerrors,
+                s.rx_nombuf
+            ),
+            Err(e) => tracing::warn!(port = port.name(), "cannot read port counters: {e}"),
+        }
+    }
+    flush_stdout();
+    drop(ports);
+    drop(eal);
+    Ok(summary)
+}
+
+/// The lcores the workers run on: `dataplane.lcores`, or the first `workers` EAL worker
+/// lcores.
+fn worker_lcores(eal: &Eal, dp: &DataplaneConfig) -> Result<Vec<LcoreId>, DaemonError> {
+    let available = eal.worker_lcores();
+    let main = eal.main_lcore();
+    if let Some(wanted) = &dp.lcores {
+        let mut out = Vec::with_capacity(wanted.len());
+        for (i, &l) in wanted.iter().enumerate() {
+            let l = LcoreId(l);
+            if !available.contains(&l) {
+                return Err(DaemonError::Setting {
+                    field: format!("dataplane.lcores[{i}]"),
+                    message: format!(
+                        "lcore {l} is not an EAL worker lcore (worker lcores: {}; main lcore \
+                         {main} runs no worker)",
+                        or_none(&available)
+                    ),
+                });
+            }
+            out.push(l);
+        }
+        return Ok(out);
+    }
+    let n = usize::from(dp.worker_count());
+    if n > available.len() {
+        return Err(DaemonError::Setting {
+            field: "dataplane.workers".to_owned(),
+            message: format!(
+                "{n} worker(s) need {n} EAL worker lcore(s) but EAL has {} ({}; main lcore \
+                 {main} runs no worker): widen -l/--lcores in dataplane.eal_args",
+                available.len(),
+                or_none(&available)
+            ),
+        });
+    }
+    Ok(available[..n].to_vec())
+}
+
+fn log_port(port: &Port<'_>) {
+    let mac = port.mac().map(|m| m.to_string()).unwrap_or_else(|e| e.to_string());
+    let link = port.link().map(|l| if l.up { "up" } else { "down" }).unwrap_or("unknown");
+    let setup = port.setup();
+    tracing::info!(
+        port = port.name(),
+        id = port.id().0,
+        driver = port.driver(),
+        %mac,
+        link,
+        rx_queues = setup.rx_queues,
+        tx_queues = setup.tx_queues + setup.extra_tx_queues,
+        rx_desc = setup.rx_desc,
+        tx_desc = setup.tx_desc,
+        rss = port.rss(),
+        promiscuous = port.promiscuous(),
+        "port started"
+    );
+}
+
+/// The main lcore's loop while workers run: wait for the stop flag or the deadline, printing
+/// per-worker counters every `stats_interval`. Returns how long the workers ran.
+fn monitor(
+    lcores: &[LcoreId],
+    counters: &[WorkerCounters],
+    options: &Options,
+    stop: &AtomicBool,
+) -> Duration {
+    const TICK: Duration = Duration::from_millis(20);
+    let start = Instant::now();
+    let mut last_print = start;
+    let mut last: Vec<CounterValues> = counters.iter().map(WorkerCounters::read).collect();
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(TICK);
+        let now = Instant::now();
+        if options.duration.is_some_and(|d| now - start >= d) {
+            break;
+        }
+        if options.stats_interval.is_zero() || now - last_print < options.stats_interval {
+            continue;
+        }
+        let secs = (now - last_print).as_secs_f64();
+        let mut total_rx = 0;
+        for (i, (c, prev)) in counters.iter().zip(last.iter_mut()).enumerate() {
+            let cur = c.read();
+            let d = cur.since(prev);
+            total_rx += d.rx;
+            println!(
+                "stats t={:.1}s worker={i} lcore={} rx={} tx={} dropped={} mpps={:.3}",
+                (now - start).as_secs_f64(),
+                lcores[i],
+                cur.rx,
+                cur.tx,
+                cur.dropped,
+                mpps(d.rx, secs)
+            );
+            *prev = cur;
+        }
+        if counters.len() > 1 {
+            println!("stats total mpps={:.3}", mpps(total_rx, secs));
+        }
+        flush_stdout();
+        last_print = now;
+    }
+    start.elapsed()
+}
+
+fn mpps(packets: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        packets as f64 / secs / 1e6
+    } else {
+        0.0
+    }
+}
+
+/// Sets the flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+fn join(lcores: &[LcoreId]) -> String {
+    lcores.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+fn or_none(lcores: &[LcoreId]) -> String {
+    if lcores.is_empty() {
+        "none".to_owned()
+    } else {
+        format!("lcores {}", join(lcores))
+    }
+}
+
+fn flush_stdout() {
+    // Best effort: a closed stdout must not stop the data plane.
+    let _ = std::io::stdout().flush();
+}

@@ -1,0 +1,375 @@
+//! Owned mbufs and fixed-size bursts of them.
+//!
+//! This module owns the `rte_mbuf` layout: an [`Mbuf`] is the unique owner of one packet
+//! buffer and frees it on drop; an [`MbufBurst`] holds up to [`MAX_BURST`] of them in an
+//! on-stack array, so the per-packet path never allocates. Data access is written in Rust
+//! (`buf_addr + data_off`, research P12), not through FFI calls. It must never clone or share
+//! mbufs (no refcount games): exclusive ownership is what makes `data_mut` sound.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU16, Ordering};
+
+use dpdk_sys::rte_mbuf;
+
+/// Most packets in one burst (the size of the on-stack array).
+pub const MAX_BURST: usize = 32;
+
+/// There is not enough headroom, tailroom or data for the requested change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoRoom;
+
+/// One packet buffer, exclusively owned; freed back to its pool on drop.
+///
+/// Data accessors cover the first segment (the whole packet for everything Spillway
+/// receives: RX scatter is not enabled).
+#[repr(transparent)]
+pub struct Mbuf<'a> {
+    raw: NonNull<rte_mbuf>,
+    _pool: PhantomData<&'a ()>,
+}
+
+// SAFETY: an Mbuf is the only handle to its buffer, and DPDK allows freeing an mbuf from any
+// thread (the pool is thread-safe), so moving it to another thread is sound.
+unsafe impl Send for Mbuf<'_> {}
+
+impl<'a> Mbuf<'a> {
+    /// Takes ownership of a raw mbuf.
+    ///
+    /// # Safety
+    /// `raw` must be a valid, non-null mbuf that nobody else owns or references, from a pool
+    /// that lives at least for `'a`.
+    pub(crate) unsafe fn from_raw(raw: *mut rte_mbuf) -> Self {
+        Mbuf {
+            // SAFETY: the caller guarantees raw is non-null.
+            raw: unsafe { NonNull::new_unchecked(raw) },
+            _pool: PhantomData,
+        }
+    }
+
+    /// Gives up ownership without freeing.
+    pub(crate) fn into_raw(self) -> *mut rte_mbuf {
+        let raw = self.raw.as_ptr();
+        std::mem::forget(self);
+        raw
+    }
+
+    #[inline]
+    fn m(&self) -> &rte_mbuf {
+        // SAFETY: raw is a valid mbuf we own for as long as self lives.
+        unsafe { self.raw.as_ref() }
+    }
+
+    #[inline]
+    fn m_mut(&mut self) -> &mut rte_mbuf {
+        // SAFETY: as in m(); &mut self makes the access exclusive.
+        unsafe { self.raw.as_mut() }
+    }
+
+    /// Length of the first segment's data.
+    #[inline]
+    pub fn data_len(&self) -> usize {
+        usize::from(self.m().data_len)
+    }
+
+    /// Length of the whole packet (all segments).
+    #[inline]
+    pub fn pkt_len(&self) -> usize {
+        self.m().pkt_len as usize
+    }
+
+    /// Number of segments in the chain.
+    #[inline]
+    pub fn segments(&self) -> u16 {
+        self.m().nb_segs
+    }
+
+    /// The port the packet was received on.
+    #[inline]
+    pub fn port(&self) -> u16 {
+        self.m().port
+    }
+
+    /// Free bytes in front of the data.
+    #[inline]
+    pub fn headroom(&self) -> usize {
+        usize::from(self.m().data_off)
+    }
+
+    /// Free bytes after the first segment's data.
+    #[inline]
+    pub fn tailroom(&self) -> usize {
+        let m = self.m();
+        usize::from(m.buf_len) - usize::from(m.data_off) - usize::from(m.data_len)
+    }
+
+    /// The first segment's data (`rte_pktmbuf_mtod` .. `+ data_len`).
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        let m = self.m();
+        // SAFETY: DPDK guarantees buf_addr + data_off .. + data_len lies inside the mbuf's
+        // buffer; the slice borrows self, which owns the buffer.
+        unsafe {
+            std::slice::from_raw_parts(
+                m.buf_addr.cast::<u8>().add(usize::from(m.data_off)),
+                usize::from(m.data_len),
+            )
+        }
+    }
+
+    /// The first segment's data, writable.
+    ///
+    /// # Panics
+    /// If the buffer is shared (refcount above 1, indirect or external), which Spillway never
+    /// creates: writing would change another owner's packet.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        self.assert_exclusive();
+        let m = self.m();
+        let (addr, off, len) = (m.buf_addr.cast::<u8>(), m.data_off, m.data_len);
+        // SAFETY: as in data(); the buffer is not shared (checked above) and &mut self makes
+        // the borrow exclusive.
+        unsafe { std::slice::from_raw_parts_mut(addr.add(usize::from(off)), usize::from(len)) }
+    }
+
+    #[inline]
+    fn assert_exclusive(&self) {
+        let shared = dpdk_sys::RTE_MBUF_F_INDIRECT | dpdk_sys::RTE_MBUF_F_EXTERNAL;
+        // SAFETY: refcnt is a properly aligned u16 inside our live mbuf; other owners (if any)
+        // update it atomically, so it is read atomically too.
+        let refcnt = unsafe { AtomicU16::from_ptr(&raw mut (*self.raw.as_ptr()).refcnt) }
+            .load(Ordering::Relaxed);
+        assert!(
+            refcnt == 1 && self.m().ol_flags & shared == 0,
+            "mbuf buffer is shared (refcnt {refcnt}); Spillway never clones mbufs"
+        );
+    }
+
+    /// Grows the data by `len` bytes at the front (`rte_pktmbuf_prepend`) and returns the new
+    /// bytes, for writing a header.
+    #[inline]
+    pub fn prepend(&mut self, len: u16) -> Result<&mut [u8], NoRoom> {
+        self.assert_exclusive();
+        let m = self.m_mut();
+        if len > m.data_off {
+            return Err(NoRoom);
+        }
+        m.data_off -= len;
+        m.data_len += len;
+        m.pkt_len += u32::from(len);
+        Ok(&mut self.data_mut()[..usize::from(len)])
+    }
+
+    /// Drops `len` bytes from the front of the data (`rte_pktmbuf_adj`).
+    #[inline]
+    pub fn adj(&mut self, len: u16) -> Result<(), NoRoom> {
+        let m = self.m_mut();
+        if len > m.data_len {
+            return Err(NoRoom);
+        }
+        m.data_off += len;
+        m.data_len -= len;
+        m.pkt_len -= u32::from(len);
+        Ok(())
+    }
+
+    /// Grows the data by `len` bytes at the end (`rte_pktmbuf_append`, last segment) and
+    /// returns the new bytes.
+    pub fn append(&mut self, len: u16) -> Result<&mut [u8], NoRoom> {
+        self.assert_exclusive();
+        // SAFETY: raw is a valid mbuf we own exclusively; DPDK checks the tailroom.
+        let p = unsafe { dpdk_sys::rte_pktmbuf_append(self.raw.as_ptr(), len) };
+        if p.is_null() {
+            return Err(NoRoom);
+        }
+        // SAFETY: on success p points at len fresh bytes inside the last segment's buffer,
+        // owned by self and borrowed exclusively through &mut self.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), usize::from(len)) })
+    }
+}
+
+impl Drop for Mbuf<'_> {
+    fn drop(&mut self) {
+        // SAFETY: we own raw exclusively and never use it again.
+        unsafe { dpdk_sys::rte_pktmbuf_free(self.raw.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for Mbuf<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mbuf")
+            .field("port", &self.port())
+            .field("pkt_len", &self.pkt_len())
+            .field("data_len", &self.data_len())
+            .field("segments", &self.segments())
+            .finish()
+    }
+}
+
+/// Up to [`MAX_BURST`] owned mbufs in an on-stack array. Dropping it frees what it still
+/// holds (one bulk free).
+pub struct MbufBurst<'a> {
+    /// The first `len` entries are valid mbufs owned by this burst; the rest are ignored.
+    pub(crate) pkts: [*mut rte_mbuf; MAX_BURST],
+    pub(crate) len: usize,
+    _pool: PhantomData<&'a ()>,
+}
+
+// SAFETY: the burst owns its mbufs exclusively, like Mbuf, which is Send.
+unsafe impl Send for MbufBurst<'_> {}
+
+impl Default for MbufBurst<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'a> MbufBurst<'a> {
+    /// An empty burst.
+    #[inline]
+    pub fn new() -> Self {
+        MbufBurst { pkts: [std::ptr::null_mut(); MAX_BURST], len: 0, _pool: PhantomData }
+    }
+
+    /// Number of packets held.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no packet.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether it holds [`MAX_BURST`] packets.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.len == MAX_BURST
+    }
+
+    /// Adds a packet; gives it back if the burst is full.
+    #[inline]
+    pub fn push(&mut self, m: Mbuf<'a>) -> Result<(), Mbuf<'a>> {
+        if self.is_full() {
+            return Err(m);
+        }
+        self.pkts[self.len] = m.into_raw();
+        self.len += 1;
+        Ok(())
+    }
+
+    /// The packets, borrowed.
+    #[inline]
+    pub fn as_slice(&self) -> &[Mbuf<'a>] {
+        // SAFETY: Mbuf is repr(transparent) over NonNull<rte_mbuf>, which has the layout of
+        // *mut rte_mbuf; the first len entries are non-null mbufs owned by self.
+        unsafe { std::slice::from_raw_parts(self.pkts.as_ptr().cast::<Mbuf<'a>>(), self.len) }
+    }
+
+    /// The packets, mutably borrowed.
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [Mbuf<'a>] {
+        // SAFETY: as in as_slice(), with exclusive access through &mut self.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.pkts.as_mut_ptr().cast::<Mbuf<'a>>(), self.len)
+        }
+    }
+
+    /// Iterates over the packets.
+    #[inline]
+    pub fn iter(&self) -> std::slice::Iter<'_, Mbuf<'a>> {
+        self.as_slice().iter()
+    }
+
+    /// Iterates over the packets, mutably.
+    #[inline]
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Mbuf<'a>> {
+        self.as_mut_slice().iter_mut()
+    }
+
+    /// Frees entries `from..len` and forgets them.
+    #[inline]
+    pub(crate) fn free_from(&mut self, from: usize) {
+        if from < self.len {
+            let n = u32::try_from(self.len - from).expect("burst is at most 32");
+            // SAFETY: entries from..len are valid mbufs owned by self; after the call they
+            // are forgotten (len shrinks), so none is freed twice.
+            unsafe { dpdk_sys::rte_pktmbuf_free_bulk(self.pkts.as_mut_ptr().add(from), n) };
+        }
+        self.len = from.min(self.len);
+    }
+}
+
+impl Drop for MbufBurst<'_> {
+    fn drop(&mut self) {
+        self.free_from(0);
+    }
+}
+
+impl fmt::Debug for MbufBurst<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for MbufBurst<'a> {
+    type Item = Mbuf<'a>;
+    type IntoIter = BurstIntoIter<'a>;
+
+    fn into_iter(self) -> BurstIntoIter<'a> {
+        BurstIntoIter { burst: self, next: 0 }
+    }
+}
+
+impl<'s, 'a> IntoIterator for &'s MbufBurst<'a> {
+    type Item = &'s Mbuf<'a>;
+    type IntoIter = std::slice::Iter<'s, Mbuf<'a>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+/// Moves the packets out of a burst one by one; frees the ones not taken when dropped.
+#[derive(Debug)]
+pub struct BurstIntoIter<'a> {
+    burst: MbufBurst<'a>,
+    next: usize,
+}
+
+impl<'a> Iterator for BurstIntoIter<'a> {
+    type Item = Mbuf<'a>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Mbuf<'a>> {
+        if self.next == self.burst.len {
+            return None;
+        }
+        let raw = self.burst.pkts[self.next];
+        self.next += 1;
+        // SAFETY: entries before `next` have been handed out and are no longer owned by the
+        // burst (see Drop below); this entry is a valid mbuf owned by the burst until now.
+        Some(unsafe { Mbuf::from_raw(raw) })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.burst.len - self.next;
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for BurstIntoIter<'_> {}
+
+impl Drop for BurstIntoIter<'_> {
+    fn drop(&mut self) {
+        // Entries before `next` belong to the callers now: free only the rest, then make the
+        // burst's own Drop see nothing.
+        let (next, len) = (self.next, self.burst.len);
+        self.burst.pkts.copy_within(next..len, 0);
+        self.burst.len = len - next;
+        self.burst.free_from(0);
+    }
+}

@@ -1,0 +1,32 @@
+//! The safe DPDK layer: EAL, lcores, mempools, ports and queues, mbufs and bursts.
+//!
+//! This module owns every call into `dpdk-sys` and is, with `dpdk-sys` itself, the only code
+//! in Spillway allowed to use `unsafe`; every unsafe block carries a `// SAFETY:` comment.
+//! Its types tie DPDK objects to the lifetime of the [`Eal`] that created them, so nothing can
+//! touch DPDK memory after `rte_eal_cleanup`.
+//!
+//! It must never contain packet-processing logic, allocate or log per packet, or expose raw
+//! DPDK pointers outside this module.
+
+mod eal;
+mod error;
+mod lcore;
+mod mbuf;
+mod mempool;
+mod port;
+
+pub use eal::Eal;
+pub use error::DpdkError;
+pub use lcore::{LaunchScope, LcoreId};
+pub use mbuf::{BurstIntoIter, Mbuf, MbufBurst, NoRoom, MAX_BURST};
+pub use mempool::Mempool;
+pub use port::{
+    EthStats, LinkStatus, MacAddr, Port, PortId, PortSetup, RxQueue, TxQueue, TxResult,
+};
+
+/// Reads the CPU's time-stamp counter (`rte_rdtsc`). Cheap enough to call once per poll.
+#[inline]
+pub fn tsc() -> u64 {
+    // SAFETY: rte_rdtsc only executes the rdtsc instruction; it touches no memory.
+    unsafe { dpdk_sys::rte_rdtsc() }
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Spillway needs to build, test and run its demo, skipping what
+# is already installed (apt-get update only runs when something is missing). Needs root.
+# The Rust toolchain itself (rustup, pinned by rust-toolchain.toml) is expected to be present.
+set -euo pipefail
+
+packages=(
+    libdpdk-dev dpdk          # DPDK 22.11 headers, libraries and PMDs (net_tap, net_null, ...)
+    clang libclang-dev        # bindgen (dpdk-sys) parses the DPDK headers with libclang
+    gcc libc6-dev pkg-config  # cc compiles the static-inline wrappers; pkg-config finds libdpdk
+    iproute2 procps           # network namespaces (ip netns), kill
+    python3 python3-pytest    # traffic scripts and the end-to-end tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+    echo "install-deps: installing ${missing[*]}"
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "install-deps: need root to install packages" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+    echo "install-deps: cargo not found: install Rust (rustup) first" >&2
+    exit 1
+fi
