@@ -17,15 +17,30 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub mod services;
+pub use services::*;
+
 /// Largest RX/TX burst a worker handles at once (the size of its on-stack mbuf array).
 pub const MAX_BURST: u16 = 32;
 
 /// The whole configuration file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// DPDK, ports, workers and their queues.
+    /// DPDK, ports, workers and their queues, node addresses, hashing and conntrack size.
     pub dataplane: DataplaneConfig,
+    /// The operator API and metrics endpoint.
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// Regions, zones and client subnets.
+    #[serde(default)]
+    pub topology: TopologyConfig,
+    /// Named health checks.
+    #[serde(default)]
+    pub health_checks: HealthChecks,
+    /// The load-balanced services.
+    #[serde(default)]
+    pub services: Vec<ServiceConfig>,
 }
 
 /// The `dataplane:` section.
@@ -56,6 +71,15 @@ pub struct DataplaneConfig {
     /// Longest time a packet waits in a worker's TX buffer before it is flushed, in
     /// microseconds.
     pub tx_drain_us: u32,
+    /// The node's addresses, gateways and MTU.
+    pub node: NodeConfig,
+    /// Connection-tracking entries per worker (rounded up to whole buckets; 64 bytes each).
+    pub conntrack_capacity: u32,
+    /// CH-4 hash key, the same on every instance of a deployment. A fixed built-in key when
+    /// absent (set your own).
+    pub hash_seed: Option<u64>,
+    /// Maglev table size M, a prime (default 65537).
+    pub maglev_table_size: u32,
 }
 
 impl Default for DataplaneConfig {
@@ -71,6 +95,10 @@ impl Default for DataplaneConfig {
             mempool_cache_size: 256,
             burst_size: MAX_BURST,
             tx_drain_us: 100,
+            node: NodeConfig::default(),
+            conntrack_capacity: 1 << 20,
+            hash_seed: None,
+            maglev_table_size: 65537,
         }
     }
 }

@@ -1,0 +1,322 @@
+//! The YAML shapes of the `node:`, `admin:`, `topology:`, `health_checks:` and `services:`
+//! sections. Field names follow the GCP API in snake_case; enum values are exactly the API's
+//! (`PER_SESSION`, `ZONAL_AFFINITY_SPILL_CROSS_ZONE`, ...). Every struct denies unknown
+//! fields. Semantic checks live in `validate`, the translation to the decision core's model in
+//! `compile`.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// `node:` — the balancer's own addresses on its ports.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeConfig {
+    /// IPv4 address and prefix length of the node on its port (e.g. `198.18.0.2/16`): it
+    /// answers ARP and echo for it, uses it as the outer source of encapsulated packets and
+    /// as the source of ICMP errors. Backends inside the prefix are on-link.
+    pub ipv4: Option<String>,
+    /// IPv6 address and prefix length (e.g. `fd00::2/64`), likewise.
+    pub ipv6: Option<String>,
+    /// IPv4 next hop for backends outside `ipv4`'s prefix.
+    pub gateway_ipv4: Option<String>,
+    /// IPv6 next hop for backends outside `ipv6`'s prefix.
+    pub gateway_ipv6: Option<String>,
+    /// Egress MTU: an encapsulated packet with DF set that would exceed it is answered with
+    /// ICMP "fragmentation needed" / ICMPv6 "packet too big". Default 1500.
+    pub mtu: Option<u32>,
+}
+
+/// `admin:` — the operator API and metrics endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// `127.0.0.1:9090` (loopback TCP) or `unix:/run/spillway.sock`.
+    pub listen: String,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig { listen: "127.0.0.1:9090".to_string() }
+    }
+}
+
+/// `topology:` — where the balancer, backends and clients are.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopologyConfig {
+    /// The balancer's own region (ZA-1).
+    pub region: String,
+    /// Every zone that groups or client subnets name.
+    pub zones: Vec<ZoneConfig>,
+    /// Client source subnets and their zones.
+    pub client_subnets: Vec<ClientSubnetConfig>,
+}
+
+/// One zone.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneConfig {
+    /// Zone name.
+    pub name: String,
+    /// Its region; defaults to `topology.region`.
+    #[serde(default)]
+    pub region: Option<String>,
+}
+
+/// One client subnet: a zone, or `regional: true` (VPN, interconnect: never zonal, ZA-1).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSubnetConfig {
+    /// Source prefix, e.g. `198.18.10.0/24`.
+    pub prefix: String,
+    /// The zone of its clients.
+    #[serde(default)]
+    pub zone: Option<String>,
+    /// A regional subnet: incompatible with zonal affinity.
+    #[serde(default)]
+    pub regional: bool,
+}
+
+/// A named health check (HC-1), under `health_checks:` keyed by name.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheckConfig {
+    /// `TCP`, `HTTP` or `UDP`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Port to probe; defaults to the endpoint's port.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// HTTP: request path (default `/`).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// HTTP: Host header (default: the endpoint address).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// HTTP: the status that means healthy (default 200).
+    #[serde(default)]
+    pub expected_status: Option<u16>,
+    /// UDP: the request payload (default `ping`).
+    #[serde(default)]
+    pub request: Option<String>,
+    /// UDP: bytes the reply must contain (default: any reply).
+    #[serde(default)]
+    pub response: Option<String>,
+    /// Seconds between probes (default 5).
+    #[serde(default)]
+    pub check_interval_sec: Option<f64>,
+    /// Seconds before a probe fails (default 5, at most the interval).
+    #[serde(default)]
+    pub timeout_sec: Option<f64>,
+    /// Consecutive successes to turn healthy (default 2).
+    #[serde(default)]
+    pub healthy_threshold: Option<u32>,
+    /// Consecutive failures to turn unhealthy (default 2).
+    #[serde(default)]
+    pub unhealthy_threshold: Option<u32>,
+    /// `unhealthy` (default, HC-3) or `healthy`: the verdict before the first probes.
+    #[serde(default)]
+    pub initial: Option<String>,
+}
+
+/// One service: forwarding rules plus a backend service.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// Unique name.
+    pub name: String,
+    /// What traffic belongs to the service.
+    pub forwarding_rules: Vec<ForwardingRuleConfig>,
+    /// How packets reach the backends (default IPIP).
+    #[serde(default)]
+    pub encapsulation: EncapsulationConfig,
+    /// The backend service.
+    pub backend_service: BackendServiceConfig,
+}
+
+/// A forwarding rule: `vip` or `destination_prefix`, `protocol`, `ports`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardingRuleConfig {
+    /// An exact virtual IP.
+    #[serde(default)]
+    pub vip: Option<String>,
+    /// Next-hop mode: a destination prefix (SA-7).
+    #[serde(default)]
+    pub destination_prefix: Option<String>,
+    /// `TCP`, `UDP` or `L3_DEFAULT` (default `TCP`).
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
+    /// `ALL` (default), or a list of ports and `"lo-hi"` ranges.
+    #[serde(default)]
+    pub ports: PortsConfig,
+}
+
+fn default_protocol() -> String {
+    "TCP".to_string()
+}
+
+/// `ports:` — `ALL` or a list of ports / ranges.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum PortsConfig {
+    /// `ALL`.
+    Word(String),
+    /// `[80, 443, "8000-8080"]`.
+    List(Vec<PortItem>),
+}
+
+impl Default for PortsConfig {
+    fn default() -> Self {
+        PortsConfig::Word("ALL".to_string())
+    }
+}
+
+/// One item of a port list.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum PortItem {
+    /// A single port.
+    Port(u16),
+    /// `"lo-hi"` (or a single port as a string).
+    Range(String),
+}
+
+/// `encapsulation:`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncapsulationConfig {
+    /// `IPIP` (default), `GUE` or `L2`.
+    #[serde(rename = "type", default = "default_encap")]
+    pub kind: String,
+    /// GUE destination port (default 6080).
+    #[serde(default)]
+    pub port: Option<u16>,
+}
+
+fn default_encap() -> String {
+    "IPIP".to_string()
+}
+
+impl Default for EncapsulationConfig {
+    fn default() -> Self {
+        EncapsulationConfig { kind: default_encap(), port: None }
+    }
+}
+
+/// `backend_service:`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendServiceConfig {
+    /// SA: `NONE` (default), `CLIENT_IP_PORT_PROTO`, `CLIENT_IP_PROTO`, `CLIENT_IP`,
+    /// `CLIENT_IP_NO_DESTINATION`.
+    #[serde(default = "default_affinity")]
+    pub session_affinity: String,
+    /// SA-8.
+    #[serde(default)]
+    pub symmetric_hashing: bool,
+    /// CT.
+    #[serde(default)]
+    pub connection_tracking_policy: ConnectionTrackingConfig,
+    /// CD.
+    #[serde(default)]
+    pub connection_draining: ConnectionDrainingConfig,
+    /// Section 3; only with failover groups.
+    #[serde(default)]
+    pub failover_policy: Option<FailoverPolicyConfig>,
+    /// Section 4.
+    #[serde(default)]
+    pub zonal_affinity: ZonalAffinityConfig,
+    /// Backend groups.
+    pub backends: Vec<BackendGroupConfig>,
+}
+
+fn default_affinity() -> String {
+    "NONE".to_string()
+}
+
+/// `connection_tracking_policy:`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionTrackingConfig {
+    /// `PER_CONNECTION` (default) or `PER_SESSION`.
+    pub tracking_mode: String,
+    /// `DEFAULT_FOR_PROTOCOL` (default), `NEVER_PERSIST`, `ALWAYS_PERSIST`.
+    pub connection_persistence_on_unhealthy_backends: String,
+    /// CT-8/CT-9: seconds, default 600.
+    pub idle_timeout_sec: Option<u32>,
+}
+
+impl Default for ConnectionTrackingConfig {
+    fn default() -> Self {
+        ConnectionTrackingConfig {
+            tracking_mode: "PER_CONNECTION".to_string(),
+            connection_persistence_on_unhealthy_backends: "DEFAULT_FOR_PROTOCOL".to_string(),
+            idle_timeout_sec: None,
+        }
+    }
+}
+
+/// `connection_draining:`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionDrainingConfig {
+    /// CD-3: 0 (default, disabled) .. 3600 seconds.
+    pub draining_timeout_sec: u32,
+}
+
+/// `failover_policy:`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct FailoverPolicyConfig {
+    /// FO-2: in [0, 1], default 0.
+    pub failover_ratio: f64,
+    /// FO-3.
+    pub drop_traffic_if_unhealthy: bool,
+    /// FO-9.
+    pub disable_connection_drain_on_failover: bool,
+}
+
+/// `zonal_affinity:`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ZonalAffinityConfig {
+    /// `ZONAL_AFFINITY_DISABLED` (default), `ZONAL_AFFINITY_STAY_WITHIN_ZONE`,
+    /// `ZONAL_AFFINITY_SPILL_CROSS_ZONE`.
+    pub spillover: String,
+    /// In [0, 1], default 0; only with `ZONAL_AFFINITY_SPILL_CROSS_ZONE`.
+    pub spillover_ratio: f64,
+}
+
+impl Default for ZonalAffinityConfig {
+    fn default() -> Self {
+        ZonalAffinityConfig {
+            spillover: "ZONAL_AFFINITY_DISABLED".to_string(),
+            spillover_ratio: 0.0,
+        }
+    }
+}
+
+/// One backend group.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendGroupConfig {
+    /// Name, unique within the service.
+    pub group: String,
+    /// Its zone (one of `topology.zones`).
+    pub zone: String,
+    /// A failover group (default false: primary).
+    #[serde(default)]
+    pub failover: bool,
+    /// The named health check (a key of `health_checks:`).
+    #[serde(default)]
+    pub health_check: Option<String>,
+    /// Relative weight of each endpoint, 1..=1000 (default 1).
+    #[serde(default)]
+    pub weight: Option<u32>,
+    /// Endpoint addresses, `198.18.1.1` or `[fd00::1:1]:80` / `198.18.1.1:80` with a port.
+    pub endpoints: Vec<String>,
+}
+
+/// The sections this file adds to [`super::Config`], as one map for convenience.
+pub type HealthChecks = BTreeMap<String, HealthCheckConfig>;
