@@ -1,0 +1,348 @@
+//! IPv6 headers (RFC 8200) and the extension-header chain.
+
+use super::{be, ip_proto, Malformed};
+
+mod field {
+    pub const VER_TC_FLOW: usize = 0;
+    pub const LENGTH: usize = 4;
+    pub const NXT_HDR: usize = 6;
+    pub const HOP_LIMIT: usize = 7;
+    pub const SRC: usize = 8;
+    pub const DST: usize = 24;
+    pub const PAYLOAD: usize = 40;
+}
+
+/// Length of the IPv6 base header.
+pub const HEADER_LEN: usize = field::PAYLOAD;
+
+/// At most this many extension headers are walked; a longer chain is
+/// [`Malformed::BadExtensionHeader`].
+pub const MAX_EXT_HEADERS: usize = 8;
+
+/// A view of an IPv6 packet.
+///
+/// After [`Ipv6Packet::check_len`]: `40 + payload_len() <= buffer length`.
+#[derive(Debug, Clone, Copy)]
+pub struct Ipv6Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv6Packet<T> {
+    /// Wrap a buffer without checking it.
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Ipv6Packet { buffer }
+    }
+
+    /// Wrap a buffer and check it (see [`Ipv6Packet::check_len`]).
+    pub fn new_checked(buffer: T) -> Result<Self, Malformed> {
+        let p = Self::new_unchecked(buffer);
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// `Truncated` when shorter than 40 bytes; `BadLength` when 40 + payload length is larger
+    /// than the buffer.
+    pub fn check_len(&self) -> Result<(), Malformed> {
+        let len = self.buffer.as_ref().len();
+        if len < HEADER_LEN {
+            return Err(Malformed::Truncated);
+        }
+        if self.total_len() > len {
+            return Err(Malformed::BadLength);
+        }
+        Ok(())
+    }
+
+    /// The wrapped buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// Version nibble.
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VER_TC_FLOW] >> 4
+    }
+
+    /// Traffic class.
+    pub fn traffic_class(&self) -> u8 {
+        let b = self.buffer.as_ref();
+        (b[0] << 4) | (b[1] >> 4)
+    }
+
+    /// Flow label (20 bits).
+    pub fn flow_label(&self) -> u32 {
+        be::u32_at(self.buffer.as_ref(), field::VER_TC_FLOW) & 0x000f_ffff
+    }
+
+    /// Payload length field.
+    pub fn payload_len(&self) -> u16 {
+        be::u16_at(self.buffer.as_ref(), field::LENGTH)
+    }
+
+    /// 40 + payload length.
+    pub fn total_len(&self) -> usize {
+        HEADER_LEN + usize::from(self.payload_len())
+    }
+
+    /// Next header (the first extension header or the upper-layer protocol).
+    pub fn next_header(&self) -> u8 {
+        self.buffer.as_ref()[field::NXT_HDR]
+    }
+
+    /// Hop limit.
+    pub fn hop_limit(&self) -> u8 {
+        self.buffer.as_ref()[field::HOP_LIMIT]
+    }
+
+    /// Source address.
+    pub fn src_addr(&self) -> [u8; 16] {
+        be::array(self.buffer.as_ref(), field::SRC)
+    }
+
+    /// Destination address.
+    pub fn dst_addr(&self) -> [u8; 16] {
+        be::array(self.buffer.as_ref(), field::DST)
+    }
+
+    /// The payload (extension headers included), up to the payload length.
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[HEADER_LEN..self.total_len()]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
+    /// Set version 6, the traffic class and the flow label.
+    pub fn set_version_tc_flow(&mut self, traffic_class: u8, flow_label: u32) {
+        let v = (6u32 << 28) | (u32::from(traffic_class) << 20) | (flow_label & 0x000f_ffff);
+        be::set_u32(self.buffer.as_mut(), field::VER_TC_FLOW, v);
+    }
+
+    /// Set the payload length.
+    pub fn set_payload_len(&mut self, v: u16) {
+        be::set_u16(self.buffer.as_mut(), field::LENGTH, v);
+    }
+
+    /// Set the next header.
+    pub fn set_next_header(&mut self, v: u8) {
+        self.buffer.as_mut()[field::NXT_HDR] = v;
+    }
+
+    /// Set the hop limit.
+    pub fn set_hop_limit(&mut self, v: u8) {
+        self.buffer.as_mut()[field::HOP_LIMIT] = v;
+    }
+
+    /// Set the source address.
+    pub fn set_src_addr(&mut self, a: [u8; 16]) {
+        self.buffer.as_mut()[field::SRC..field::SRC + 16].copy_from_slice(&a);
+    }
+
+    /// Set the destination address.
+    pub fn set_dst_addr(&mut self, a: [u8; 16]) {
+        self.buffer.as_mut()[field::DST..field::DST + 16].copy_from_slice(&a);
+    }
+
+    /// The payload, mutable.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let end = self.total_len();
+        &mut self.buffer.as_mut()[HEADER_LEN..end]
+    }
+}
+
+/// A view of a generic extension header: hop-by-hop, routing, destination options (length in
+/// 8-byte units, not counting the first 8) or AH (length in 4-byte units, not counting the
+/// first 8).
+#[derive(Debug, Clone, Copy)]
+pub struct Ipv6ExtHeader<T: AsRef<[u8]>> {
+    buffer: T,
+    ah: bool,
+}
+
+impl<T: AsRef<[u8]>> Ipv6ExtHeader<T> {
+    /// Wrap a buffer without checking it; `kind` is the next-header value that announced it.
+    pub const fn new_unchecked(buffer: T, kind: u8) -> Self {
+        Ipv6ExtHeader { buffer, ah: kind == ip_proto::AH }
+    }
+
+    /// Wrap a buffer and check that the whole header is in it.
+    pub fn new_checked(buffer: T, kind: u8) -> Result<Self, Malformed> {
+        let h = Self::new_unchecked(buffer, kind);
+        h.check_len()?;
+        Ok(h)
+    }
+
+    /// `BadExtensionHeader` when the buffer does not hold the whole header.
+    pub fn check_len(&self) -> Result<(), Malformed> {
+        let len = self.buffer.as_ref().len();
+        if len < 2 || self.header_len() > len {
+            return Err(Malformed::BadExtensionHeader);
+        }
+        Ok(())
+    }
+
+    /// Next header.
+    pub fn next_header(&self) -> u8 {
+        self.buffer.as_ref()[0]
+    }
+
+    /// Length of this header in bytes.
+    pub fn header_len(&self) -> usize {
+        let n = usize::from(self.buffer.as_ref()[1]);
+        if self.ah {
+            (n + 2) * 4
+        } else {
+            (n + 1) * 8
+        }
+    }
+
+    /// The header's data (options, routing data, ...), after the first two bytes.
+    pub fn data(&self) -> &[u8] {
+        &self.buffer.as_ref()[2..self.header_len()]
+    }
+}
+
+/// Length of the IPv6 Fragment header.
+pub const FRAG_HEADER_LEN: usize = 8;
+
+/// A view of the IPv6 Fragment header.
+#[derive(Debug, Clone, Copy)]
+pub struct Ipv6FragHeader<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv6FragHeader<T> {
+    /// Wrap a buffer without checking it.
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Ipv6FragHeader { buffer }
+    }
+
+    /// Wrap a buffer and check that the header is in it.
+    pub fn new_checked(buffer: T) -> Result<Self, Malformed> {
+        let h = Self::new_unchecked(buffer);
+        h.check_len()?;
+        Ok(h)
+    }
+
+    /// `BadExtensionHeader` when shorter than 8 bytes.
+    pub fn check_len(&self) -> Result<(), Malformed> {
+        if self.buffer.as_ref().len() < FRAG_HEADER_LEN {
+            Err(Malformed::BadExtensionHeader)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Next header (of the fragmentable part).
+    pub fn next_header(&self) -> u8 {
+        self.buffer.as_ref()[0]
+    }
+
+    /// Fragment offset in 8-byte units.
+    pub fn frag_offset(&self) -> u16 {
+        be::u16_at(self.buffer.as_ref(), 2) >> 3
+    }
+
+    /// M flag (more fragments).
+    pub fn more_frags(&self) -> bool {
+        be::u16_at(self.buffer.as_ref(), 2) & 1 != 0
+    }
+
+    /// Identification.
+    pub fn ident(&self) -> u32 {
+        be::u32_at(self.buffer.as_ref(), 4)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6FragHeader<T> {
+    /// Write a whole Fragment header.
+    pub fn set(&mut self, next_header: u8, offset: u16, more: bool, ident: u32) {
+        let b = self.buffer.as_mut();
+        b[0] = next_header;
+        b[1] = 0;
+        be::set_u16(b, 2, (offset << 3) | u16::from(more));
+        be::set_u32(b, 4, ident);
+    }
+}
+
+/// What a Fragment header said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragInfo {
+    /// Its Next Header: the protocol every fragment of the datagram reports (SA-6).
+    pub next_header: u8,
+    /// Offset in 8-byte units.
+    pub offset: u16,
+    /// M flag.
+    pub more: bool,
+    /// Identification.
+    pub ident: u32,
+    /// Bytes of fragment data (after the Fragment header, to the end of the payload).
+    pub data_len: usize,
+}
+
+/// The end of an extension-header walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chain {
+    /// The upper-layer protocol (for a non-first fragment: the Fragment header's Next Header,
+    /// since nothing after it can be parsed).
+    pub proto: u8,
+    /// Offset of the upper-layer header in the walked payload.
+    pub l4_offset: usize,
+    /// The Fragment header, if any.
+    pub frag: Option<FragInfo>,
+}
+
+/// True for the next-header values the walk steps over.
+pub fn is_extension_header(nh: u8) -> bool {
+    matches!(
+        nh,
+        ip_proto::HOP_BY_HOP
+            | ip_proto::ROUTING
+            | ip_proto::FRAGMENT
+            | ip_proto::DEST_OPTS
+            | ip_proto::AH
+    )
+}
+
+/// Walk the extension headers of `payload` (what follows the base header), starting with
+/// `first` (the base header's Next Header). Bounded by [`MAX_EXT_HEADERS`]; stops after a
+/// Fragment header with a non-zero offset.
+pub fn walk_chain(first: u8, payload: &[u8]) -> Result<Chain, Malformed> {
+    let mut nh = first;
+    let mut off = 0usize;
+    let mut frag: Option<FragInfo> = None;
+    let mut count = 0usize;
+    while is_extension_header(nh) {
+        if count == MAX_EXT_HEADERS {
+            return Err(Malformed::BadExtensionHeader);
+        }
+        if nh == ip_proto::HOP_BY_HOP && count != 0 {
+            return Err(Malformed::BadExtensionHeader);
+        }
+        count += 1;
+        let rest = payload.get(off..).ok_or(Malformed::BadExtensionHeader)?;
+        if nh == ip_proto::FRAGMENT {
+            if frag.is_some() {
+                return Err(Malformed::BadExtensionHeader);
+            }
+            let h = Ipv6FragHeader::new_checked(rest)?;
+            let info = FragInfo {
+                next_header: h.next_header(),
+                offset: h.frag_offset(),
+                more: h.more_frags(),
+                ident: h.ident(),
+                data_len: rest.len() - FRAG_HEADER_LEN,
+            };
+            off += FRAG_HEADER_LEN;
+            nh = info.next_header;
+            frag = Some(info);
+            if info.offset != 0 {
+                break;
+            }
+        } else {
+            let h = Ipv6ExtHeader::new_checked(rest, nh)?;
+            off += h.header_len();
+            nh = h.next_header();
+        }
+    }
+    Ok(Chain { proto: nh, l4_offset: off, frag })
+}
