@@ -109,7 +109,7 @@ pub fn run_config(
         ports.push(port);
     }
 
-    let counters: Vec<WorkerCounters> = lcores.iter().map(|_| WorkerCounters::default()).collect();
+    let counters: Vec<WorkerCounters> = lcores.iter().map(|_| WorkerCounters::new()).collect();
     let params = WorkerParams {
         burst_size: dp.burst_size,
         drain_ticks: (eal.tsc_hz() / 1_000_000).max(1) * u64::from(dp.tx_drain_us),
@@ -126,7 +126,7 @@ pub fn run_config(
         .zip(&counters)
         .zip(&lcores)
         .enumerate()
-        .map(|(i, ((q, c), &lcore))| Worker::new(i, lcore, q, params, c))
+        .map(|(i, ((q, c), &lcore))| Worker::new(i, lcore, q, params, c, None))
         .collect();
 
     let ran_for = eal.scope(|scope| -> Result<Duration, DaemonError> {
@@ -148,7 +148,7 @@ pub fn run_config(
         Ok(monitor(&lcores, &counters, options, stop))
     })?;
 
-    let summary = Summary { workers: counters.iter().map(WorkerCounters::read).collect() };
+    let summary = Summary { workers: counters.iter().map(CounterValues::read).collect() };
     let secs = ran_for.as_secs_f64();
     for (i, (c, lcore)) in summary.workers.iter().zip(&lcores).enumerate() {
         println!(
@@ -250,7 +250,7 @@ fn monitor(
     const TICK: Duration = Duration::from_millis(20);
     let start = Instant::now();
     let mut last_print = start;
-    let mut last: Vec<CounterValues> = counters.iter().map(WorkerCounters::read).collect();
+    let mut last: Vec<CounterValues> = counters.iter().map(CounterValues::read).collect();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(TICK);
         let now = Instant::now();
@@ -263,7 +263,7 @@ fn monitor(
         let secs = (now - last_print).as_secs_f64();
         let mut total_rx = 0;
         for (i, (c, prev)) in counters.iter().zip(last.iter_mut()).enumerate() {
-            let cur = c.read();
+            let cur = CounterValues::read(c);
             let d = cur.since(prev);
             total_rx += d.rx;
             println!(

@@ -9,4 +9,6 @@
 pub mod daemon;
 #[allow(unsafe_code)]
 pub mod dpdk;
+pub mod neighbour;
+pub mod path;
 pub mod worker;

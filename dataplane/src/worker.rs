@@ -1,37 +1,41 @@
-//! The per-lcore worker: one poll loop that owns its queues and its counters.
+//! The per-lcore worker: one poll loop that owns its queues, its connection table and its
+//! counters.
 //!
 //! A [`Worker`] owns one RX and one TX queue on every port and runs to completion on its EAL
 //! lcore: receive a burst, [`Worker::process`] it, buffer the packets for TX, flush full TX
 //! buffers at once and the others when the TSC drain deadline passes (DPDK l3fwd style).
-//! Today `process` is io-forward: every packet goes back out of the port it came in on.
-//! Later it will load the snapshot once per burst, parse, decide and rewrite.
+//! In [`Mode::LoadBalance`] it loads the current snapshot and neighbour table once per burst
+//! and runs every packet through [`crate::path::process`]; in [`Mode::IoForward`] (the
+//! baseline for benchmarks and the foundation tests) every packet goes back out unchanged.
+//! When idle it sweeps a few conntrack buckets (memory reclamation only).
 //!
 //! It must never allocate, lock, log, or do a shared atomic read-modify-write per packet. Its
-//! counters are written only by itself, with relaxed loads and stores once per burst, and read
-//! by the main thread.
+//! counters ([`WorkerCounters`]) are written only by itself, with relaxed loads and stores,
+//! and read by the main thread.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
-use crate::dpdk::{self, LcoreId, MbufBurst, RxQueue, TxQueue, TxResult};
+use spillway_control::publish::SnapshotReader;
+use spillway_shared::conntrack::Shard;
+pub use spillway_shared::counters::WorkerCounters;
+use spillway_shared::counters::{PathDrop, Reason};
+use spillway_shared::decide::is_reclaimable;
+use spillway_shared::time::Time;
 
-/// One worker's packet counters, on their own cache line. Written only by the owning worker
-/// (plain relaxed `store(load + n)`, never `fetch_add`), read by anyone.
-#[repr(align(64))]
-#[derive(Debug, Default)]
-pub struct WorkerCounters {
-    rx: AtomicU64,
-    tx: AtomicU64,
-    dropped: AtomicU64,
-}
+use crate::dpdk::{self, LcoreId, Mbuf, MbufBurst, RxQueue, TxQueue, TxResult};
+use crate::neighbour::{NeighbourCell, NeighbourEvents, NeighbourTable};
+use crate::path::{self, Node, Outcome, PacketBuf, PathCtx};
 
-/// A reading of [`WorkerCounters`].
+/// A reading of a worker's main counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CounterValues {
     /// Packets received.
     pub rx: u64,
     /// Packets handed to the driver for transmission.
     pub tx: u64,
-    /// Packets dropped (the driver refused them on TX).
+    /// Packets dropped, for any reason (the driver refusing them on TX included).
     pub dropped: u64,
 }
 
@@ -44,31 +48,14 @@ impl CounterValues {
             dropped: self.dropped.saturating_sub(earlier.dropped),
         }
     }
-}
 
-impl WorkerCounters {
-    /// Single-writer add: only the owning worker calls this, so load + store cannot lose
-    /// updates, and readers never make the writer's cache line bounce with a locked RMW.
-    #[inline]
-    fn add(counter: &AtomicU64, n: u64) {
-        if n != 0 {
-            counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
-        }
-    }
-
-    #[inline]
-    fn add_tx(&self, t: TxTally) {
-        Self::add(&self.tx, t.sent);
-        Self::add(&self.dropped, t.dropped);
-    }
-
-    /// Reads the counters (each one atomically; the three together are not a snapshot).
-    pub fn read(&self) -> CounterValues {
-        CounterValues {
-            rx: self.rx.load(Ordering::Relaxed),
-            tx: self.tx.load(Ordering::Relaxed),
-            dropped: self.dropped.load(Ordering::Relaxed),
-        }
+    /// Read a worker's counters (each one atomically; together they are not a snapshot).
+    pub fn read(c: &WorkerCounters) -> CounterValues {
+        let dropped = Reason::all()
+            .filter(|r| !matches!(r, Reason::Forward(_)))
+            .map(|r| c.reason(r).get())
+            .sum();
+        CounterValues { rx: c.rx_packets.get(), tx: c.tx_packets.get(), dropped }
     }
 }
 
@@ -96,6 +83,16 @@ pub struct PortQueues<'p> {
     pub tx: TxQueue<'p>,
 }
 
+/// What the worker does with packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// The load balancer.
+    #[default]
+    LoadBalance,
+    /// Receive and send back out unchanged (the benchmark baseline).
+    IoForward,
+}
+
 /// Settings fixed when the worker is built.
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerParams {
@@ -104,6 +101,27 @@ pub struct WorkerParams {
     /// TSC ticks a buffered TX packet may wait before the buffers are flushed.
     pub drain_ticks: u64,
 }
+
+/// What a load-balancing worker reads and owns besides its queues.
+#[derive(Debug)]
+pub struct Balancer {
+    /// The current snapshot, loaded once per burst.
+    pub snapshots: SnapshotReader,
+    /// The current neighbour table, loaded once per burst.
+    pub neighbours: arc_swap::Cache<NeighbourCell, Arc<NeighbourTable>>,
+    /// Where to post neighbour events.
+    pub events: NeighbourEvents,
+    /// The worker's own connection table.
+    pub shard: Shard,
+    /// The node's addresses and MAC.
+    pub node: Node,
+    /// The origin of [`Time`], shared with the control thread.
+    pub origin: Instant,
+}
+
+/// Conntrack buckets swept per idle poll, and per busy burst.
+const SWEEP_IDLE: usize = 16;
+const SWEEP_BUSY: usize = 1;
 
 /// One poll-mode worker. Build it on the main thread, move it to its lcore, call
 /// [`Worker::run`].
@@ -114,19 +132,25 @@ pub struct Worker<'p, 'c> {
     ports: Vec<PortQueues<'p>>,
     params: WorkerParams,
     counters: &'c WorkerCounters,
+    balancer: Option<Balancer>,
 }
 
 impl<'p, 'c> Worker<'p, 'c> {
     /// A worker numbered `index`, to run on `lcore`, owning `ports[i]` queues for port index
-    /// `i`, publishing into `counters`.
+    /// `i`, publishing into `counters`; it load-balances with `balancer`, or io-forwards
+    /// without one.
     pub fn new(
         index: usize,
         lcore: LcoreId,
         ports: Vec<PortQueues<'p>>,
         params: WorkerParams,
         counters: &'c WorkerCounters,
+        balancer: Option<Balancer>,
     ) -> Self {
-        Worker { index, lcore, ports, params, counters }
+        if let Some(b) = &balancer {
+            counters.ct_capacity.set(b.shard.capacity() as u64);
+        }
+        Worker { index, lcore, ports, params, counters, balancer }
     }
 
     /// The worker's number.
@@ -143,11 +167,16 @@ impl<'p, 'c> Worker<'p, 'c> {
     pub fn run(&mut self, stop: &AtomicBool) {
         let mut last_drain = dpdk::tsc();
         while !stop.load(Ordering::Relaxed) {
+            let mut idle = true;
             for port in 0..self.ports.len() {
                 let burst = self.ports[port].rx.rx_burst(self.params.burst_size);
                 if !burst.is_empty() {
+                    idle = false;
                     self.process(port, burst);
                 }
+            }
+            if idle {
+                self.sweep(SWEEP_IDLE);
             }
             let now = dpdk::tsc();
             if now.wrapping_sub(last_drain) >= self.params.drain_ticks {
@@ -158,17 +187,53 @@ impl<'p, 'c> Worker<'p, 'c> {
         self.drain();
     }
 
-    /// Handles one received burst from port index `port`: io-forward, back out of the same
+    /// Handles one received burst from port index `port`; what goes out leaves by the same
     /// port, through the TX buffer.
     #[inline]
     pub fn process(&mut self, port: usize, burst: MbufBurst<'p>) {
-        WorkerCounters::add(&self.counters.rx, burst.len() as u64);
+        let c = self.counters;
+        c.rx_packets.add(burst.len() as u64);
+        c.rx_bytes.add(burst.iter().map(|m| m.pkt_len() as u64).sum());
         let tx = &mut self.ports[port].tx;
         let mut tally = TxTally::default();
-        for m in burst {
-            tally.add(tx.push(m));
+        let Some(b) = &mut self.balancer else {
+            for m in burst {
+                tally.add(tx.push(m));
+            }
+            publish_tx(c, tally);
+            return;
+        };
+        // Split the borrows: the caches are loaded once (one pointer compare each), the shard
+        // is written.
+        let Balancer { snapshots, neighbours, events, shard, node, origin } = b;
+        let snap = snapshots.load();
+        let neighbours = neighbours.load();
+        let now = time_since(*origin);
+        let mut ctx = PathCtx { snap, shard, now, node, neighbours, events, counters: c };
+        for mut m in burst {
+            if m.segments() != 1 {
+                c.reason(Reason::Path(PathDrop::NoHeadroom)).inc();
+                continue;
+            }
+            if path::process(&mut m, &mut ctx) == Outcome::Transmit {
+                tally.add(tx.push(m));
+            }
         }
-        self.counters.add_tx(tally);
+        let stats = shard.stats();
+        c.ct_entries.set(stats.entries);
+        c.ct_inserts.set(stats.inserts);
+        c.ct_evictions.set(stats.evictions);
+        publish_tx(c, tally);
+        self.sweep(SWEEP_BUSY);
+    }
+
+    /// Reclaims the memory of entries that no packet can use any more.
+    fn sweep(&mut self, buckets: usize) {
+        let Some(b) = &mut self.balancer else { return };
+        let snap = b.snapshots.load();
+        let now = time_since(b.origin);
+        b.shard
+            .sweep(buckets, now, |e| is_reclaimable(e.key.service, &e.value, e.idle_ms, snap, now));
     }
 
     /// Transmits everything buffered on every port.
@@ -177,6 +242,56 @@ impl<'p, 'c> Worker<'p, 'c> {
         for q in &mut self.ports {
             tally.add(q.tx.flush());
         }
-        self.counters.add_tx(tally);
+        publish_tx(self.counters, tally);
+    }
+}
+
+fn publish_tx(c: &WorkerCounters, t: TxTally) {
+    c.tx_packets.add(t.sent);
+    c.reason(Reason::Path(PathDrop::TxFull)).add(t.dropped);
+}
+
+/// Milliseconds since the shared origin, as the decision core's [`Time`].
+#[inline]
+pub fn time_since(origin: Instant) -> Time {
+    Time(u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX))
+}
+
+impl PacketBuf for Mbuf<'_> {
+    #[inline]
+    fn data(&self) -> &[u8] {
+        Mbuf::data(self)
+    }
+
+    #[inline]
+    fn data_mut(&mut self) -> &mut [u8] {
+        Mbuf::data_mut(self)
+    }
+
+    #[inline]
+    fn prepend(&mut self, n: usize) -> bool {
+        u16::try_from(n).is_ok_and(|n| Mbuf::prepend(self, n).is_ok())
+    }
+
+    #[inline]
+    fn adj(&mut self, n: usize) -> bool {
+        u16::try_from(n).is_ok_and(|n| Mbuf::adj(self, n).is_ok())
+    }
+
+    #[inline]
+    fn truncate(&mut self, len: usize) -> bool {
+        let have = self.data_len();
+        len <= have && u16::try_from(have - len).is_ok_and(|n| self.trim(n).is_ok())
+    }
+
+    #[inline]
+    fn extend_to(&mut self, len: usize) -> bool {
+        let have = self.data_len();
+        len <= have || u16::try_from(len - have).is_ok_and(|n| self.append(n).is_ok())
+    }
+
+    #[inline]
+    fn reset(&mut self, len: usize) -> bool {
+        u16::try_from(len).is_ok_and(|n| Mbuf::reset(self, n).is_ok())
     }
 }

@@ -231,3 +231,21 @@ pub fn judge(
     }
     Ok(r.slot)
 }
+
+/// True when an entry can be removed by the sweep: whatever packet comes next, it is invalid
+/// (its service is gone, or it expired, was drained or was flushed). Entries that are only
+/// invalid for some packets (CP-5) are left for the next packet to replace.
+pub fn is_reclaimable(
+    key_service: u16,
+    value: &EntryValue,
+    idle_ms: u64,
+    snap: &Snapshot,
+    now: Time,
+) -> bool {
+    let Some(svc) = snap.service(key_service) else { return true };
+    if idle_ms >= svc.idle_timeout_ms || value.epoch != svc.epoch {
+        return true;
+    }
+    let r = BackendRef::from_u32(value.backend);
+    snap.backend(r.slot).is_none_or(|b| b.gen != r.gen || b.service != svc.id || !b.is_live(now))
+}

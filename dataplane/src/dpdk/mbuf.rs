@@ -174,6 +174,35 @@ impl<'a> Mbuf<'a> {
         Ok(())
     }
 
+    /// Drops `len` bytes from the end of a single-segment mbuf's data (`rte_pktmbuf_trim`).
+    #[inline]
+    pub fn trim(&mut self, len: u16) -> Result<(), NoRoom> {
+        let m = self.m_mut();
+        if m.nb_segs != 1 || len > m.data_len {
+            return Err(NoRoom);
+        }
+        m.data_len -= len;
+        m.pkt_len -= u32::from(len);
+        Ok(())
+    }
+
+    /// Makes the data `len` fresh bytes starting at the default headroom (for writing a new
+    /// packet into a received single-segment mbuf) and returns them.
+    #[inline]
+    pub fn reset(&mut self, len: u16) -> Result<&mut [u8], NoRoom> {
+        self.assert_exclusive();
+        let headroom = u16::try_from(dpdk_sys::RTE_PKTMBUF_HEADROOM).unwrap_or(128);
+        let m = self.m_mut();
+        let off = headroom.min(m.buf_len);
+        if m.nb_segs != 1 || u32::from(off) + u32::from(len) > u32::from(m.buf_len) {
+            return Err(NoRoom);
+        }
+        m.data_off = off;
+        m.data_len = len;
+        m.pkt_len = u32::from(len);
+        Ok(self.data_mut())
+    }
+
     /// Grows the data by `len` bytes at the end (`rte_pktmbuf_append`, last segment) and
     /// returns the new bytes.
     pub fn append(&mut self, len: u16) -> Result<&mut [u8], NoRoom> {

@@ -538,7 +538,7 @@ fn is_icmpv4_error(t: u8) -> bool {
 
 /// Write an ICMP "fragmentation needed" (type 3 code 4, next-hop `mtu`) from `our_ip` to
 /// the source of `offending` (an IPv4 packet from its header, e.g. the received frame's
-/// `l3_range()`), quoting as much of it as fits in 576 bytes. Ethernet `dst_mac` is
+/// `l3_range()`, or a prefix of it), quoting as much of it as fits in 576 bytes. Ethernet `dst_mac` is
 /// normally the received frame's source MAC. Returns the frame length.
 pub fn icmp_frag_needed(
     buf: &mut [u8],
@@ -548,8 +548,14 @@ pub fn icmp_frag_needed(
     offending: &[u8],
     mtu: u16,
 ) -> Result<usize, BuildError> {
-    let off = Ipv4Packet::new_checked(offending).map_err(|_| BuildError::WrongKind)?;
-    if off.version() != 4 {
+    // `offending` may be only the start of the packet (the quote): the fixed header fields
+    // are read directly, never through lengths the packet announces.
+    if offending.len() < ipv4::HEADER_LEN {
+        return Err(BuildError::WrongKind);
+    }
+    let off = Ipv4Packet::new_unchecked(offending);
+    let ihl = off.header_len();
+    if off.version() != 4 || ihl < ipv4::HEADER_LEN || ihl > offending.len() {
         return Err(BuildError::WrongKind);
     }
     let src = off.src_addr();
@@ -557,14 +563,16 @@ pub fn icmp_frag_needed(
         || src[0] >= 224
         || src == [0, 0, 0, 0]
         || (off.protocol() == ip_proto::ICMP
-            && off.payload().first().is_none_or(|&t| is_icmpv4_error(t)))
+            && offending.get(ihl).is_none_or(|&t| is_icmpv4_error(t)))
     {
         return Err(BuildError::NotAllowed);
     }
     let head = ethernet::HEADER_LEN + ipv4::HEADER_LEN + icmp::HEADER_LEN;
-    let want = usize::from(off.total_len()).min(ICMP_ERROR_MAX_V4 - ipv4::HEADER_LEN - 8);
+    let want = usize::from(off.total_len())
+        .min(offending.len())
+        .min(ICMP_ERROR_MAX_V4 - ipv4::HEADER_LEN - 8);
     let quote = want.min(buf.len().saturating_sub(head));
-    if quote < want.min(off.header_len() + 8) {
+    if quote < want.min(ihl + 8) {
         return Err(BuildError::BufferTooSmall);
     }
     let end = head + quote;
@@ -602,7 +610,11 @@ pub fn icmpv6_packet_too_big(
     if our_ip.is_v4() {
         return Err(BuildError::AddressFamily);
     }
-    let off = Ipv6Packet::new_checked(offending).map_err(|_| BuildError::WrongKind)?;
+    // `offending` may be only the start of the packet (the quote).
+    if offending.len() < ipv6::HEADER_LEN {
+        return Err(BuildError::WrongKind);
+    }
+    let off = Ipv6Packet::new_unchecked(offending);
     if off.version() != 6 {
         return Err(BuildError::WrongKind);
     }
@@ -610,17 +622,19 @@ pub fn icmpv6_packet_too_big(
     if src.0[0] == 0xff || src == Addr::UNSPECIFIED {
         return Err(BuildError::NotAllowed);
     }
-    if let Ok(chain) = ipv6::walk_chain(off.next_header(), off.payload()) {
+    let have = off.total_len().min(offending.len());
+    let payload = &offending[ipv6::HEADER_LEN..have];
+    if let Ok(chain) = ipv6::walk_chain(off.next_header(), payload) {
         let first = chain.frag.is_none_or(|f| f.offset == 0);
         if chain.proto == ip_proto::ICMPV6 && first {
-            let t = off.payload().get(chain.l4_offset).copied();
+            let t = payload.get(chain.l4_offset).copied();
             if t.is_none_or(|t| t < 128) {
                 return Err(BuildError::NotAllowed);
             }
         }
     }
     let head = ethernet::HEADER_LEN + ipv6::HEADER_LEN + icmpv6::HEADER_LEN;
-    let want = off.total_len().min(ICMP_ERROR_MAX_V6 - ipv6::HEADER_LEN - 8);
+    let want = have.min(ICMP_ERROR_MAX_V6 - ipv6::HEADER_LEN - 8);
     let quote = want.min(buf.len().saturating_sub(head));
     if quote < want.min(ipv6::HEADER_LEN + 8) {
         return Err(BuildError::BufferTooSmall);

@@ -1,0 +1,345 @@
+//! The packet path: what a worker does with one received frame.
+//!
+//! [`process`] classifies the frame once ([`wire::classify`]), answers what the node itself
+//! must answer (ARP and neighbour solicitations for its addresses and VIPs, echo requests to
+//! them), learns neighbours, and sends every packet that matches a forwarding rule to the
+//! backend that [`decide`] picks: encapsulated (IPIP / IP6IP6 / 4in6, or GUE) or with its
+//! destination MAC rewritten (L2 DSR). ICMP errors about a VIP flow go to that flow's backend.
+//! A packet with DF set that would exceed the egress MTU once encapsulated is answered with
+//! ICMP "fragmentation needed" / ICMPv6 "packet too big".
+//!
+//! It works on any [`PacketBuf`] (a DPDK mbuf in the worker, a `Vec` in tests), so the whole
+//! path is tested without DPDK. It never allocates, locks or logs; every way a packet ends is
+//! one counter ([`Reason`]).
+
+use crate::neighbour::{NeighbourEvent, NeighbourTable};
+use crossbeam::queue::ArrayQueue;
+use spillway_shared::addr::{Addr, Prefix};
+use spillway_shared::conntrack::Shard;
+use spillway_shared::counters::{PathDrop, Reason, WorkerCounters};
+use spillway_shared::decide::{decide, Verdict};
+use spillway_shared::flow::PacketInfo;
+use spillway_shared::model::Encap;
+use spillway_shared::snapshot::Snapshot;
+use spillway_shared::time::Time;
+use spillway_shared::wire::build::{self, EncapKind, EncapParams};
+use spillway_shared::wire::{self, arp, ethernet, Frame, FrameKind, IpMeta, MacAddr};
+
+/// A packet buffer the path can rewrite: a DPDK mbuf, or a plain buffer in tests.
+pub trait PacketBuf {
+    /// The packet bytes.
+    fn data(&self) -> &[u8];
+    /// The packet bytes, writable.
+    fn data_mut(&mut self) -> &mut [u8];
+    /// Grow at the front by `n` bytes; false when there is no headroom.
+    fn prepend(&mut self, n: usize) -> bool;
+    /// Drop `n` bytes from the front.
+    fn adj(&mut self, n: usize) -> bool;
+    /// Drop bytes from the end so that `len` remain.
+    fn truncate(&mut self, len: usize) -> bool;
+    /// Grow at the end so that the data is `len` bytes; false when there is no tailroom.
+    fn extend_to(&mut self, len: usize) -> bool;
+    /// Replace the contents with `len` fresh bytes (for building a new packet in place).
+    fn reset(&mut self, len: usize) -> bool;
+}
+
+/// The node's own addresses and link facts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// The port's MAC.
+    pub mac: MacAddr,
+    /// IPv4 address and its on-link prefix.
+    pub ipv4: Option<(Addr, Prefix)>,
+    /// IPv6 address and its on-link prefix.
+    pub ipv6: Option<(Addr, Prefix)>,
+    /// Next hop for IPv4 destinations off the node's subnet.
+    pub gateway_v4: Option<Addr>,
+    /// Next hop for IPv6 destinations off the node's subnet.
+    pub gateway_v6: Option<Addr>,
+    /// Egress MTU (IP bytes).
+    pub mtu: u32,
+}
+
+impl Node {
+    fn family(&self, a: &Addr) -> Option<(Addr, Prefix)> {
+        if a.is_v4() {
+            self.ipv4
+        } else {
+            self.ipv6
+        }
+    }
+
+    /// True for one of the node's own addresses.
+    #[inline]
+    pub fn owns(&self, a: &Addr) -> bool {
+        self.family(a).is_some_and(|(own, _)| own == *a)
+    }
+
+    /// The node's address of `dst`'s family (outer source, ICMP source).
+    #[inline]
+    pub fn source_for(&self, dst: &Addr) -> Option<Addr> {
+        self.family(dst).map(|(own, _)| own)
+    }
+
+    /// `dst` itself when on-link, else the gateway of its family.
+    #[inline]
+    pub fn next_hop(&self, dst: &Addr) -> Option<Addr> {
+        match self.family(dst) {
+            Some((_, net)) if net.contains(*dst) => Some(*dst),
+            _ if dst.is_v4() => self.gateway_v4,
+            _ => self.gateway_v6,
+        }
+    }
+}
+
+/// What the worker does with the buffer afterwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Transmit it (it was rewritten: encapsulated, answered, or turned into an ICMP error).
+    Transmit,
+    /// Free it; it was counted under this reason.
+    Drop(Reason),
+    /// Free it; it was for the node and has been used (a neighbour advertisement).
+    Consumed,
+}
+
+/// Everything the path reads and writes for one burst.
+#[derive(Debug)]
+pub struct PathCtx<'a> {
+    /// The snapshot of this burst.
+    pub snap: &'a Snapshot,
+    /// The worker's connection table.
+    pub shard: &'a mut Shard,
+    /// The time of this burst.
+    pub now: Time,
+    /// The node's addresses.
+    pub node: &'a Node,
+    /// Resolved next hops.
+    pub neighbours: &'a NeighbourTable,
+    /// Where to post neighbour events.
+    pub events: &'a ArrayQueue<NeighbourEvent>,
+    /// The worker's counters.
+    pub counters: &'a WorkerCounters,
+}
+
+impl PathCtx<'_> {
+    fn is_local(&self, a: &Addr) -> bool {
+        self.node.owns(a) || self.snap.rules.is_vip(a)
+    }
+
+    fn learn(&self, ip: Addr, mac: MacAddr) {
+        if ip != Addr::UNSPECIFIED && !self.neighbours.get(&ip).is_some_and(|m| m == mac) {
+            let _ = self.events.push(NeighbourEvent::Learned(ip, mac));
+        }
+    }
+}
+
+fn drop_path(r: PathDrop) -> Outcome {
+    Outcome::Drop(Reason::Path(r))
+}
+
+/// Process one received frame. The caller counts rx, transmits on [`Outcome::Transmit`] and
+/// frees otherwise; every outcome is counted here.
+#[inline]
+pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
+    let out = handle(buf, ctx);
+    if let Outcome::Drop(r) = out {
+        ctx.counters.reason(r).inc();
+    }
+    out
+}
+
+fn handle<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
+    let f = match wire::classify(buf.data()) {
+        Ok(f) => f,
+        Err(m) => return Outcome::Drop(Reason::Malformed(m)),
+    };
+    match f.kind {
+        FrameKind::Ip { info, ip } => forward(buf, ctx, &f, &info, &ip, false),
+        FrameKind::IcmpError { info, ip, .. } => forward(buf, ctx, &f, &info, &ip, true),
+        FrameKind::IcmpEchoRequest { info, ip } => {
+            if ctx.is_local(&info.dst) {
+                echo_reply(buf, ctx, &f)
+            } else {
+                forward(buf, ctx, &f, &info, &ip, false)
+            }
+        }
+        FrameKind::Arp { op, sender_mac, sender_ip, target_ip, .. } => {
+            if op == arp::op::REPLY || ctx.node.owns(&target_ip) {
+                ctx.learn(sender_ip, sender_mac);
+            }
+            if op != arp::op::REQUEST || !ctx.is_local(&target_ip) {
+                return if op == arp::op::REPLY {
+                    Outcome::Consumed
+                } else {
+                    drop_path(PathDrop::NotForUs)
+                };
+            }
+            match build::arp_reply(buf.data_mut(), &f, ctx.node.mac) {
+                Ok(len) if buf.truncate(len) => {
+                    ctx.counters.neighbour_replies.inc();
+                    Outcome::Transmit
+                }
+                _ => drop_path(PathDrop::NoHeadroom),
+            }
+        }
+        FrameKind::NeighborSolicitation { src, target, source_mac, .. } => {
+            if let Some(mac) = source_mac {
+                if ctx.node.owns(&target) {
+                    ctx.learn(src, mac);
+                }
+            }
+            if !ctx.is_local(&target) {
+                return drop_path(PathDrop::NotForUs);
+            }
+            // The advertisement can be longer than the solicitation (options).
+            let want = usize::from(f.l3_offset) + 40 + 32;
+            if buf.data().len() < want && !buf.extend_to(want) {
+                return drop_path(PathDrop::NoHeadroom);
+            }
+            match build::neighbor_advertisement(buf.data_mut(), &f, ctx.node.mac) {
+                Ok(len) if buf.truncate(len) => {
+                    ctx.counters.neighbour_replies.inc();
+                    Outcome::Transmit
+                }
+                _ => drop_path(PathDrop::NoHeadroom),
+            }
+        }
+        FrameKind::NeighborAdvertisement { target, target_mac, .. } => {
+            ctx.learn(target, target_mac.unwrap_or(f.src_mac));
+            Outcome::Consumed
+        }
+        FrameKind::Other { .. } => drop_path(PathDrop::NotForUs),
+    }
+}
+
+fn echo_reply<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome {
+    match build::icmp_echo_reply(buf.data_mut(), f) {
+        Ok(len) if buf.truncate(len) => {
+            ctx.counters.echo_replies.inc();
+            Outcome::Transmit
+        }
+        _ => drop_path(PathDrop::NoHeadroom),
+    }
+}
+
+/// Decide and send on to the backend.
+fn forward<B: PacketBuf>(
+    buf: &mut B,
+    ctx: &mut PathCtx<'_>,
+    f: &Frame,
+    info: &PacketInfo,
+    ip: &IpMeta,
+    icmp_error: bool,
+) -> Outcome {
+    let d = decide(info, ctx.snap, ctx.shard, ctx.now);
+    let (slot, reason) = match d.verdict {
+        Verdict::Forward { backend, reason } => (backend, reason),
+        Verdict::Drop(_) if icmp_error => return drop_path(PathDrop::IcmpUnroutable),
+        Verdict::Drop(r) => return Outcome::Drop(Reason::Decision(r)),
+    };
+    let (Some(backend), Some(svc)) = (ctx.snap.backend(slot), ctx.snap.service(d.service)) else {
+        return drop_path(PathDrop::IcmpUnroutable);
+    };
+    let dst = backend.endpoint.addr;
+    let inner_len = ip.l3_len as usize;
+    let Some(next_hop) = ctx.node.next_hop(&dst) else {
+        return drop_path(PathDrop::NeighbourUnresolved);
+    };
+    let Some(mac) = ctx.neighbours.get(&next_hop) else {
+        let _ = ctx.events.push(NeighbourEvent::Wanted(next_hop));
+        return drop_path(PathDrop::NeighbourUnresolved);
+    };
+    let sent = match svc.encap {
+        Encap::L2 => {
+            if build::set_macs(buf.data_mut(), mac, ctx.node.mac).is_err()
+                || !buf.truncate(ip.frame_len())
+            {
+                return drop_path(PathDrop::NoHeadroom);
+            }
+            Outcome::Transmit
+        }
+        Encap::Ipip | Encap::Gue { .. } => {
+            let (kind, gue_dport) = match svc.encap {
+                Encap::Gue { port } => (EncapKind::Gue, port),
+                _ => (EncapKind::Ipip, 0),
+            };
+            let Some(outer_src) = ctx.node.source_for(&dst) else {
+                return drop_path(PathDrop::NeighbourUnresolved);
+            };
+            let hdr = build::encap_len(kind, !dst.is_v4());
+            let overhead = hdr - ethernet::HEADER_LEN;
+            if !icmp_error && ip.df && (inner_len + overhead) as u64 > u64::from(ctx.node.mtu) {
+                return too_big(buf, ctx, f, ip, overhead);
+            }
+            let params = EncapParams {
+                kind,
+                dst_mac: mac,
+                src_mac: ctx.node.mac,
+                outer_src,
+                outer_dst: dst,
+                flow_hash: d.flow_hash,
+                gue_dport,
+            };
+            if !buf.adj(usize::from(ip.l3_offset)) || !buf.truncate(inner_len) || !buf.prepend(hdr)
+            {
+                return drop_path(PathDrop::NoHeadroom);
+            }
+            if build::write_encap(buf.data_mut(), &params, inner_len).is_err() {
+                return drop_path(PathDrop::NoHeadroom);
+            }
+            Outcome::Transmit
+        }
+    };
+    let c = ctx.counters;
+    c.reason(Reason::Forward(reason)).inc();
+    if icmp_error {
+        c.icmp_errors_forwarded.inc();
+    }
+    for t in
+        [&c.services[usize::from(d.service) % c.services.len()], &c.backends[usize::from(slot)]]
+    {
+        t.packets.inc();
+        t.bytes.add(inner_len as u64);
+        if reason.is_new() && !icmp_error {
+            t.new_connections.inc();
+        }
+    }
+    sent
+}
+
+/// Answer a DF packet that would not fit the egress MTU once encapsulated.
+fn too_big<B: PacketBuf>(
+    buf: &mut B,
+    ctx: &mut PathCtx<'_>,
+    f: &Frame,
+    ip: &IpMeta,
+    overhead: usize,
+) -> Outcome {
+    let mtu = ctx.node.mtu.saturating_sub(u32::try_from(overhead).unwrap_or(u32::MAX));
+    let l3 = ip.l3_range();
+    let family = if ip.is_v4 { ctx.node.ipv4 } else { ctx.node.ipv6 };
+    let Some((src, _)) = family else {
+        return drop_path(PathDrop::TooBig);
+    };
+    // Quote the offending packet from a copy: the reply is built in the same buffer.
+    let mut quote = [0u8; build::ICMP_ERROR_MAX_V6];
+    let n = (l3.end - l3.start).min(quote.len());
+    quote[..n].copy_from_slice(&buf.data()[l3.start..l3.start + n]);
+    let cap = if ip.is_v4 { build::ICMP_ERROR_MAX_V4 } else { build::ICMP_ERROR_MAX_V6 } + 64;
+    if !buf.reset(cap) {
+        return drop_path(PathDrop::TooBig);
+    }
+    let built = if ip.is_v4 {
+        let mtu = u16::try_from(mtu).unwrap_or(u16::MAX);
+        build::icmp_frag_needed(buf.data_mut(), f.src_mac, ctx.node.mac, src, &quote[..n], mtu)
+    } else {
+        build::icmpv6_packet_too_big(buf.data_mut(), f.src_mac, ctx.node.mac, src, &quote[..n], mtu)
+    };
+    ctx.counters.reason(Reason::Path(PathDrop::TooBig)).inc();
+    match built {
+        Ok(len) if buf.truncate(len) => Outcome::Transmit,
+        // Counted above as too_big; nothing to send back (e.g. a multicast source).
+        _ => Outcome::Consumed,
+    }
+}

@@ -1,0 +1,439 @@
+//! The packet path without DPDK: frames in a plain buffer through `path::process`, with a real
+//! snapshot and conntrack shard. Expected bytes are written out by hand (header offsets from
+//! the RFCs), never produced by the builders under test.
+
+use crossbeam::queue::ArrayQueue;
+use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable};
+use spillway_dataplane::path::{process, Node, Outcome, PacketBuf, PathCtx};
+use spillway_shared::addr::{Addr, Prefix};
+use spillway_shared::conntrack::Shard;
+use spillway_shared::counters::{PathDrop, Reason, WorkerCounters};
+use spillway_shared::decide::{DropReason, ForwardReason};
+use spillway_shared::model::{
+    Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
+};
+use spillway_shared::snapshot::Snapshot;
+use spillway_shared::state::PolicyState;
+use spillway_shared::time::Time;
+use spillway_shared::wire::Malformed;
+
+const NODE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
+const B1_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb1];
+const B6_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb6];
+
+/// A buffer with headroom, like an mbuf.
+struct VecBuf {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl VecBuf {
+    fn new(frame: &[u8]) -> VecBuf {
+        let mut buf = vec![0u8; 128];
+        buf.extend_from_slice(frame);
+        buf.resize(2048 + 128, 0);
+        VecBuf { buf, start: 128, end: 128 + frame.len() }
+    }
+}
+
+impl PacketBuf for VecBuf {
+    fn data(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+    fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[self.start..self.end]
+    }
+    fn prepend(&mut self, n: usize) -> bool {
+        n <= self.start && {
+            self.start -= n;
+            true
+        }
+    }
+    fn adj(&mut self, n: usize) -> bool {
+        n <= self.end - self.start && {
+            self.start += n;
+            true
+        }
+    }
+    fn truncate(&mut self, len: usize) -> bool {
+        len <= self.end - self.start && {
+            self.end = self.start + len;
+            true
+        }
+    }
+    fn extend_to(&mut self, len: usize) -> bool {
+        self.start + len <= self.buf.len() && {
+            self.end = self.end.max(self.start + len);
+            true
+        }
+    }
+    fn reset(&mut self, len: usize) -> bool {
+        128 + len <= self.buf.len() && {
+            self.start = 128;
+            self.end = 128 + len;
+            true
+        }
+    }
+}
+
+fn a(s: &str) -> Addr {
+    s.parse().unwrap()
+}
+
+fn model(encap: Encap) -> Model {
+    let mut m = Model::empty();
+    m.region = "r".into();
+    m.zones.push(Zone { name: "z".into(), region: "r".into() });
+    let mut s = Service::new("web");
+    s.encap = encap;
+    for vip in ["198.18.0.100", "fd00::100"] {
+        s.rules.push(Rule {
+            dest: RuleDest::Vip(a(vip)),
+            protocol: RuleProtocol::L3Default,
+            ports: Ports::All,
+        });
+    }
+    s.groups.push(Group {
+        name: "g".into(),
+        zone: 0,
+        failover: false,
+        weight: 1,
+        endpoints: vec![Endpoint { addr: a("198.18.1.1"), port: 0 }],
+    });
+    m.services.push(s);
+    let mut s6 = Service::new("web6");
+    s6.encap = encap;
+    s6.rules.push(Rule {
+        dest: RuleDest::Vip(a("fd00::200")),
+        protocol: RuleProtocol::L3Default,
+        ports: Ports::All,
+    });
+    s6.groups.push(Group {
+        name: "g6".into(),
+        zone: 0,
+        failover: false,
+        weight: 1,
+        endpoints: vec![Endpoint { addr: a("fd00::1:1"), port: 0 }],
+    });
+    m.services.push(s6);
+    m
+}
+
+struct Rig {
+    snap: Snapshot,
+    shard: Shard,
+    node: Node,
+    neighbours: NeighbourTable,
+    events: ArrayQueue<NeighbourEvent>,
+    counters: WorkerCounters,
+}
+
+impl Rig {
+    fn new(encap: Encap) -> Rig {
+        let mut st = PolicyState::new(true);
+        st.apply_model(model(encap), Time::ZERO).unwrap();
+        Rig {
+            snap: st.snapshot(Time::ZERO),
+            shard: Shard::with_capacity(1024),
+            node: Node {
+                mac: NODE_MAC,
+                ipv4: Some((a("198.18.0.2"), "198.18.0.0/16".parse::<Prefix>().unwrap())),
+                ipv6: Some((a("fd00::2"), "fd00::/64".parse::<Prefix>().unwrap())),
+                gateway_v4: None,
+                gateway_v6: None,
+                mtu: 1500,
+            },
+            neighbours: NeighbourTable::from_pairs([
+                (a("198.18.1.1"), B1_MAC),
+                (a("fd00::1:1"), B6_MAC),
+            ]),
+            events: ArrayQueue::new(64),
+            counters: WorkerCounters::new(),
+        }
+    }
+
+    fn run(&mut self, frame: &[u8]) -> (Outcome, Vec<u8>) {
+        let mut b = VecBuf::new(frame);
+        let mut ctx = PathCtx {
+            snap: &self.snap,
+            shard: &mut self.shard,
+            now: Time::ZERO,
+            node: &self.node,
+            neighbours: &self.neighbours,
+            events: &self.events,
+            counters: &self.counters,
+        };
+        let o = process(&mut b, &mut ctx);
+        (o, b.data().to_vec())
+    }
+
+    fn count(&self, r: Reason) -> u64 {
+        self.counters.reason(r).get()
+    }
+}
+
+fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn csum(data: &[u8]) -> u16 {
+    let mut s: u32 = 0;
+    for c in data.chunks(2) {
+        s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// IPv4 header (20 bytes) + payload.
+fn ipv4(src: &str, dst: &str, proto: u8, df: bool, payload: &[u8]) -> Vec<u8> {
+    let total = (20 + payload.len()) as u16;
+    let mut h = vec![0x45, 0];
+    h.extend_from_slice(&total.to_be_bytes());
+    h.extend_from_slice(&[0x12, 0x34, if df { 0x40 } else { 0 }, 0, 64, proto, 0, 0]);
+    h.extend_from_slice(&a(src).v4_bytes().unwrap());
+    h.extend_from_slice(&a(dst).v4_bytes().unwrap());
+    let c = csum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h.extend_from_slice(payload);
+    h
+}
+
+fn ipv6(src: &str, dst: &str, next: u8, payload: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x60, 0, 0, 0];
+    h.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    h.extend_from_slice(&[next, 64]);
+    h.extend_from_slice(&a(src).0);
+    h.extend_from_slice(&a(dst).0);
+    h.extend_from_slice(payload);
+    h
+}
+
+/// A TCP header (20 bytes, no options) + data; checksum left 0 (not checked on the path).
+fn tcp(sport: u16, dport: u16, flags: u8, data: &[u8]) -> Vec<u8> {
+    let mut t = Vec::new();
+    t.extend_from_slice(&sport.to_be_bytes());
+    t.extend_from_slice(&dport.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    t.extend_from_slice(data);
+    t
+}
+
+fn udp(sport: u16, dport: u16, data: &[u8]) -> Vec<u8> {
+    let mut u = Vec::new();
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&((8 + data.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(data);
+    u
+}
+
+fn syn_to_vip() -> (Vec<u8>, Vec<u8>) {
+    let ip = ipv4("198.18.10.5", "198.18.0.100", 6, true, &tcp(40000, 80, 0x02, b""));
+    (eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip), ip)
+}
+
+#[test]
+fn ipip_v4_encapsulates_to_the_backend() {
+    let mut r = Rig::new(Encap::Ipip);
+    let (frame, inner) = syn_to_vip();
+    let (o, out) = r.run(&frame);
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(&out[0..6], &B1_MAC, "dst MAC: the backend's");
+    assert_eq!(&out[6..12], &NODE_MAC);
+    assert_eq!(&out[12..14], &[0x08, 0x00]);
+    let outer = &out[14..34];
+    assert_eq!(outer[0], 0x45);
+    assert_eq!(u16::from_be_bytes([outer[2], outer[3]]) as usize, 20 + inner.len());
+    assert_eq!(outer[9], 4, "protocol 4: IPv4 in IPv4");
+    assert_eq!(&outer[12..16], &[198, 18, 0, 2], "outer source: the node");
+    assert_eq!(&outer[16..20], &[198, 18, 1, 1], "outer destination: the backend");
+    assert_eq!(csum(outer), 0, "outer header checksum valid");
+    assert_eq!(&out[34..], &inner[..], "inner packet untouched");
+    assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), 1);
+    assert_eq!(r.counters.backends[0].new_connections.get(), 1);
+    // The next packet of the flow hits the entry.
+    let ack = ipv4("198.18.10.5", "198.18.0.100", 6, true, &tcp(40000, 80, 0x10, b"hi"));
+    let (o, _) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ack));
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(r.count(Reason::Forward(ForwardReason::ConntrackHit)), 1);
+}
+
+#[test]
+fn gue_v4_wraps_in_udp_with_flow_source_port() {
+    let mut r = Rig::new(Encap::Gue { port: 6080 });
+    let (frame, inner) = syn_to_vip();
+    let (o, out) = r.run(&frame);
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(out[14 + 9], 17, "outer protocol UDP");
+    let udp_h = &out[34..42];
+    let sport = u16::from_be_bytes([udp_h[0], udp_h[1]]);
+    assert!(sport >= 49152, "source port from the flow hash, in the dynamic range: {sport}");
+    assert_eq!(u16::from_be_bytes([udp_h[2], udp_h[3]]), 6080);
+    assert_eq!(u16::from_be_bytes([udp_h[4], udp_h[5]]) as usize, 8 + inner.len());
+    assert_eq!(&out[42..], &inner[..]);
+    // Same flow, same source port; another flow usually another.
+    let (_, again) = r.run(&frame);
+    assert_eq!(&again[34..36], &out[34..36]);
+}
+
+#[test]
+fn ipv6_vip_goes_over_ip6ip6() {
+    let mut r = Rig::new(Encap::Ipip);
+    let inner = ipv6("fd00::10:5", "fd00::200", 17, &udp(5000, 53, b"q"));
+    let (o, out) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x86dd, &inner));
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(&out[0..6], &B6_MAC);
+    assert_eq!(&out[12..14], &[0x86, 0xdd]);
+    let outer = &out[14..54];
+    assert_eq!(outer[0] >> 4, 6);
+    assert_eq!(outer[6], 41, "next header 41: IPv6 in IPv6");
+    assert_eq!(u16::from_be_bytes([outer[4], outer[5]]) as usize, inner.len());
+    assert_eq!(&outer[8..24], &a("fd00::2").0);
+    assert_eq!(&outer[24..40], &a("fd00::1:1").0);
+    assert_eq!(&out[54..], &inner[..]);
+}
+
+#[test]
+fn l2_dsr_rewrites_macs_only() {
+    // L2 DSR: the frame is the same but for the MACs.
+    let mut r = Rig::new(Encap::L2);
+    let (frame, _) = syn_to_vip();
+    let (o, out) = r.run(&frame);
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(&out[0..6], &B1_MAC);
+    assert_eq!(&out[6..12], &NODE_MAC);
+    assert_eq!(&out[12..], &frame[12..]);
+}
+
+#[test]
+fn unresolved_next_hop_drops_counts_and_asks() {
+    let mut r = Rig::new(Encap::Ipip);
+    r.neighbours = NeighbourTable::default();
+    let (frame, _) = syn_to_vip();
+    let (o, _) = r.run(&frame);
+    assert_eq!(o, Outcome::Drop(Reason::Path(PathDrop::NeighbourUnresolved)));
+    assert_eq!(r.count(Reason::Path(PathDrop::NeighbourUnresolved)), 1);
+    assert_eq!(r.events.pop(), Some(NeighbourEvent::Wanted(a("198.18.1.1"))));
+}
+
+fn arp(op: u16, sender_mac: [u8; 6], sender: &str, target: &str) -> Vec<u8> {
+    let mut p = vec![0, 1, 8, 0, 6, 4];
+    p.extend_from_slice(&op.to_be_bytes());
+    p.extend_from_slice(&sender_mac);
+    p.extend_from_slice(&a(sender).v4_bytes().unwrap());
+    p.extend_from_slice(&[0; 6]);
+    p.extend_from_slice(&a(target).v4_bytes().unwrap());
+    eth([0xff; 6], sender_mac, 0x0806, &p)
+}
+
+#[test]
+fn arp_for_vip_and_node_is_answered_others_not() {
+    let mut r = Rig::new(Encap::Ipip);
+    for target in ["198.18.0.100", "198.18.0.2"] {
+        let (o, out) = r.run(&arp(1, CLIENT_MAC, "198.18.10.5", target));
+        assert_eq!(o, Outcome::Transmit, "{target}");
+        assert_eq!(&out[0..6], &CLIENT_MAC);
+        assert_eq!(&out[12..14], &[0x08, 0x06]);
+        assert_eq!(&out[20..22], &[0, 2], "ARP reply");
+        assert_eq!(&out[22..28], &NODE_MAC, "sender MAC: ours");
+        assert_eq!(&out[28..32], &a(target).v4_bytes().unwrap());
+        assert_eq!(&out[32..38], &CLIENT_MAC);
+        assert_eq!(&out[38..42], &[198, 18, 10, 5]);
+    }
+    let (o, _) = r.run(&arp(1, CLIENT_MAC, "198.18.10.5", "198.18.0.77"));
+    assert_eq!(o, Outcome::Drop(Reason::Path(PathDrop::NotForUs)));
+    // A reply teaches the resolver.
+    // A request for the node's own address taught us the asker's MAC.
+    assert_eq!(r.events.pop(), Some(NeighbourEvent::Learned(a("198.18.10.5"), CLIENT_MAC)));
+    assert_eq!(r.events.pop(), None);
+    let (o, _) = r.run(&arp(2, B1_MAC, "198.18.1.9", "198.18.0.2"));
+    assert_eq!(o, Outcome::Consumed);
+    assert_eq!(r.events.pop(), Some(NeighbourEvent::Learned(a("198.18.1.9"), B1_MAC)));
+}
+
+#[test]
+fn echo_to_vip_is_answered_locally() {
+    let mut r = Rig::new(Encap::Ipip);
+    let mut icmp = vec![8, 0, 0, 0, 0x12, 0x34, 0, 1, b'p', b'i', b'n', b'g'];
+    let c = csum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let ip = ipv4("198.18.10.5", "198.18.0.100", 1, false, &icmp);
+    let (o, out) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(&out[0..6], &CLIENT_MAC);
+    assert_eq!(&out[26..30], &[198, 18, 0, 100], "from the VIP");
+    assert_eq!(&out[30..34], &[198, 18, 10, 5]);
+    assert_eq!(out[34], 0, "echo reply");
+    assert_eq!(csum(&out[34..]), 0, "ICMP checksum valid");
+    assert_eq!(&out[38..], &icmp[4..]);
+    assert_eq!(r.counters.echo_replies.get(), 1);
+}
+
+#[test]
+fn df_packet_too_big_after_encap_gets_frag_needed() {
+    let mut r = Rig::new(Encap::Ipip);
+    let data = vec![0xab; 1500 - 40];
+    let ip = ipv4("198.18.10.5", "198.18.0.100", 6, true, &tcp(40000, 80, 0x10, &data));
+    assert_eq!(ip.len(), 1500);
+    let (o, out) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(&out[0..6], &CLIENT_MAC, "back to the client");
+    assert_eq!(out[23], 1, "ICMP");
+    assert_eq!(&out[26..30], &[198, 18, 0, 2], "from the node");
+    assert_eq!(&out[30..34], &[198, 18, 10, 5]);
+    assert_eq!((out[34], out[35]), (3, 4), "fragmentation needed");
+    assert_eq!(u16::from_be_bytes([out[40], out[41]]), 1480, "MTU minus the 20-byte outer header");
+    assert_eq!(&out[42..62], &ip[..20], "quotes the offending header");
+    assert_eq!(r.count(Reason::Path(PathDrop::TooBig)), 1);
+    // Without DF it is sent on (the outer packet carries DF).
+    let ip = ipv4("198.18.10.5", "198.18.0.100", 6, false, &tcp(40001, 80, 0x10, &data));
+    let (o, _) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
+    assert_eq!(o, Outcome::Transmit);
+}
+
+#[test]
+fn icmp_error_for_a_flow_reaches_that_flows_backend() {
+    let mut r = Rig::new(Encap::Ipip);
+    let (frame, _) = syn_to_vip();
+    r.run(&frame);
+    // A router tells the VIP (the backend's DSR reply source) that the client path is smaller.
+    let quoted = ipv4("198.18.0.100", "198.18.10.5", 6, true, &tcp(80, 40000, 0x12, b""));
+    let mut icmp = vec![3, 4, 0, 0, 0, 0, 0x05, 0x00];
+    icmp.extend_from_slice(&quoted[..28]);
+    let c = csum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let ip = ipv4("198.18.9.1", "198.18.0.100", 1, false, &icmp);
+    let (o, out) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(&out[30..34], &[198, 18, 1, 1], "to the flow's backend");
+    assert_eq!(&out[34..], &ip[..]);
+    assert_eq!(r.counters.icmp_errors_forwarded.get(), 1);
+    assert_eq!(r.count(Reason::Forward(ForwardReason::ConntrackHit)), 1);
+}
+
+#[test]
+fn malformed_and_unmatched_are_counted() {
+    let mut r = Rig::new(Encap::Ipip);
+    let (mut frame, _) = syn_to_vip();
+    frame[14] = 0x44; // IHL 4
+    let (o, _) = r.run(&frame);
+    assert_eq!(o, Outcome::Drop(Reason::Malformed(Malformed::BadIhl)));
+    let (o, _) = r.run(&frame[..20]);
+    assert_eq!(o, Outcome::Drop(Reason::Malformed(Malformed::Truncated)));
+    let ip = ipv4("198.18.10.5", "198.18.0.99", 6, true, &tcp(1, 80, 0x02, b""));
+    let (o, _) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
+    assert_eq!(o, Outcome::Drop(Reason::Decision(DropReason::NoMatchingRule)));
+    assert_eq!(r.count(Reason::Malformed(Malformed::BadIhl)), 1);
+    assert_eq!(r.count(Reason::Decision(DropReason::NoMatchingRule)), 1);
+}
