@@ -73,6 +73,7 @@ const FUNCTIONS: &[&str] = &[
     "rte_eth_dev_stop",
     "rte_eth_dev_close",
     "rte_eth_promiscuous_enable",
+    "rte_eth_dev_set_mtu",
     "rte_eth_promiscuous_get",
     "rte_eth_macaddr_get",
     "rte_eth_link_get_nowait",

@@ -14,9 +14,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spillway_control::config::{self, Config, ConfigError, DataplaneConfig};
+use spillway_control::controller::{ControlError, Controller};
+use spillway_shared::addr::{mask, Addr, Prefix};
+use spillway_shared::conntrack::Shard;
+use spillway_shared::wire::build;
 
 use crate::dpdk::{self, DpdkError, Eal, LcoreId, Mempool, Port, PortSetup};
-use crate::worker::{CounterValues, PortQueues, Worker, WorkerCounters, WorkerParams};
+use crate::neighbour::{RequestSender, Resolver, ResolverTimers};
+use crate::path::{Node, PacketBuf};
+use crate::worker::{
+    Balancer, CounterValues, Outbox, PortQueues, Worker, WorkerCounters, WorkerParams,
+    OUTBOX_CAPACITY,
+};
+use crossbeam::queue::ArrayQueue;
 
 // The config's burst limit is the size of the safe layer's on-stack burst array.
 const _: () = assert!(config::MAX_BURST as usize == dpdk::MAX_BURST);
@@ -57,6 +67,12 @@ pub enum DaemonError {
     /// Installing the signal handlers failed.
     #[error("cannot install signal handlers: {0}")]
     Signal(std::io::Error),
+    /// The control plane could not start.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The control thread's runtime could not start.
+    #[error("cannot start the control runtime: {0}")]
+    Runtime(std::io::Error),
 }
 
 fn dpdk_err(context: impl Into<String>) -> impl FnOnce(DpdkError) -> DaemonError {
@@ -78,16 +94,37 @@ pub fn run(options: &Options) -> Result<Summary, DaemonError> {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(DaemonError::Signal)?;
     }
-    run_config(&config, options, &stop)
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reload))
+        .map_err(DaemonError::Signal)?;
+    run_config(&config, options, &Signals { stop: &stop, reload: &reload })
+}
+
+/// Flags set by signal handlers.
+#[derive(Debug, Clone, Copy)]
+pub struct Signals<'a> {
+    /// SIGINT / SIGTERM: stop.
+    pub stop: &'a AtomicBool,
+    /// SIGHUP: reload the configuration.
+    pub reload: &'a AtomicBool,
 }
 
 /// Runs the data plane described by `config` until `stop` is set or the duration passes.
 pub fn run_config(
     config: &Config,
     options: &Options,
-    stop: &AtomicBool,
+    signals: &Signals<'_>,
 ) -> Result<Summary, DaemonError> {
+    let stop = signals.stop;
     let dp = &config.dataplane;
+    // The load balancer when services are configured; io-forward (the baseline) otherwise.
+    let balance = !config.services.is_empty();
+    if balance && dp.ports.len() != 1 {
+        return Err(DaemonError::Setting {
+            field: "dataplane.ports".to_owned(),
+            message: "the load balancer runs one-armed: exactly one port".to_owned(),
+        });
+    }
     // Setup, in order; teardown is the reverse, by drop order: ports, then EAL.
     let eal = Eal::init(&dp.eal_args).map_err(dpdk_err("dataplane.eal_args"))?;
     let lcores = worker_lcores(&eal, dp)?;
@@ -121,13 +158,55 @@ pub fn run_config(
             queues[w].push(PortQueues { rx, tx });
         }
     }
+
+    // The control plane: a current-thread runtime on the main lcore.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    let _enter = runtime.enter();
+    let origin = Instant::now();
+    let mut resolver = Resolver::new(ResolverTimers::default());
+    let mut control = None;
+    if balance {
+        let mac = ports[0].mac().map_err(dpdk_err("dataplane.ports[0]"))?.0;
+        let node = node_of(config, mac);
+        let mtu = u16::try_from(node.mtu).unwrap_or(u16::MAX);
+        ports[0].set_mtu(mtu).map_err(dpdk_err("dataplane.node.mtu"))?;
+        let controller = Controller::start(&options.config, config.clone(), origin)?;
+        resolver.set_wanted(next_hops(&controller, &node));
+        control = Some((controller, node));
+    }
+    // Frames the control thread sends (ARP/ND requests) go out through worker 0's TX queue:
+    // not every driver takes a TX queue without an RX queue (net_tap does not).
+    let outbox: Outbox<'_> = Arc::new(ArrayQueue::new(OUTBOX_CAPACITY));
+    let mut balancers: Vec<Option<Balancer<'_>>> = lcores
+        .iter()
+        .enumerate()
+        .map(|(i, _)| {
+            control.as_ref().map(|(c, node)| Balancer {
+                outbox: (i == 0).then(|| Arc::clone(&outbox)),
+                snapshots: c.reader(),
+                neighbours: arc_swap::Cache::new(resolver.cell()),
+                events: resolver.events(),
+                shard: Shard::with_capacity(dp.conntrack_capacity as usize),
+                node: *node,
+                origin,
+            })
+        })
+        .collect();
     let workers: Vec<Worker<'_, '_>> = queues
         .into_iter()
         .zip(&counters)
         .zip(&lcores)
         .enumerate()
-        .map(|(i, ((q, c), &lcore))| Worker::new(i, lcore, q, params, c, None))
+        .map(|(i, ((q, c), &lcore))| Worker::new(i, lcore, q, params, c, balancers[i].take()))
         .collect();
+    let mut sender = control.as_ref().map(|(_, node)| ControlTx {
+        outbox: Arc::clone(&outbox),
+        pool: &pool,
+        node: *node,
+    });
 
     let ran_for = eal.scope(|scope| -> Result<Duration, DaemonError> {
         // Whatever happens below, the workers are told to stop before the scope waits.
@@ -145,7 +224,17 @@ pub fn run_config(
             dp.ports.join(", ")
         );
         flush_stdout();
-        Ok(monitor(&lcores, &counters, options, stop))
+        let ctl = control.as_mut().map(|(c, _)| c);
+        let sender = sender.as_mut().map(|s| s as &mut dyn RequestSender);
+        Ok(runtime.block_on(monitor(
+            &lcores,
+            &counters,
+            options,
+            signals,
+            ctl,
+            &mut resolver,
+            sender,
+        )))
     })?;
 
     let summary = Summary { workers: counters.iter().map(CounterValues::read).collect() };
@@ -158,6 +247,23 @@ pub fn run_config(
             c.dropped,
             mpps(c.rx, secs)
         );
+    }
+    for r in spillway_shared::counters::Reason::all() {
+        let n: u64 = counters.iter().map(|c| c.reason(r).get()).sum();
+        if n > 0 {
+            let (kind, label) = r.labels();
+            println!("final {kind}={label} packets={n}");
+        }
+    }
+    for (name, n) in [
+        ("neighbour_replies", counters.iter().map(|c| c.neighbour_replies.get()).sum::<u64>()),
+        ("echo_replies", counters.iter().map(|c| c.echo_replies.get()).sum()),
+        ("icmp_errors_forwarded", counters.iter().map(|c| c.icmp_errors_forwarded.get()).sum()),
+        ("conntrack_entries", counters.iter().map(|c| c.ct_entries.get()).sum()),
+    ] {
+        if n > 0 {
+            println!("final {name}={n}");
+        }
     }
     for port in &ports {
         match port.stats() {
@@ -176,6 +282,13 @@ pub fn run_config(
         }
     }
     flush_stdout();
+    // Teardown in reverse order of setup.
+    drop(sender);
+    drop(outbox);
+    drop(balancers);
+    drop(control);
+    drop(_enter);
+    drop(runtime);
     drop(ports);
     drop(eal);
     Ok(summary)
@@ -239,23 +352,58 @@ fn log_port(port: &Port<'_>) {
     );
 }
 
-/// The main lcore's loop while workers run: wait for the stop flag or the deadline, printing
-/// per-worker counters every `stats_interval`. Returns how long the workers ran.
-fn monitor(
+/// The main lcore's loop while workers run: the control plane's event loop. It applies health
+/// verdicts as they come, reloads on SIGHUP, keeps neighbours resolved, frees old snapshots,
+/// prints per-worker counters every `stats_interval`, and returns when the stop flag is set or
+/// the duration has passed, with how long the workers ran.
+async fn monitor(
     lcores: &[LcoreId],
     counters: &[WorkerCounters],
     options: &Options,
-    stop: &AtomicBool,
+    signals: &Signals<'_>,
+    mut control: Option<&mut Controller>,
+    resolver: &mut Resolver,
+    mut sender: Option<&mut dyn RequestSender>,
 ) -> Duration {
     const TICK: Duration = Duration::from_millis(20);
     let start = Instant::now();
     let mut last_print = start;
     let mut last: Vec<CounterValues> = counters.iter().map(CounterValues::read).collect();
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(TICK);
+    let mut events = control.as_mut().and_then(|c| c.take_health_events());
+    let mut tick = tokio::time::interval(TICK);
+    loop {
+        tokio::select! {
+            Some(ev) = async { match events.as_mut() { Some(e) => e.recv().await, None => None } } => {
+                if let Some(c) = control.as_mut() {
+                    c.on_health_event(ev);
+                }
+                continue;
+            }
+            _ = tick.tick() => {}
+        }
+        if signals.stop.load(Ordering::Relaxed) {
+            break;
+        }
         let now = Instant::now();
         if options.duration.is_some_and(|d| now - start >= d) {
             break;
+        }
+        if let Some(c) = control.as_mut() {
+            if signals.reload.swap(false, Ordering::Relaxed) {
+                match c.reload() {
+                    Ok(r) => tracing::info!(
+                        services = r.services,
+                        added = r.change.added.len(),
+                        removed = r.change.removed.len(),
+                        "configuration reloaded"
+                    ),
+                    Err(e) => tracing::error!("reload rejected, running configuration kept: {e}"),
+                }
+            }
+            c.tick();
+        }
+        if let Some(s) = sender.as_mut() {
+            resolver.tick(now, &mut **s);
         }
         if options.stats_interval.is_zero() || now - last_print < options.stats_interval {
             continue;
@@ -284,6 +432,53 @@ fn monitor(
         last_print = now;
     }
     start.elapsed()
+}
+
+/// The node's addresses from the config and the port's MAC.
+fn node_of(config: &Config, mac: [u8; 6]) -> Node {
+    let n = config.node_addrs();
+    let with_prefix = |a: Option<(Addr, u8)>| {
+        a.and_then(|(a, len)| Some((a, Prefix::new(mask(a, len), len).ok()?)))
+    };
+    Node {
+        mac,
+        ipv4: with_prefix(n.ipv4),
+        ipv6: with_prefix(n.ipv6),
+        gateway_v4: n.gateway_ipv4,
+        gateway_v6: n.gateway_ipv6,
+        mtu: n.mtu,
+    }
+}
+
+/// Every backend's next hop, to resolve before traffic needs it.
+fn next_hops(c: &Controller, node: &Node) -> Vec<Addr> {
+    c.state().model().backends().filter_map(|(k, _, _)| node.next_hop(&k.endpoint.addr)).collect()
+}
+
+/// The control thread's frames (ARP requests, neighbour solicitations), handed to worker 0.
+struct ControlTx<'p, 'e> {
+    outbox: Outbox<'e>,
+    pool: &'p Mempool<'e>,
+    node: Node,
+}
+
+impl RequestSender for ControlTx<'_, '_> {
+    fn send(&mut self, target: Addr) -> bool {
+        let Some(our_ip) = self.node.source_for(&target) else { return false };
+        let Some(mut m) = self.pool.alloc() else { return false };
+        if !PacketBuf::reset(&mut m, 128) {
+            return false;
+        }
+        let built = if target.is_v4() {
+            build::arp_request(PacketBuf::data_mut(&mut m), self.node.mac, our_ip, target)
+        } else {
+            build::neighbor_solicitation(PacketBuf::data_mut(&mut m), self.node.mac, our_ip, target)
+        };
+        match built {
+            Ok(len) if PacketBuf::truncate(&mut m, len) => self.outbox.push(m).is_ok(),
+            _ => false,
+        }
+    }
 }
 
 fn mpps(packets: u64, secs: f64) -> f64 {

@@ -128,7 +128,7 @@ impl PathCtx<'_> {
     }
 
     fn learn(&self, ip: Addr, mac: MacAddr) {
-        if ip != Addr::UNSPECIFIED && !self.neighbours.get(&ip).is_some_and(|m| m == mac) {
+        if ip != Addr::UNSPECIFIED && self.neighbours.get(&ip).is_none_or(|m| m != mac) {
             let _ = self.events.push(NeighbourEvent::Learned(ip, mac));
         }
     }
@@ -154,6 +154,10 @@ fn handle<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
         Ok(f) => f,
         Err(m) => return Outcome::Drop(Reason::Malformed(m)),
     };
+    // The port may be promiscuous: unicast frames for other hosts are not ours.
+    if f.dst_mac[0] & 1 == 0 && f.dst_mac != ctx.node.mac {
+        return drop_path(PathDrop::NotForUs);
+    }
     match f.kind {
         FrameKind::Ip { info, ip } => forward(buf, ctx, &f, &info, &ip, false),
         FrameKind::IcmpError { info, ip, .. } => forward(buf, ctx, &f, &info, &ip, true),

@@ -102,9 +102,17 @@ pub struct WorkerParams {
     pub drain_ticks: u64,
 }
 
+/// Frames the control thread gives a worker to transmit (ARP/ND requests).
+pub type Outbox<'e> = Arc<crossbeam::queue::ArrayQueue<Mbuf<'e>>>;
+
+/// Capacity of an [`Outbox`].
+pub const OUTBOX_CAPACITY: usize = 256;
+
 /// What a load-balancing worker reads and owns besides its queues.
 #[derive(Debug)]
-pub struct Balancer {
+pub struct Balancer<'e> {
+    /// Frames from the control thread to send on the first port (worker 0 only).
+    pub outbox: Option<Outbox<'e>>,
     /// The current snapshot, loaded once per burst.
     pub snapshots: SnapshotReader,
     /// The current neighbour table, loaded once per burst.
@@ -132,7 +140,7 @@ pub struct Worker<'p, 'c> {
     ports: Vec<PortQueues<'p>>,
     params: WorkerParams,
     counters: &'c WorkerCounters,
-    balancer: Option<Balancer>,
+    balancer: Option<Balancer<'p>>,
 }
 
 impl<'p, 'c> Worker<'p, 'c> {
@@ -145,7 +153,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         ports: Vec<PortQueues<'p>>,
         params: WorkerParams,
         counters: &'c WorkerCounters,
-        balancer: Option<Balancer>,
+        balancer: Option<Balancer<'p>>,
     ) -> Self {
         if let Some(b) = &balancer {
             counters.ct_capacity.set(b.shard.capacity() as u64);
@@ -178,6 +186,7 @@ impl<'p, 'c> Worker<'p, 'c> {
             if idle {
                 self.sweep(SWEEP_IDLE);
             }
+            self.send_outbox();
             let now = dpdk::tsc();
             if now.wrapping_sub(last_drain) >= self.params.drain_ticks {
                 self.drain();
@@ -205,7 +214,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         };
         // Split the borrows: the caches are loaded once (one pointer compare each), the shard
         // is written.
-        let Balancer { snapshots, neighbours, events, shard, node, origin } = b;
+        let Balancer { snapshots, neighbours, events, shard, node, origin, .. } = b;
         let snap = snapshots.load();
         let neighbours = neighbours.load();
         let now = time_since(*origin);
@@ -225,6 +234,16 @@ impl<'p, 'c> Worker<'p, 'c> {
         c.ct_evictions.set(stats.evictions);
         publish_tx(c, tally);
         self.sweep(SWEEP_BUSY);
+    }
+
+    /// Transmits what the control thread queued (rare: neighbour requests).
+    fn send_outbox(&mut self) {
+        let Some(outbox) = self.balancer.as_ref().and_then(|b| b.outbox.as_ref()) else { return };
+        let mut tally = TxTally::default();
+        while let Some(m) = outbox.pop() {
+            tally.add(self.ports[0].tx.push(m));
+        }
+        publish_tx(self.counters, tally);
     }
 
     /// Reclaims the memory of entries that no packet can use any more.

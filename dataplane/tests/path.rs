@@ -437,3 +437,13 @@ fn malformed_and_unmatched_are_counted() {
     assert_eq!(r.count(Reason::Malformed(Malformed::BadIhl)), 1);
     assert_eq!(r.count(Reason::Decision(DropReason::NoMatchingRule)), 1);
 }
+
+#[test]
+fn unicast_for_another_host_is_not_ours() {
+    let mut r = Rig::new(Encap::Ipip);
+    let (mut frame, _) = syn_to_vip();
+    frame[..6].copy_from_slice(&[0x02, 9, 9, 9, 9, 9]);
+    let (o, _) = r.run(&frame);
+    assert_eq!(o, Outcome::Drop(Reason::Path(PathDrop::NotForUs)));
+    assert_eq!(r.shard.len(), 0, "not decided, not tracked");
+}

@@ -276,6 +276,11 @@ class Balancer(Namespace):
             mtu = topo.fabric_mtu
         if mtu:
             self.ip("link", "set", "dev", ifname, "mtu", str(mtu))
+        # DPDK's net_tap gives the kernel interface the port's own MAC. A bridge delivers
+        # frames for a port's own MAC to the local stack instead of forwarding them out of
+        # the port, so the kernel side gets another (locally administered) MAC.
+        kernel_mac = "02:" + ":".join(f"{b:02x}" for b in secrets.token_bytes(5))
+        self.ip("link", "set", "dev", ifname, "address", kernel_mac)
         self.ip("link", "set", "dev", ifname, "master", BRIDGE)
         self.ip("link", "set", "dev", ifname, "up")
 

@@ -285,6 +285,15 @@ impl<'e> Port<'e> {
         Ok(MacAddr(addr.addr_bytes))
     }
 
+    /// Sets the port's MTU (IP bytes; the frame may be 18 bytes longer).
+    pub fn set_mtu(&self, mtu: u16) -> Result<(), DpdkError> {
+        // SAFETY: the port is valid; the call only changes the device's MTU setting.
+        DpdkError::check("rte_eth_dev_set_mtu", unsafe {
+            dpdk_sys::rte_eth_dev_set_mtu(self.id.0, mtu)
+        })
+        .map(drop)
+    }
+
     /// The current link state, without waiting.
     pub fn link(&self) -> Result<LinkStatus, DpdkError> {
         let mut link = dpdk_sys::rte_eth_link::default();

@@ -1,0 +1,365 @@
+//! The controller: the control thread's state machine.
+//!
+//! It owns the running [`Config`], the [`PolicyState`], the snapshot [`Publisher`], the
+//! [`HealthChecker`] and the operator's overrides, and turns every event into at most one new
+//! snapshot: a health verdict changing (HC-1), an override or a drain from the API (HC-2), a
+//! reload (NX-3, NX-4: validated first; a rejected file changes nothing), a draining deadline
+//! passing (CD-3). Each publication is logged at info level with what changed: eligible-set
+//! kinds (failover), zonal spill, set sizes and Maglev slots moved.
+//!
+//! It never touches packets or DPDK; the daemon drives it from its main loop (a tokio
+//! current-thread runtime on the main lcore) and the admin API reads it.
+
+use crate::config::{self, Config, ConfigError};
+use crate::health::{HealthChecker, HealthEvent, TargetStatus};
+use crate::publish::{Publisher, SnapshotReader};
+use hashbrown::HashMap;
+use spillway_shared::addr::Addr;
+use spillway_shared::maglev::slots_moved;
+use spillway_shared::model::BackendKey;
+use spillway_shared::snapshot::Snapshot;
+use spillway_shared::state::{ModelChange, PolicyState, StateError};
+use spillway_shared::time::Time;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+/// An operator's health override (HC-2); `None` elsewhere means `auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Override {
+    /// Force healthy.
+    Healthy,
+    /// Force unhealthy.
+    Unhealthy,
+}
+
+impl Override {
+    /// `healthy` / `unhealthy` / `auto` (None).
+    pub fn parse(s: &str) -> Result<Option<Override>, String> {
+        match s {
+            "healthy" => Ok(Some(Override::Healthy)),
+            "unhealthy" => Ok(Some(Override::Unhealthy)),
+            "auto" => Ok(None),
+            other => Err(format!("unknown health override `{other}` (healthy, unhealthy, auto)")),
+        }
+    }
+}
+
+/// Why the controller could not start or apply something.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The configuration was rejected; nothing changed.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A capacity limit of the policy state.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// No backend matches the request.
+    #[error("no backend {0}")]
+    NoSuchBackend(String),
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// Backends added, removed (with deadlines) and undrained.
+    pub change: ModelChange,
+    /// Services after the reload.
+    pub services: usize,
+}
+
+/// The control thread's state.
+#[derive(Debug)]
+pub struct Controller {
+    path: PathBuf,
+    config: Config,
+    state: PolicyState,
+    publisher: Publisher,
+    origin: Instant,
+    overrides: HashMap<BackendKey, Override>,
+    probes: HashMap<BackendKey, bool>,
+    health: HealthChecker,
+    events: Option<UnboundedReceiver<HealthEvent>>,
+    next_deadline: Option<Time>,
+}
+
+impl Controller {
+    /// Start from a validated config: build the first snapshot and start probing. Must be
+    /// called inside a tokio runtime (the health checker spawns its probes there).
+    /// `origin` is the zero of [`Time`], shared with the workers.
+    pub fn start(path: &Path, config: Config, origin: Instant) -> Result<Controller, ControlError> {
+        let (tx, events) = unbounded_channel();
+        let mut state = PolicyState::new(false);
+        state.apply_model(config.to_model(), Time::ZERO)?;
+        let first = state.snapshot(Time::ZERO);
+        let mut c = Controller {
+            path: path.to_path_buf(),
+            config,
+            state,
+            publisher: Publisher::new(first),
+            origin,
+            overrides: HashMap::new(),
+            probes: HashMap::new(),
+            health: HealthChecker::new(tx),
+            events: Some(events),
+            next_deadline: None,
+        };
+        c.start_probes();
+        c.publish("start");
+        Ok(c)
+    }
+
+    /// The decision-core time now.
+    pub fn now(&self) -> Time {
+        Time(u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// A snapshot reader for one worker.
+    pub fn reader(&self) -> SnapshotReader {
+        self.publisher.reader()
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.publisher.current()
+    }
+
+    /// The running configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The configuration file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The policy state (for the API).
+    pub fn state(&self) -> &PolicyState {
+        &self.state
+    }
+
+    /// Health-check status of every probed backend.
+    pub fn health_status(&self) -> Vec<TargetStatus> {
+        self.health.status()
+    }
+
+    /// The operator override of a backend.
+    pub fn override_of(&self, key: &BackendKey) -> Option<Override> {
+        self.overrides.get(key).copied()
+    }
+
+    /// The probes' verdict of a backend (`None`: not probed).
+    pub fn probe_verdict(&self, key: &BackendKey) -> Option<bool> {
+        self.probes.get(key).copied()
+    }
+
+    /// The stream of health verdict changes, for the main loop to wait on (once); feed each
+    /// event back with [`Controller::on_health_event`].
+    pub fn take_health_events(&mut self) -> Option<UnboundedReceiver<HealthEvent>> {
+        self.events.take()
+    }
+
+    /// Apply a health verdict change; publishes when the effective health changed.
+    pub fn on_health_event(&mut self, ev: HealthEvent) {
+        tracing::info!(backend = %ev.key, healthy = ev.healthy, "health check verdict changed");
+        self.probes.insert(ev.key.clone(), ev.healthy);
+        if self.sync_health() {
+            self.publish("health");
+        }
+    }
+
+    fn start_probes(&mut self) {
+        let targets = self.config.health_targets();
+        for t in &targets {
+            if !self.probes.contains_key(&t.key) {
+                self.probes.insert(t.key.clone(), t.check.initial_healthy);
+            }
+        }
+        for key in self.config.unchecked_backends() {
+            self.probes.insert(key, true);
+        }
+        let wanted: hashbrown::HashSet<BackendKey> =
+            targets.iter().map(|t| t.key.clone()).chain(self.config.unchecked_backends()).collect();
+        self.probes.retain(|k, _| wanted.contains(k));
+        self.overrides.retain(|k, _| wanted.contains(k)); // HC-2: kept for backends that stay
+        self.health.set_targets(targets);
+        for key in wanted {
+            if let Some(v) = self.health.verdict(&key) {
+                self.probes.insert(key, v);
+            }
+        }
+        self.sync_health();
+    }
+
+    /// Push effective health (override, else probe verdict) into the policy state; true when
+    /// something changed.
+    fn sync_health(&mut self) -> bool {
+        let keys: Vec<BackendKey> = self.state.model().backends().map(|(k, _, _)| k).collect();
+        let mut changed = false;
+        for k in keys {
+            let healthy = match self.overrides.get(&k) {
+                Some(Override::Healthy) => true,
+                Some(Override::Unhealthy) => false,
+                None => self.probes.get(&k).copied().unwrap_or(false),
+            };
+            changed |= self.state.set_health(&k, healthy);
+        }
+        changed
+    }
+
+    /// Re-read the configuration file and apply it if it is valid (NX-3). On error nothing
+    /// changes and the error is returned (and logged by the caller).
+    pub fn reload(&mut self) -> Result<ReloadReport, ControlError> {
+        let config = config::load(&self.path)?;
+        self.apply_config(config)
+    }
+
+    /// Apply an already validated configuration (NX-4: backends that stay keep their slots,
+    /// so their connections keep their entries).
+    pub fn apply_config(&mut self, config: Config) -> Result<ReloadReport, ControlError> {
+        let now = self.now();
+        let change = self.state.apply_model(config.to_model(), now)?;
+        self.config = config;
+        self.start_probes();
+        for (key, deadline) in &change.removed {
+            tracing::info!(backend = %key, deadline_ms = deadline.as_millis(), "backend removed, draining");
+        }
+        for key in &change.added {
+            tracing::info!(backend = %key, "backend added");
+        }
+        for key in &change.undrained {
+            tracing::info!(backend = %key, "backend re-added while draining: entries kept");
+        }
+        self.publish("reload");
+        Ok(ReloadReport { change, services: self.config.services.len() })
+    }
+
+    /// The configured or draining backends whose address is `addr` (and, when given, whose
+    /// service is `service`).
+    pub fn backends_matching(&self, addr: Addr, service: Option<&str>) -> Vec<BackendKey> {
+        self.state
+            .model()
+            .backends()
+            .map(|(k, _, _)| k)
+            .filter(|k| k.endpoint.addr == addr && service.is_none_or(|s| s == k.service))
+            .collect()
+    }
+
+    /// Set (or clear, with `None`) the override of every backend at `addr` (HC-2).
+    pub fn set_override(
+        &mut self,
+        addr: Addr,
+        service: Option<&str>,
+        value: Option<Override>,
+    ) -> Result<Vec<BackendKey>, ControlError> {
+        let keys = self.backends_matching(addr, service);
+        if keys.is_empty() {
+            return Err(ControlError::NoSuchBackend(addr.to_string()));
+        }
+        for k in &keys {
+            match value {
+                Some(v) => self.overrides.insert(k.clone(), v),
+                None => self.overrides.remove(k),
+            };
+            tracing::info!(backend = %k, ?value, "health override set");
+        }
+        if self.sync_health() {
+            self.publish("override");
+        }
+        Ok(keys)
+    }
+
+    /// Drain (no new connections, existing ones kept) or undrain every backend at `addr`.
+    pub fn set_drained(
+        &mut self,
+        addr: Addr,
+        service: Option<&str>,
+        drained: bool,
+    ) -> Result<Vec<BackendKey>, ControlError> {
+        let keys = self.backends_matching(addr, service);
+        if keys.is_empty() {
+            return Err(ControlError::NoSuchBackend(addr.to_string()));
+        }
+        let mut changed = false;
+        for k in &keys {
+            changed |= self.state.set_drained(k, drained);
+            tracing::info!(backend = %k, drained, "operator drain");
+        }
+        if changed {
+            self.publish("drain");
+        }
+        Ok(keys)
+    }
+
+    /// Periodic work: free retired snapshots; republish when a draining deadline has passed
+    /// (the slot is freed; entries were already invalid at lookup).
+    pub fn tick(&mut self) {
+        self.publisher.reclaim();
+        if self.next_deadline.is_some_and(|d| self.now() >= d) {
+            self.publish("drain deadline");
+        }
+    }
+
+    /// Build and publish a snapshot, logging what changed.
+    pub fn publish(&mut self, why: &str) {
+        let now = self.now();
+        let next = self.state.snapshot(now);
+        let prev = self.publisher.current();
+        log_changes(why, &prev, &next);
+        self.next_deadline = next
+            .backends
+            .iter()
+            .filter_map(|b| match b.status {
+                spillway_shared::snapshot::BackendStatus::Draining { deadline } => Some(deadline),
+                _ => None,
+            })
+            .min();
+        self.publisher.publish(next);
+    }
+}
+
+/// Log, at info level, what a new snapshot changes for each service.
+fn log_changes(why: &str, prev: &Snapshot, next: &Snapshot) {
+    for svc in next.services() {
+        let old = prev.services().find(|s| s.name == svc.name);
+        let kind = svc.eligible.kind;
+        let (old_kind, moved) = match old {
+            Some(o) => (
+                Some(o.eligible.kind),
+                slots_moved(&o.default_choice.table, &svc.default_choice.table),
+            ),
+            None => (None, svc.default_choice.table.size() as usize),
+        };
+        if old_kind != Some(kind) || moved > 0 {
+            tracing::info!(
+                why,
+                service = &*svc.name,
+                eligible = kind.as_str(),
+                previous = old_kind.map_or("none", |k| k.as_str()),
+                size = svc.default_choice.members.len(),
+                slots_moved = moved,
+                "service eligible set"
+            );
+        }
+        for (z, choice) in svc.zone_choices.iter().enumerate() {
+            let was = old.and_then(|o| o.zone_choices.get(z)).map(|c| (c.zonal_match, c.spilled));
+            if choice.zonal_match && was != Some((choice.zonal_match, choice.spilled)) {
+                tracing::info!(
+                    why,
+                    service = &*svc.name,
+                    zone = next.zone_names.get(z).map_or("?", String::as_str),
+                    spilled = choice.spilled,
+                    size = choice.members.len(),
+                    "zonal affinity"
+                );
+            }
+        }
+    }
+    for old in prev.services() {
+        if !next.services().any(|s| s.name == old.name) {
+            tracing::info!(why, service = &*old.name, "service removed");
+        }
+    }
+}
