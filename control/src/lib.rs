@@ -6,3 +6,4 @@ pub mod config;
 pub mod controller;
 pub mod health;
 pub mod publish;
+pub mod view;

@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use spillway_control::config::{self, Config, ConfigError, DataplaneConfig};
@@ -23,8 +23,8 @@ use crate::dpdk::{self, DpdkError, Eal, LcoreId, Mempool, Port, PortSetup};
 use crate::neighbour::{RequestSender, Resolver, ResolverTimers};
 use crate::path::{Node, PacketBuf};
 use crate::worker::{
-    Balancer, CounterValues, Outbox, PortQueues, Worker, WorkerCounters, WorkerParams,
-    OUTBOX_CAPACITY,
+    Balancer, CounterValues, Mailbox, Outbox, PortQueues, Worker, WorkerCounters, WorkerParams,
+    MAILBOX_CAPACITY, OUTBOX_CAPACITY,
 };
 use crossbeam::queue::ArrayQueue;
 
@@ -146,7 +146,9 @@ pub fn run_config(
         ports.push(port);
     }
 
-    let counters: Vec<WorkerCounters> = lcores.iter().map(|_| WorkerCounters::new()).collect();
+    let counters: Arc<[WorkerCounters]> = lcores.iter().map(|_| WorkerCounters::new()).collect();
+    let mailboxes: Vec<Mailbox> =
+        lcores.iter().map(|_| Arc::new(ArrayQueue::new(MAILBOX_CAPACITY))).collect();
     let params = WorkerParams {
         burst_size: dp.burst_size,
         drain_ticks: (eal.tsc_hz() / 1_000_000).max(1) * u64::from(dp.tx_drain_us),
@@ -175,7 +177,7 @@ pub fn run_config(
         ports[0].set_mtu(mtu).map_err(dpdk_err("dataplane.node.mtu"))?;
         let controller = Controller::start(&options.config, config.clone(), origin)?;
         resolver.set_wanted(next_hops(&controller, &node));
-        control = Some((controller, node));
+        control = Some((Arc::new(Mutex::new(controller)), node));
     }
     // Frames the control thread sends (ARP/ND requests) go out through worker 0's TX queue:
     // not every driver takes a TX queue without an RX queue (net_tap does not).
@@ -185,8 +187,9 @@ pub fn run_config(
         .enumerate()
         .map(|(i, _)| {
             control.as_ref().map(|(c, node)| Balancer {
+                snapshots: lock(c).reader(),
+                mailbox: Arc::clone(&mailboxes[i]),
                 outbox: (i == 0).then(|| Arc::clone(&outbox)),
-                snapshots: c.reader(),
                 neighbours: arc_swap::Cache::new(resolver.cell()),
                 events: resolver.events(),
                 shard: Shard::with_capacity(dp.conntrack_capacity as usize),
@@ -197,11 +200,17 @@ pub fn run_config(
         .collect();
     let workers: Vec<Worker<'_, '_>> = queues
         .into_iter()
-        .zip(&counters)
+        .zip(counters.iter())
         .zip(&lcores)
         .enumerate()
         .map(|(i, ((q, c), &lcore))| Worker::new(i, lcore, q, params, c, balancers[i].take()))
         .collect();
+    // What the admin API and metrics see of the workers.
+    let _view = crate::view::DaemonView {
+        counters: Arc::clone(&counters),
+        mailboxes: if balance { mailboxes.clone() } else { Vec::new() },
+        neighbours: resolver.cell(),
+    };
     let mut sender = control.as_ref().map(|(_, node)| ControlTx {
         outbox: Arc::clone(&outbox),
         pool: &pool,
@@ -224,7 +233,7 @@ pub fn run_config(
             dp.ports.join(", ")
         );
         flush_stdout();
-        let ctl = control.as_mut().map(|(c, _)| c);
+        let ctl = control.as_ref().map(|(c, _)| Arc::clone(c));
         let sender = sender.as_mut().map(|s| s as &mut dyn RequestSender);
         Ok(runtime.block_on(monitor(
             &lcores,
@@ -232,6 +241,7 @@ pub fn run_config(
             options,
             signals,
             ctl,
+            control.as_ref().map(|(_, n)| n),
             &mut resolver,
             sender,
         )))
@@ -361,7 +371,8 @@ async fn monitor(
     counters: &[WorkerCounters],
     options: &Options,
     signals: &Signals<'_>,
-    mut control: Option<&mut Controller>,
+    control: Option<Arc<Mutex<Controller>>>,
+    node: Option<&Node>,
     resolver: &mut Resolver,
     mut sender: Option<&mut dyn RequestSender>,
 ) -> Duration {
@@ -369,13 +380,13 @@ async fn monitor(
     let start = Instant::now();
     let mut last_print = start;
     let mut last: Vec<CounterValues> = counters.iter().map(CounterValues::read).collect();
-    let mut events = control.as_mut().and_then(|c| c.take_health_events());
+    let mut events = control.as_ref().and_then(|c| lock(c).take_health_events());
     let mut tick = tokio::time::interval(TICK);
     loop {
         tokio::select! {
             Some(ev) = async { match events.as_mut() { Some(e) => e.recv().await, None => None } } => {
-                if let Some(c) = control.as_mut() {
-                    c.on_health_event(ev);
+                if let Some(c) = &control {
+                    lock(c).on_health_event(ev);
                 }
                 continue;
             }
@@ -388,9 +399,21 @@ async fn monitor(
         if options.duration.is_some_and(|d| now - start >= d) {
             break;
         }
-        if let Some(c) = control.as_mut() {
+        if let Some(c) = &control {
+            let mut c = lock(c);
             if signals.reload.swap(false, Ordering::Relaxed) {
                 match c.reload() {
+                    Ok(r) if node.is_some() => {
+                        if let Some(node) = node {
+                            resolver.set_wanted(next_hops(&c, node));
+                        }
+                        tracing::info!(
+                            services = r.services,
+                            added = r.change.added.len(),
+                            removed = r.change.removed.len(),
+                            "configuration reloaded"
+                        )
+                    }
                     Ok(r) => tracing::info!(
                         services = r.services,
                         added = r.change.added.len(),
@@ -448,6 +471,12 @@ fn node_of(config: &Config, mac: [u8; 6]) -> Node {
         gateway_v6: n.gateway_ipv6,
         mtu: n.mtu,
     }
+}
+
+/// Lock the controller. A panic while it was held already aborted the process (release
+/// builds abort on panic), so a poisoned lock only happens in tests: keep going.
+fn lock(c: &Mutex<Controller>) -> MutexGuard<'_, Controller> {
+    c.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Every backend's next hop, to resolve before traffic needs it.

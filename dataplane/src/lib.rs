@@ -11,4 +11,5 @@ pub mod daemon;
 pub mod dpdk;
 pub mod neighbour;
 pub mod path;
+pub mod view;
 pub mod worker;

@@ -108,9 +108,17 @@ pub type Outbox<'e> = Arc<crossbeam::queue::ArrayQueue<Mbuf<'e>>>;
 /// Capacity of an [`Outbox`].
 pub const OUTBOX_CAPACITY: usize = 256;
 
+/// A worker's conntrack query mailbox (control thread -> worker).
+pub type Mailbox = Arc<crossbeam::queue::ArrayQueue<spillway_control::view::LookupQuery>>;
+
+/// Capacity of a [`Mailbox`].
+pub const MAILBOX_CAPACITY: usize = 64;
+
 /// What a load-balancing worker reads and owns besides its queues.
 #[derive(Debug)]
 pub struct Balancer<'e> {
+    /// Conntrack queries from the control thread, answered between bursts.
+    pub mailbox: Mailbox,
     /// Frames from the control thread to send on the first port (worker 0 only).
     pub outbox: Option<Outbox<'e>>,
     /// The current snapshot, loaded once per burst.
@@ -187,6 +195,7 @@ impl<'p, 'c> Worker<'p, 'c> {
                 self.sweep(SWEEP_IDLE);
             }
             self.send_outbox();
+            self.answer_mailbox();
             let now = dpdk::tsc();
             if now.wrapping_sub(last_drain) >= self.params.drain_ticks {
                 self.drain();
@@ -234,6 +243,16 @@ impl<'p, 'c> Worker<'p, 'c> {
         c.ct_evictions.set(stats.evictions);
         publish_tx(c, tally);
         self.sweep(SWEEP_BUSY);
+    }
+
+    /// Answers the control thread's conntrack queries (rare; one atomic load when empty).
+    fn answer_mailbox(&mut self) {
+        let Some(b) = &mut self.balancer else { return };
+        while let Some(q) = b.mailbox.pop() {
+            let now = time_since(b.origin);
+            let entry = b.shard.lookup(&q.key, q.hash, now).map(|(_, e)| e);
+            let _ = q.reply.send(entry);
+        }
     }
 
     /// Transmits what the control thread queued (rare: neighbour requests).

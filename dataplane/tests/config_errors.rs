@@ -33,7 +33,8 @@ fn zero_workers_is_an_error() {
     let c = TempFile::new("zero-workers", "dataplane:\n  ports: [net_null0]\n  workers: 0\n");
     let (ok, stderr) = run(&c);
     assert!(!ok);
-    assert!(stderr.contains("dataplane.workers: must be at least 1"), "{stderr}");
+    assert!(stderr.contains("`dataplane.workers`: must be at least 1"), "{stderr}");
+    assert!(stderr.contains(&format!("{}:3:", c.0.display())), "names the line: {stderr}");
 }
 
 #[test]

@@ -1,0 +1,47 @@
+//! The daemon's [`DataplaneView`]: the workers' counters and conntrack mailboxes, and the
+//! neighbour table, for the control plane's admin API and metrics.
+
+use crate::neighbour::NeighbourCell;
+use crate::worker::Mailbox;
+use spillway_control::view::{DataplaneView, LookupQuery, LookupReply};
+use spillway_shared::addr::Addr;
+use spillway_shared::counters::WorkerCounters;
+use spillway_shared::flow::FlowKey;
+use std::sync::Arc;
+
+/// The data plane as the control plane sees it.
+#[derive(Debug, Clone)]
+pub struct DaemonView {
+    /// Every worker's counters, by worker index.
+    pub counters: Arc<[WorkerCounters]>,
+    /// Every worker's conntrack mailbox (empty in io-forward mode).
+    pub mailboxes: Vec<Mailbox>,
+    /// The neighbour table.
+    pub neighbours: NeighbourCell,
+}
+
+impl DataplaneView for DaemonView {
+    fn workers(&self) -> usize {
+        self.counters.len()
+    }
+
+    fn counters(&self, worker: usize) -> &WorkerCounters {
+        &self.counters[worker]
+    }
+
+    fn lookup(&self, key: FlowKey, hash: u64) -> Vec<LookupReply> {
+        self.mailboxes
+            .iter()
+            .map(|m| {
+                let (reply, rx) = tokio::sync::oneshot::channel();
+                // A full mailbox drops the query: its receiver then reports "closed".
+                let _ = m.push(LookupQuery { key, hash, reply });
+                rx
+            })
+            .collect()
+    }
+
+    fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {
+        self.neighbours.load().iter().map(|(a, m)| (*a, *m)).collect()
+    }
+}
