@@ -240,10 +240,12 @@ pub fn run_config(
             &counters,
             options,
             signals,
-            ctl,
-            control.as_ref().map(|(_, n)| n),
-            &mut resolver,
-            sender,
+            ControlPlane {
+                control: ctl,
+                node: control.as_ref().map(|(_, n)| n),
+                resolver: &mut resolver,
+                sender,
+            },
         )))
     })?;
 
@@ -362,6 +364,14 @@ fn log_port(port: &Port<'_>) {
     );
 }
 
+/// What the main loop drives besides printing counters (all `None` in io-forward mode).
+struct ControlPlane<'a> {
+    control: Option<Arc<Mutex<Controller>>>,
+    node: Option<&'a Node>,
+    resolver: &'a mut Resolver,
+    sender: Option<&'a mut dyn RequestSender>,
+}
+
 /// The main lcore's loop while workers run: the control plane's event loop. It applies health
 /// verdicts as they come, reloads on SIGHUP, keeps neighbours resolved, frees old snapshots,
 /// prints per-worker counters every `stats_interval`, and returns when the stop flag is set or
@@ -371,11 +381,9 @@ async fn monitor(
     counters: &[WorkerCounters],
     options: &Options,
     signals: &Signals<'_>,
-    control: Option<Arc<Mutex<Controller>>>,
-    node: Option<&Node>,
-    resolver: &mut Resolver,
-    mut sender: Option<&mut dyn RequestSender>,
+    plane: ControlPlane<'_>,
 ) -> Duration {
+    let ControlPlane { control, node, resolver, mut sender } = plane;
     const TICK: Duration = Duration::from_millis(20);
     let start = Instant::now();
     let mut last_print = start;
