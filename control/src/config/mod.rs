@@ -9,16 +9,32 @@
 //! (does the port exist, are there enough EAL lcores) belong to the daemon, which reports them
 //! with the same field paths.
 //!
+//! Loading is two steps. Serde parses the text into the types of this module and [`services`];
+//! a syntax error, an unknown field or a wrong type stops there and only the first one is
+//! reported ([`ConfigError::Parse`]). Then [`validate`] checks everything serde cannot see and
+//! collects **every** problem; [`locate`] finds the line and column of each offending field in
+//! the same text, and [`ConfigError::Invalid`] prints one line per problem (NX-3: a file that
+//! fails either step is never applied). [`compile`] turns a valid file into the decision core's
+//! model, the health checker's targets and the node's addresses. The reference of every field
+//! is `docs/configuration.md`.
+//!
 //! To add a top-level section (`topology:`, `services:`, ...): add a field to [`Config`] with
-//! its own `#[serde(deny_unknown_fields)]` struct, and extend [`Config::validate`].
+//! its own `#[serde(deny_unknown_fields)]` struct, check it in [`validate`], compile it in
+//! [`compile`], and document it in `docs/configuration.md` and `configs/example.yaml` (the
+//! `config_docs` test fails until both cover it).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub mod compile;
+pub mod locate;
 pub mod services;
+pub mod validate;
+pub use compile::NodeAddrs;
 pub use services::*;
+pub use validate::FieldError;
 
 /// Largest RX/TX burst a worker handles at once (the size of its on-stack mbuf array).
 pub const MAX_BURST: u16 = 32;
@@ -124,42 +140,37 @@ impl DataplaneConfig {
             + workers * burst
     }
 
-    fn validate(&self) -> Result<(), Invalid> {
+    /// The checks of the DPDK settings; pushes every problem onto `errors`.
+    pub(crate) fn check(&self, errors: &mut Vec<FieldError>) {
+        let mut err = |field: String, message: String| errors.push(FieldError { field, message });
         if self.ports.is_empty() {
-            return Err(Invalid::new("dataplane.ports", "at least one port is required"));
+            err("dataplane.ports".into(), "at least one port is required".into());
         }
         for (i, name) in self.ports.iter().enumerate() {
             if name.trim().is_empty() {
-                return Err(Invalid::new(format!("dataplane.ports[{i}]"), "empty port name"));
-            }
-            if self.ports[..i].contains(name) {
-                return Err(Invalid::new(
-                    format!("dataplane.ports[{i}]"),
-                    format!("port '{name}' is listed twice"),
-                ));
+                err(format!("dataplane.ports[{i}]"), "empty port name".into());
+            } else if self.ports[..i].contains(name) {
+                err(format!("dataplane.ports[{i}]"), format!("port '{name}' is listed twice"));
             }
         }
         if self.workers == Some(0) {
-            return Err(Invalid::new("dataplane.workers", "must be at least 1"));
+            err("dataplane.workers".into(), "must be at least 1".into());
         }
         if let Some(lcores) = &self.lcores {
             if lcores.is_empty() {
-                return Err(Invalid::new("dataplane.lcores", "must not be empty when given"));
+                err("dataplane.lcores".into(), "must not be empty when given".into());
             }
             if let Some(n) = self.workers {
-                if usize::from(n) != lcores.len() {
-                    return Err(Invalid::new(
-                        "dataplane.workers",
+                if usize::from(n) != lcores.len() && !lcores.is_empty() {
+                    err(
+                        "dataplane.workers".into(),
                         format!("is {n} but dataplane.lcores lists {} lcores", lcores.len()),
-                    ));
+                    );
                 }
             }
             for (i, l) in lcores.iter().enumerate() {
                 if lcores[..i].contains(l) {
-                    return Err(Invalid::new(
-                        format!("dataplane.lcores[{i}]"),
-                        format!("lcore {l} is listed twice"),
-                    ));
+                    err(format!("dataplane.lcores[{i}]"), format!("lcore {l} is listed twice"));
                 }
             }
         }
@@ -168,24 +179,24 @@ impl DataplaneConfig {
             ("dataplane.tx_queue_size", self.tx_queue_size),
         ] {
             if size < 64 {
-                return Err(Invalid::new(field, format!("{size} is too small (minimum 64)")));
+                err(field.into(), format!("{size} is too small (minimum 64)"));
             }
         }
         if !(1..=MAX_BURST).contains(&self.burst_size) {
-            return Err(Invalid::new(
-                "dataplane.burst_size",
+            err(
+                "dataplane.burst_size".into(),
                 format!("{} is out of range 1..={MAX_BURST}", self.burst_size),
-            ));
+            );
         }
         if self.mempool_cache_size > 512 {
-            return Err(Invalid::new(
-                "dataplane.mempool_cache_size",
+            err(
+                "dataplane.mempool_cache_size".into(),
                 format!("{} is above DPDK's maximum of 512", self.mempool_cache_size),
-            ));
+            );
         }
         if u64::from(self.mempool_size) < self.mbufs_needed() {
-            return Err(Invalid::new(
-                "dataplane.mempool_size",
+            err(
+                "dataplane.mempool_size".into(),
                 format!(
                     "{} mbufs cannot fill the configured queues: {} ports x {} workers with \
                      {} RX + {} TX descriptors, caches and bursts need at least {}",
@@ -196,19 +207,18 @@ impl DataplaneConfig {
                     self.tx_queue_size,
                     self.mbufs_needed()
                 ),
-            ));
+            );
         }
         if self.tx_drain_us == 0 {
-            return Err(Invalid::new("dataplane.tx_drain_us", "must be at least 1"));
+            err("dataplane.tx_drain_us".into(), "must be at least 1".into());
         }
-        Ok(())
     }
 }
 
 impl Config {
-    /// Checks that need nothing but the file: ranges, counts, duplicates.
-    fn validate(&self) -> Result<(), Invalid> {
-        self.dataplane.validate()
+    /// Every problem [`validate::validate`] finds, without positions.
+    pub fn validate(&self) -> Vec<FieldError> {
+        validate::validate(self)
     }
 
     /// Parses and validates YAML text. `path` only labels errors.
@@ -226,6 +236,13 @@ impl Config {
                     message.truncate(stripped.len());
                 }
             }
+            // So is the field path; serde_yaml starts its message with its own copy of (a
+            // prefix of) it: `dataplane.node: unknown field ...`.
+            if let Some((head, rest)) = message.split_once(": ") {
+                if !head.is_empty() && field.starts_with(head) && !head.contains(' ') {
+                    message = rest.to_owned();
+                }
+            }
             ConfigError::Parse {
                 path: path.to_owned(),
                 field: if field == "." { String::new() } else { field },
@@ -233,12 +250,23 @@ impl Config {
                 message,
             }
         })?;
-        config.validate().map_err(|Invalid { field, message }| ConfigError::Invalid {
-            path: path.to_owned(),
-            field,
-            message,
-        })?;
-        Ok(config)
+        let problems = config.validate();
+        if problems.is_empty() {
+            return Ok(config);
+        }
+        let locations = locate::Locations::parse(text);
+        let mut errors: Vec<InvalidField> = problems
+            .into_iter()
+            .map(|FieldError { field, message }| InvalidField {
+                location: locations.get(&field),
+                field,
+                message,
+            })
+            .collect();
+        // File order; errors without a position last. The sort is stable, so problems of one
+        // field keep the order the checks found them in.
+        errors.sort_by_key(|e| e.location.map_or((usize::MAX, usize::MAX), |l| l));
+        Err(ConfigError::Invalid { path: path.to_owned(), errors })
     }
 }
 
@@ -273,26 +301,58 @@ pub enum ConfigError {
         /// The parser's message.
         message: String,
     },
-    /// The file parsed, but a setting is impossible.
-    #[error("{}: {field}: {message}", path.display())]
+    /// The file parsed, but settings are impossible: every one found, in file order, printed
+    /// one per line as `file:line:col: field `path`: message`.
+    #[error("{}", InvalidList(path, errors))]
     Invalid {
         /// The file.
         path: PathBuf,
-        /// Dotted field path of the offending setting.
-        field: String,
-        /// What is wrong with it.
-        message: String,
+        /// Every problem, at least one.
+        errors: Vec<InvalidField>,
     },
 }
 
+/// One impossible setting of a [`ConfigError::Invalid`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidField {
+    /// Dotted field path of the offending setting (`services[0].backend_service.backends[1]`).
+    pub field: String,
+    /// 1-based line and column of the value (or of its key, for a block; or of the nearest
+    /// enclosing field present in the file, for a field left at its default).
+    pub location: Option<(usize, usize)>,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+struct InvalidList<'a>(&'a Path, &'a [InvalidField]);
+
+impl fmt::Display for InvalidList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.1.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}{}: {}{}", self.0.display(), Loc(e.location), Field(&e.field), e.message)?;
+        }
+        Ok(())
+    }
+}
+
 impl ConfigError {
-    /// The dotted field path the error is about, if any.
+    /// The dotted field path the error is about (the first one, for several), if any.
     pub fn field(&self) -> Option<&str> {
         match self {
             ConfigError::Io { .. } => None,
-            ConfigError::Parse { field, .. } | ConfigError::Invalid { field, .. } => {
-                Some(field).filter(|f| !f.is_empty()).map(String::as_str)
-            }
+            ConfigError::Parse { field, .. } => Some(field.as_str()).filter(|f| !f.is_empty()),
+            ConfigError::Invalid { errors, .. } => errors.first().map(|e| e.field.as_str()),
+        }
+    }
+
+    /// Every invalid setting (empty for I/O and parse errors, which stop at the first).
+    pub fn invalid_fields(&self) -> &[InvalidField] {
+        match self {
+            ConfigError::Invalid { errors, .. } => errors,
+            _ => &[],
         }
     }
 }
@@ -317,17 +377,6 @@ impl fmt::Display for Field<'_> {
         } else {
             write!(f, "field `{}`: ", self.0)
         }
-    }
-}
-
-struct Invalid {
-    field: String,
-    message: String,
-}
-
-impl Invalid {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { field: field.into(), message: message.into() }
     }
 }
 
@@ -406,7 +455,10 @@ mod tests {
 
     fn invalid_field(text: &str) -> String {
         match parse(text).unwrap_err() {
-            ConfigError::Invalid { field, .. } => field,
+            ConfigError::Invalid { errors, .. } => {
+                assert_eq!(errors.len(), 1, "{errors:?}");
+                errors[0].field.clone()
+            }
             other => panic!("expected an invalid setting, got {other}"),
         }
     }

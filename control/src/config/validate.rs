@@ -1,0 +1,744 @@
+//! The semantic checks of a parsed configuration (NX-3): everything serde cannot see, such as
+//! ranges, enum names, addresses, references between sections, duplicates and overlapping
+//! forwarding rules (FR-1).
+//!
+//! [`validate`] runs every check and returns **all** problems, each as a [`FieldError`] naming
+//! the field path in serde's syntax (`services[0].backend_service.weight`); the caller
+//! ([`super::Config::from_yaml`]) attaches file positions with [`super::locate`]. A check that
+//! depends on a value that is itself wrong (an idle timeout under an unknown affinity) is
+//! skipped rather than reported twice.
+//!
+//! It must never touch the running system (ports, lcores): the daemon checks those. It must
+//! never mutate or default the configuration either: defaults are applied in `compile`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use spillway_shared::addr::Addr;
+use spillway_shared::maglev::TABLE_SIZES;
+use spillway_shared::model::{Encap, Endpoint, Ports, RuleDest, RuleProtocol};
+use spillway_shared::policy::{idle_timeout_bounds, Affinity, Persistence, TrackingMode};
+
+use super::compile::{
+    self, not_one_of, parse_endpoint, parse_enum, parse_iface_addr, parse_port_item, parse_prefix,
+    parse_protocol, parse_unicast, NodeAddrs, CHECK_TYPES, DEFAULT_CHECK_INTERVAL_SEC,
+    DEFAULT_CHECK_TIMEOUT_SEC, ENCAPSULATIONS, INITIAL_VERDICTS, SPILLOVERS,
+};
+use super::{Config, HealthCheckConfig, PortsConfig, ServiceConfig};
+
+/// One problem with one field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// Field path, e.g. `services[0].backend_service.connection_draining.draining_timeout_sec`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl FieldError {
+    /// An error about `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+        FieldError { field: field.into(), message: message.into() }
+    }
+}
+
+/// Most primary groups, and most failover groups, per backend service (section 3).
+pub const MAX_GROUPS_PER_ROLE: usize = 50;
+/// Group weight range (CH-3).
+pub const WEIGHT_RANGE: std::ops::RangeInclusive<u32> = 1..=1000;
+/// Connection draining timeout range in seconds (CD-3).
+pub const DRAINING_RANGE: std::ops::RangeInclusive<u32> = 0..=3600;
+/// `dataplane.node.mtu` range.
+pub const MTU_RANGE: std::ops::RangeInclusive<u32> = 576..=9216;
+/// The smallest MTU an IPv6 link may have.
+pub const IPV6_MIN_MTU: u32 = 1280;
+/// Smallest `dataplane.conntrack_capacity`.
+pub const MIN_CONNTRACK_CAPACITY: u32 = 1024;
+/// Longest health check interval or timeout, in seconds.
+pub const MAX_CHECK_SECS: f64 = 3600.0;
+
+/// Every problem of `config`, in no particular order (the caller sorts them by position).
+pub fn validate(config: &Config) -> Vec<FieldError> {
+    let mut v = Checker { errors: Vec::new() };
+    config.dataplane.check(&mut v.errors);
+    v.dataplane(config);
+    v.admin(config);
+    v.topology(config);
+    v.health_checks(config);
+    v.services(config);
+    v.errors
+}
+
+struct Checker {
+    errors: Vec<FieldError>,
+}
+
+fn unit_range(x: f64) -> bool {
+    (0.0..=1.0).contains(&x)
+}
+
+impl Checker {
+    fn err(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(FieldError::new(field, message));
+    }
+
+    /// Node addresses, MTU, conntrack and Maglev sizes (the rest of `dataplane` is checked by
+    /// `DataplaneConfig::check`).
+    fn dataplane(&mut self, c: &Config) {
+        let d = &c.dataplane;
+        let n = &d.node;
+        for (field, value, v6) in [("ipv4", &n.ipv4, false), ("ipv6", &n.ipv6, true)] {
+            if let Some(s) = value {
+                if let Err(e) = parse_iface_addr(s, v6) {
+                    self.err(format!("dataplane.node.{field}"), e);
+                }
+            }
+        }
+        let addrs = c.node_addrs();
+        for (field, value, node_field, own, v6) in [
+            ("gateway_ipv4", &n.gateway_ipv4, &n.ipv4, addrs.ipv4, false),
+            ("gateway_ipv6", &n.gateway_ipv6, &n.ipv6, addrs.ipv6, true),
+        ] {
+            let Some(s) = value else { continue };
+            let path = format!("dataplane.node.{field}");
+            let family = if v6 { "ipv6" } else { "ipv4" };
+            match parse_unicast(s) {
+                Err(e) => self.err(path, e),
+                Ok(a) if a.is_v4() == v6 => {
+                    let fam = if v6 { "IPv6" } else { "IPv4" };
+                    self.err(path, format!("`{s}` is not an {fam} address"))
+                }
+                Ok(a) => match own {
+                    None if node_field.is_none() => self.err(
+                        path,
+                        format!("a gateway needs `dataplane.node.{family}` to reach it from"),
+                    ),
+                    None => {} // the node address itself is wrong, reported above
+                    Some((own_addr, len)) => {
+                        if a == own_addr {
+                            self.err(path, format!("`{s}` is the node's own address"));
+                        } else if !addrs.on_link(a) {
+                            self.err(
+                                path,
+                                format!(
+                                    "`{s}` is not on-link: outside dataplane.node.{family} \
+                                     {own_addr}/{len}"
+                                ),
+                            );
+                        }
+                    }
+                },
+            }
+        }
+        if let Some(mtu) = n.mtu {
+            if !MTU_RANGE.contains(&mtu) {
+                self.err(
+                    "dataplane.node.mtu",
+                    format!("{mtu} is out of range {}..={}", MTU_RANGE.start(), MTU_RANGE.end()),
+                );
+            } else if mtu < IPV6_MIN_MTU && n.ipv6.is_some() {
+                self.err(
+                    "dataplane.node.mtu",
+                    format!("{mtu} is below IPv6's minimum link MTU of {IPV6_MIN_MTU}"),
+                );
+            }
+        }
+        if d.conntrack_capacity < MIN_CONNTRACK_CAPACITY {
+            self.err(
+                "dataplane.conntrack_capacity",
+                format!("{} is too small (minimum {MIN_CONNTRACK_CAPACITY})", d.conntrack_capacity),
+            );
+        }
+        if !TABLE_SIZES.contains(&d.maglev_table_size) {
+            let sizes: Vec<String> = TABLE_SIZES.iter().map(u32::to_string).collect();
+            self.err(
+                "dataplane.maglev_table_size",
+                format!("{} is not one of {}", d.maglev_table_size, sizes.join(", ")),
+            );
+        }
+    }
+
+    fn admin(&mut self, c: &Config) {
+        let l = &c.admin.listen;
+        let ok = match l.strip_prefix("unix:") {
+            Some(p) => p.starts_with('/'),
+            None => l.parse::<std::net::SocketAddr>().is_ok(),
+        };
+        if !ok {
+            self.err(
+                "admin.listen",
+                format!("`{l}` is neither `ip:port` nor `unix:/absolute/path`"),
+            );
+        }
+    }
+
+    fn topology(&mut self, c: &Config) {
+        let t = &c.topology;
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, z) in t.zones.iter().enumerate() {
+            let path = format!("topology.zones[{i}]");
+            if z.name.trim().is_empty() {
+                self.err(format!("{path}.name"), "empty zone name");
+            } else if let Some(j) = seen.insert(&z.name, i) {
+                self.err(
+                    format!("{path}.name"),
+                    format!("zone `{}` is already defined at topology.zones[{j}]", z.name),
+                );
+            }
+            match &z.region {
+                Some(r) if r.trim().is_empty() => {
+                    self.err(format!("{path}.region"), "empty region")
+                }
+                None if t.region.trim().is_empty() => self.err(
+                    format!("{path}.region"),
+                    format!("zone `{}` has no region and `topology.region` is not set", z.name),
+                ),
+                _ => {}
+            }
+        }
+        let mut prefixes = HashMap::new();
+        for (i, s) in t.client_subnets.iter().enumerate() {
+            let path = format!("topology.client_subnets[{i}]");
+            match parse_prefix(&s.prefix) {
+                Err(e) => self.err(format!("{path}.prefix"), e),
+                Ok(p) => {
+                    if let Some(j) = prefixes.insert(p, i) {
+                        self.err(
+                            format!("{path}.prefix"),
+                            format!("{p} is already listed at topology.client_subnets[{j}]"),
+                        );
+                    }
+                }
+            }
+            match (&s.zone, s.regional) {
+                (Some(_), true) => self.err(
+                    format!("{path}.regional"),
+                    "a subnet has either a `zone` or `regional: true`, not both",
+                ),
+                (None, false) => self.err(
+                    path.clone(),
+                    "needs a `zone`, or `regional: true` for a VPN or interconnect subnet (ZA-1)",
+                ),
+                (Some(z), false) if !seen.contains_key(z.as_str()) => {
+                    self.err(format!("{path}.zone"), unknown_zone(z, c))
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn health_checks(&mut self, c: &Config) {
+        for (name, h) in &c.health_checks {
+            self.health_check(&format!("health_checks.{name}"), name, h);
+        }
+    }
+
+    fn health_check(&mut self, path: &str, name: &str, h: &HealthCheckConfig) {
+        if name.trim().is_empty() {
+            self.err(path, "empty health check name");
+        }
+        let kind = h.kind.as_str();
+        if !CHECK_TYPES.contains(&kind) {
+            self.err(format!("{path}.type"), not_one_of(kind, CHECK_TYPES));
+        } else {
+            let only = [
+                ("path", h.path.is_some(), "HTTP"),
+                ("host", h.host.is_some(), "HTTP"),
+                ("expected_status", h.expected_status.is_some(), "HTTP"),
+                ("request", h.request.is_some(), "UDP"),
+                ("response", h.response.is_some(), "UDP"),
+            ];
+            for (field, set, wants) in only {
+                if set && kind != wants {
+                    self.err(
+                        format!("{path}.{field}"),
+                        format!("only applies to type {wants} (this check is {kind})"),
+                    );
+                }
+            }
+        }
+        if h.port == Some(0) {
+            self.err(format!("{path}.port"), "0 is not a port 1..=65535");
+        }
+        if let Some(p) = &h.path {
+            if !p.starts_with('/') || p.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                self.err(
+                    format!("{path}.path"),
+                    format!(
+                        "`{p}` must start with `/` and contain no spaces or control characters"
+                    ),
+                );
+            }
+        }
+        if let Some(host) = &h.host {
+            if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                self.err(format!("{path}.host"), "must be non-empty without spaces");
+            }
+        }
+        if let Some(s) = h.expected_status {
+            if !(100..=599).contains(&s) {
+                self.err(format!("{path}.expected_status"), format!("{s} is not an HTTP status"));
+            }
+        }
+        if h.request.as_deref() == Some("") {
+            self.err(format!("{path}.request"), "an empty request sends an empty datagram");
+        }
+        if let Some(v) = &h.initial {
+            if !INITIAL_VERDICTS.contains(&v.as_str()) {
+                self.err(format!("{path}.initial"), not_one_of(v, INITIAL_VERDICTS));
+            }
+        }
+        let mut secs = |field: &str, v: Option<f64>| {
+            let ok = v.is_none_or(|x| x > 0.0 && x <= MAX_CHECK_SECS);
+            if !ok {
+                self.err(
+                    format!("{path}.{field}"),
+                    format!("{} must be > 0 and at most {MAX_CHECK_SECS}", v.unwrap_or_default()),
+                );
+            }
+            ok
+        };
+        let interval_ok = secs("check_interval_sec", h.check_interval_sec);
+        let timeout_ok = secs("timeout_sec", h.timeout_sec);
+        let interval = h.check_interval_sec.unwrap_or(DEFAULT_CHECK_INTERVAL_SEC);
+        let timeout = h.timeout_sec.unwrap_or(DEFAULT_CHECK_TIMEOUT_SEC);
+        if interval_ok && timeout_ok && timeout > interval {
+            self.err(
+                format!("{path}.timeout_sec"),
+                format!("{timeout} s is longer than check_interval_sec ({interval} s)"),
+            );
+        }
+        for (field, v) in [
+            ("healthy_threshold", h.healthy_threshold),
+            ("unhealthy_threshold", h.unhealthy_threshold),
+        ] {
+            if v == Some(0) {
+                self.err(format!("{path}.{field}"), "must be at least 1");
+            }
+        }
+    }
+
+    fn services(&mut self, c: &Config) {
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        for (i, s) in c.services.iter().enumerate() {
+            let path = format!("services[{i}]");
+            if s.name.trim().is_empty() {
+                self.err(format!("{path}.name"), "empty service name");
+            } else if let Some(j) = names.insert(&s.name, i) {
+                self.err(
+                    format!("{path}.name"),
+                    format!("service `{}` is already defined at services[{j}]", s.name),
+                );
+            }
+            self.service(&path, s, c);
+        }
+        self.rule_overlaps(c);
+    }
+
+    fn service(&mut self, path: &str, s: &ServiceConfig, c: &Config) {
+        if s.forwarding_rules.is_empty() {
+            self.err(format!("{path}.forwarding_rules"), "at least one forwarding rule is needed");
+        }
+        for (k, r) in s.forwarding_rules.iter().enumerate() {
+            let rp = format!("{path}.forwarding_rules[{k}]");
+            match (&r.vip, &r.destination_prefix) {
+                (Some(v), None) => {
+                    if let Err(e) = parse_unicast(v) {
+                        self.err(format!("{rp}.vip"), e);
+                    }
+                }
+                (None, Some(p)) => {
+                    if let Err(e) = parse_prefix(p) {
+                        self.err(format!("{rp}.destination_prefix"), e);
+                    }
+                }
+                (Some(_), Some(_)) => self.err(
+                    format!("{rp}.destination_prefix"),
+                    "a rule has either `vip` or `destination_prefix`, not both",
+                ),
+                (None, None) => self.err(rp.clone(), "needs `vip` or `destination_prefix`"),
+            }
+            let protocol = parse_protocol(&r.protocol);
+            if let Err(e) = &protocol {
+                self.err(format!("{rp}.protocol"), e.clone());
+            }
+            match &r.ports {
+                PortsConfig::Word(w) if w == "ALL" => {}
+                _ if protocol == Ok(RuleProtocol::L3Default) => self.err(
+                    format!("{rp}.ports"),
+                    "an L3_DEFAULT rule matches every protocol, so it must use `ports: ALL`",
+                ),
+                PortsConfig::Word(w) => self.err(
+                    format!("{rp}.ports"),
+                    format!("`{w}` is neither `ALL` nor a list of ports"),
+                ),
+                PortsConfig::List(items) if items.is_empty() => self.err(
+                    format!("{rp}.ports"),
+                    "an empty list matches nothing; use `ALL` or list ports",
+                ),
+                PortsConfig::List(items) => {
+                    for (n, item) in items.iter().enumerate() {
+                        if let Err(e) = parse_port_item(item) {
+                            self.err(format!("{rp}.ports[{n}]"), e);
+                        }
+                    }
+                }
+            }
+        }
+
+        let encap = &s.encapsulation;
+        let ep = format!("{path}.encapsulation");
+        let encap_kind = if ENCAPSULATIONS.contains(&encap.kind.as_str()) {
+            Some(encap.kind.as_str())
+        } else {
+            self.err(format!("{ep}.type"), not_one_of(&encap.kind, ENCAPSULATIONS));
+            None
+        };
+        match encap.port {
+            Some(_) if encap_kind.is_some_and(|k| k != "GUE") => {
+                self.err(format!("{ep}.port"), "only applies to type GUE")
+            }
+            Some(0) => self.err(format!("{ep}.port"), "0 is not a port 1..=65535"),
+            _ => {}
+        }
+
+        self.backend_service(&format!("{path}.backend_service"), s, c, encap_kind);
+    }
+
+    fn backend_service(
+        &mut self,
+        path: &str,
+        s: &ServiceConfig,
+        c: &Config,
+        encap_kind: Option<&str>,
+    ) {
+        let b = &s.backend_service;
+        let affinity =
+            parse_enum(&b.session_affinity, Affinity::parse, Affinity::ALL, Affinity::as_str);
+        if let Err(e) = &affinity {
+            self.err(format!("{path}.session_affinity"), e.clone());
+        }
+        let ct = &b.connection_tracking_policy;
+        let cp = format!("{path}.connection_tracking_policy");
+        let mode = parse_enum(
+            &ct.tracking_mode,
+            TrackingMode::parse,
+            TrackingMode::ALL,
+            TrackingMode::as_str,
+        );
+        if let Err(e) = &mode {
+            self.err(format!("{cp}.tracking_mode"), e.clone());
+        }
+        match parse_enum(
+            &ct.connection_persistence_on_unhealthy_backends,
+            Persistence::parse,
+            Persistence::ALL,
+            Persistence::as_str,
+        ) {
+            Err(e) => self.err(format!("{cp}.connection_persistence_on_unhealthy_backends"), e),
+            Ok(Persistence::AlwaysPersist) if mode == Ok(TrackingMode::PerSession) => self.err(
+                format!("{cp}.connection_persistence_on_unhealthy_backends"),
+                "ALWAYS_PERSIST cannot be used with tracking_mode PER_SESSION (CP-3)",
+            ),
+            Ok(_) => {}
+        }
+        if let (Some(t), Ok(mode), Ok(affinity)) = (ct.idle_timeout_sec, mode, affinity) {
+            let (_, min, max) = idle_timeout_bounds(mode, affinity);
+            if !(min..=max).contains(&t) {
+                self.err(
+                    format!("{cp}.idle_timeout_sec"),
+                    format!(
+                        "{t} is out of range {min}..={max} for {} with session_affinity {} (CT-9)",
+                        mode.as_str(),
+                        affinity.as_str()
+                    ),
+                );
+            }
+        }
+        let d = b.connection_draining.draining_timeout_sec;
+        if !DRAINING_RANGE.contains(&d) {
+            self.err(
+                format!("{path}.connection_draining.draining_timeout_sec"),
+                format!("{d} is out of range 0..={} (CD-3)", DRAINING_RANGE.end()),
+            );
+        }
+        let has_failover = b.backends.iter().any(|g| g.failover);
+        if let Some(f) = &b.failover_policy {
+            if !unit_range(f.failover_ratio) {
+                self.err(
+                    format!("{path}.failover_policy.failover_ratio"),
+                    format!("{} is outside [0, 1] (FO-2)", f.failover_ratio),
+                );
+            }
+            if !has_failover {
+                self.err(
+                    format!("{path}.failover_policy"),
+                    "a failover policy needs at least one group with `failover: true`",
+                );
+            }
+        }
+        let z = &b.zonal_affinity;
+        let zp = format!("{path}.zonal_affinity");
+        let spill_known = SPILLOVERS.contains(&z.spillover.as_str());
+        if !spill_known {
+            self.err(format!("{zp}.spillover"), not_one_of(&z.spillover, SPILLOVERS));
+        }
+        if !unit_range(z.spillover_ratio) {
+            self.err(
+                format!("{zp}.spillover_ratio"),
+                format!("{} is outside [0, 1] (ZA-5)", z.spillover_ratio),
+            );
+        } else if z.spillover_ratio != 0.0
+            && spill_known
+            && z.spillover != "ZONAL_AFFINITY_SPILL_CROSS_ZONE"
+        {
+            self.err(
+                format!("{zp}.spillover_ratio"),
+                format!(
+                    "only applies to ZONAL_AFFINITY_SPILL_CROSS_ZONE (spillover is {})",
+                    z.spillover
+                ),
+            );
+        }
+        self.groups(path, s, c, encap_kind);
+    }
+
+    fn groups(&mut self, path: &str, s: &ServiceConfig, c: &Config, encap_kind: Option<&str>) {
+        let b = &s.backend_service;
+        let bp = format!("{path}.backends");
+        if b.backends.is_empty() {
+            self.err(bp.clone(), "at least one backend group is needed");
+        }
+        for (role, failover) in [("primary", false), ("failover", true)] {
+            let n = b.backends.iter().filter(|g| g.failover == failover).count();
+            if n > MAX_GROUPS_PER_ROLE {
+                self.err(
+                    bp.clone(),
+                    format!("{n} {role} groups; at most {MAX_GROUPS_PER_ROLE} are allowed"),
+                );
+            }
+        }
+        let zones: HashSet<&str> = c.topology.zones.iter().map(|z| z.name.as_str()).collect();
+        let node = c.node_addrs();
+        let encap = match encap_kind {
+            Some("GUE") => Some(Encap::Gue { port: 0 }),
+            Some("L2") => Some(Encap::L2),
+            Some(_) => Some(Encap::Ipip),
+            None => None,
+        };
+        let mut group_names: HashMap<&str, usize> = HashMap::new();
+        let mut endpoints: BTreeMap<Endpoint, String> = BTreeMap::new();
+        let mut family_reported = [false, false];
+        let mut total = 0usize;
+        for (g, grp) in b.backends.iter().enumerate() {
+            let gp = format!("{bp}[{g}]");
+            if grp.group.trim().is_empty() {
+                self.err(format!("{gp}.group"), "empty group name");
+            } else if let Some(j) = group_names.insert(&grp.group, g) {
+                self.err(
+                    format!("{gp}.group"),
+                    format!("group `{}` is already defined at {bp}[{j}]", grp.group),
+                );
+            }
+            if !zones.contains(grp.zone.as_str()) {
+                self.err(format!("{gp}.zone"), unknown_zone(&grp.zone, c));
+            }
+            if let Some(w) = grp.weight {
+                if !WEIGHT_RANGE.contains(&w) {
+                    self.err(
+                        format!("{gp}.weight"),
+                        format!(
+                            "{w} is out of range {}..={}",
+                            WEIGHT_RANGE.start(),
+                            WEIGHT_RANGE.end()
+                        ),
+                    );
+                }
+            }
+            let check = match &grp.health_check {
+                Some(name) => match c.health_checks.get(name) {
+                    Some(h) => Some((name, h)),
+                    None => {
+                        let known: Vec<&str> = c.health_checks.keys().map(String::as_str).collect();
+                        let msg = if known.is_empty() {
+                            format!(
+                                "health check `{name}` is not defined (`health_checks:` is empty)"
+                            )
+                        } else {
+                            format!(
+                                "health check `{name}` is not defined in `health_checks:` \
+                                 (defined: {})",
+                                known.join(", ")
+                            )
+                        };
+                        self.err(format!("{gp}.health_check"), msg);
+                        None
+                    }
+                },
+                None => None,
+            };
+            if grp.endpoints.is_empty() {
+                self.err(format!("{gp}.endpoints"), "a group needs at least one endpoint");
+            }
+            total += grp.endpoints.len();
+            for (e, text) in grp.endpoints.iter().enumerate() {
+                let epath = format!("{gp}.endpoints[{e}]");
+                let ep = match parse_endpoint(text) {
+                    Ok(ep) => ep,
+                    Err(m) => {
+                        self.err(epath, m);
+                        continue;
+                    }
+                };
+                if let Some(first) = endpoints.get(&ep) {
+                    self.err(
+                        epath.clone(),
+                        format!("`{text}` is already a backend of this service at {first}"),
+                    );
+                } else {
+                    endpoints.insert(ep, epath.clone());
+                }
+                if let Some((name, h)) = check {
+                    if h.port.is_none() && ep.port == 0 {
+                        self.err(
+                            epath.clone(),
+                            format!(
+                                "`{text}` has no port and health check `{name}` sets none: \
+                                 give one of them a port"
+                            ),
+                        );
+                    }
+                }
+                let fam = usize::from(!ep.addr.is_v4());
+                if !family_reported[fam] {
+                    if let Some(msg) = reachability(&node, encap, ep.addr) {
+                        family_reported[fam] = true;
+                        self.err(epath, msg);
+                    }
+                }
+            }
+        }
+        let size = c.dataplane.maglev_table_size;
+        if total > size as usize || total > usize::from(u16::MAX) {
+            self.err(
+                bp,
+                format!(
+                    "{total} endpoints do not fit a Maglev table of {size} \
+                     (dataplane.maglev_table_size)"
+                ),
+            );
+        }
+    }
+
+    /// FR-1: two rules with the same destination, protocol and kind of ports that share a
+    /// port are equally specific and overlap. Also catches the same VIP in two services.
+    fn rule_overlaps(&mut self, c: &Config) {
+        let mut by_dest: RulesByDest = HashMap::new();
+        for (i, s) in c.services.iter().enumerate() {
+            for (k, r) in s.forwarding_rules.iter().enumerate() {
+                let Ok(rule) = compile::compile_rule(r) else { continue };
+                let earlier = by_dest.entry((rule.dest, rule.protocol)).or_default();
+                if let Some((j, l, _)) =
+                    earlier.iter().find(|(_, _, p)| same_kind_overlap(p, &rule.ports))
+                {
+                    let (dest, proto) = (describe_dest(rule.dest), r.protocol.as_str());
+                    let other = if *j == i {
+                        String::new()
+                    } else {
+                        format!(" of service `{}`", c.services[*j].name)
+                    };
+                    self.err(
+                        format!("services[{i}].forwarding_rules[{k}]"),
+                        format!(
+                            "overlaps services[{j}].forwarding_rules[{l}]{other} with equal \
+                             specificity ({dest}, {proto}, {}): no rule would win (FR-1)",
+                            describe_ports(&rule.ports)
+                        ),
+                    );
+                }
+                earlier.push((i, k, rule.ports));
+            }
+        }
+    }
+}
+
+/// Rules seen so far per (destination, protocol): (service index, rule index, ports).
+type RulesByDest = HashMap<(RuleDest, RuleProtocol), Vec<(usize, usize, Ports)>>;
+
+/// Both `ALL`, or both lists sharing a port.
+fn same_kind_overlap(a: &Ports, b: &Ports) -> bool {
+    match (a, b) {
+        (Ports::All, Ports::All) => true,
+        (Ports::List(x), Ports::List(y)) => {
+            x.iter().any(|&(lo1, hi1)| y.iter().any(|&(lo2, hi2)| lo1 <= hi2 && lo2 <= hi1))
+        }
+        _ => false,
+    }
+}
+
+fn describe_dest(d: RuleDest) -> String {
+    match d {
+        RuleDest::Vip(a) => format!("VIP {a}"),
+        RuleDest::Prefix(p) => format!("prefix {p}"),
+    }
+}
+
+fn describe_ports(p: &Ports) -> String {
+    match p {
+        Ports::All => "ports ALL".to_owned(),
+        Ports::List(_) => "overlapping port lists".to_owned(),
+    }
+}
+
+fn unknown_zone(zone: &str, c: &Config) -> String {
+    let known: Vec<&str> = c.topology.zones.iter().map(|z| z.name.as_str()).collect();
+    if known.is_empty() {
+        format!("zone `{zone}` is not in topology.zones (none are defined)")
+    } else {
+        format!("zone `{zone}` is not in topology.zones ({})", known.join(", "))
+    }
+}
+
+/// Why packets could not reach a backend at `addr` with this encapsulation, if they could not.
+/// Encapsulated packets (IPIP, GUE) need a node address of the backend's family as their
+/// outer source, and a gateway when the backend is off-link; L2 backends must be on-link.
+fn reachability(node: &NodeAddrs, encap: Option<Encap>, addr: Addr) -> Option<String> {
+    let family = if addr.is_v4() { "ipv4" } else { "ipv6" };
+    let fam = if addr.is_v4() { "IPv4" } else { "IPv6" };
+    match encap? {
+        Encap::Ipip | Encap::Gue { .. } => {
+            if node.own(addr).is_none() {
+                Some(format!(
+                    "an encapsulated {fam} backend needs `dataplane.node.{family}` (the outer \
+                     source address)"
+                ))
+            } else if !node.on_link(addr) && node.gateway(addr).is_none() {
+                Some(format!(
+                    "{addr} is outside dataplane.node.{family}'s prefix and \
+                     `dataplane.node.gateway_{family}` is not set"
+                ))
+            } else {
+                None
+            }
+        }
+        Encap::L2 => (node.own(addr).is_some() && !node.on_link(addr)).then(|| {
+            format!("an L2 backend must be on-link, but {addr} is outside dataplane.node.{family}")
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_overlap_needs_the_same_kind() {
+        let all = Ports::All;
+        let web = Ports::List(vec![(80, 80), (443, 443)]);
+        let high = Ports::List(vec![(400, 500)]);
+        let other = Ports::List(vec![(8080, 8080)]);
+        assert!(same_kind_overlap(&all, &all));
+        assert!(!same_kind_overlap(&all, &web));
+        assert!(same_kind_overlap(&web, &high));
+        assert!(!same_kind_overlap(&web, &other));
+    }
+}

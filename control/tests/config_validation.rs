@@ -1,0 +1,970 @@
+//! Validation of configuration files (NX-3): one test per rule, each checking that the error
+//! names the field path and the line of the offending value; that several problems are all
+//! reported at once; and that the shipped configurations load and compile to the expected model.
+
+use std::path::Path;
+use std::time::Duration;
+
+use spillway_control::config::{self, Config, ConfigError};
+use spillway_control::health::CheckKind;
+use spillway_shared::addr::{Addr, Prefix};
+use spillway_shared::flow::DEFAULT_HASH_SEED;
+use spillway_shared::model::{Encap, Ports, RuleDest, RuleProtocol};
+use spillway_shared::policy::{Affinity, Persistence, TrackingMode, ZonalAffinity};
+
+const FILE: &str = "t.yaml";
+
+/// Lines 1-15 of every service test: a valid dataplane, topology and health checks.
+const HEAD: &str = "\
+dataplane:
+  ports: [net_null0]
+  node:
+    ipv4: 198.18.0.2/16
+    ipv6: fd00::2/64
+topology:
+  region: r1
+  zones:
+    - name: zone-a
+    - name: zone-b
+health_checks:
+  hc:
+    type: TCP
+    port: 80
+services:
+";
+
+/// One valid service (lines 16-26 after [`HEAD`]); tests replace parts of it.
+const WEB: &str = "  - name: web
+    forwarding_rules:
+      - vip: 198.18.0.10
+        protocol: TCP
+        ports: [80]
+    backend_service:
+      backends:
+        - group: a
+          zone: zone-a
+          health_check: hc
+          endpoints: [198.18.1.1]
+";
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::from_yaml(Path::new(FILE), text)
+}
+
+/// `HEAD` + `WEB` with `from` replaced by `to` (which must occur).
+fn web_with(from: &str, to: &str) -> String {
+    assert!(WEB.contains(from), "{from:?} is not in WEB");
+    format!("{HEAD}{}", WEB.replacen(from, to, 1))
+}
+
+/// The 1-based line of the first line of `text` containing `needle`.
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("{needle:?} is not in\n{text}"))
+        + 1
+}
+
+/// The 1-based line of the `n`th (0-based) line of `text` containing `needle`.
+fn nth_line_of(text: &str, needle: &str, n: usize) -> usize {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(needle))
+        .nth(n)
+        .unwrap_or_else(|| panic!("{needle:?} is not {} times in\n{text}", n + 1))
+        .0
+        + 1
+}
+
+/// Asserts that `text` is rejected with an error on `field` at the line holding `at`, printed
+/// as `t.yaml:LINE:COL: field `FIELD`: ...`; returns that line of the output.
+#[track_caller]
+fn rejects(text: &str, field: &str, at: &str) -> String {
+    rejects_line(text, field, line_of(text, at))
+}
+
+/// [`rejects`] with the line given.
+#[track_caller]
+fn rejects_line(text: &str, field: &str, line: usize) -> String {
+    let e = match parse(text) {
+        Ok(_) => panic!("accepted, expected an error on {field}:\n{text}"),
+        Err(e) => e,
+    };
+    let shown = e.to_string();
+    let prefix = format!("{FILE}:{line}:");
+    let needle = format!("field `{field}`: ");
+    shown
+        .lines()
+        .find(|l| l.starts_with(&prefix) && l.contains(&needle))
+        .unwrap_or_else(|| panic!("no error on `{field}` at line {line}; got:\n{shown}"))
+        .to_owned()
+}
+
+#[track_caller]
+fn accepts(text: &str) -> Config {
+    parse(text).unwrap_or_else(|e| panic!("rejected:\n{e}\n---\n{text}"))
+}
+
+#[test]
+fn the_base_service_is_valid() {
+    accepts(&format!("{HEAD}{WEB}"));
+}
+
+// ---- parse errors (serde): first only ----
+
+#[test]
+fn unknown_field_is_a_parse_error_naming_path_and_line() {
+    let text = web_with("      backends:\n", "      backendz: []\n      backends:\n");
+    let e = parse(&text).unwrap_err();
+    assert!(matches!(e, ConfigError::Parse { .. }), "{e}");
+    assert_eq!(e.field(), Some("services[0].backend_service.backendz"));
+    assert!(e.to_string().starts_with(&format!("t.yaml:{}:", line_of(&text, "backendz"))), "{e}");
+}
+
+// ---- ranges ----
+
+#[test]
+fn ct_9_idle_timeout_bounds_depend_on_mode_and_affinity() {
+    let ct = |mode: &str, affinity: &str, secs: u32| {
+        web_with(
+            "    backend_service:\n",
+            &format!(
+                "    backend_service:\n      session_affinity: {affinity}\n      \
+                 connection_tracking_policy:\n        tracking_mode: {mode}\n        \
+                 idle_timeout_sec: {secs}\n"
+            ),
+        )
+    };
+    let field = "services[0].backend_service.connection_tracking_policy.idle_timeout_sec";
+    let m = rejects(&ct("PER_CONNECTION", "CLIENT_IP", 601), field, "idle_timeout_sec");
+    assert!(m.contains("60..=600") && m.contains("CT-9"), "{m}");
+    rejects(&ct("PER_CONNECTION", "NONE", 59), field, "idle_timeout_sec");
+    rejects(&ct("PER_SESSION", "CLIENT_IP_PORT_PROTO", 700), field, "idle_timeout_sec");
+    let m = rejects(&ct("PER_SESSION", "CLIENT_IP", 57_601), field, "idle_timeout_sec");
+    assert!(m.contains("60..=57600"), "{m}");
+    accepts(&ct("PER_SESSION", "CLIENT_IP", 57_600));
+    accepts(&ct("PER_SESSION", "CLIENT_IP_PROTO", 60));
+    accepts(&ct("PER_CONNECTION", "CLIENT_IP_NO_DESTINATION", 600));
+}
+
+#[test]
+fn fo_2_failover_ratio_outside_zero_one() {
+    let text = web_with(
+        "    backend_service:\n",
+        "    backend_service:\n      failover_policy:\n        failover_ratio: 1.5\n",
+    )
+    .replace("          endpoints: [198.18.1.1]\n", FAILOVER_GROUP);
+    let m = rejects(
+        &text,
+        "services[0].backend_service.failover_policy.failover_ratio",
+        "failover_ratio",
+    );
+    assert!(m.contains("outside [0, 1]"), "{m}");
+    accepts(&text.replace("1.5", "1.0"));
+}
+
+/// A primary group's endpoints line followed by a failover group.
+const FAILOVER_GROUP: &str = "          endpoints: [198.18.1.1]
+        - group: f
+          zone: zone-b
+          failover: true
+          endpoints: [198.18.2.1]
+";
+
+#[test]
+fn za_5_spillover_ratio_outside_zero_one() {
+    let text = web_with(
+        "    backend_service:\n",
+        "    backend_service:\n      zonal_affinity:\n        spillover: \
+         ZONAL_AFFINITY_SPILL_CROSS_ZONE\n        spillover_ratio: -0.1\n",
+    );
+    let field = "services[0].backend_service.zonal_affinity.spillover_ratio";
+    rejects(&text, field, "spillover_ratio");
+    accepts(&text.replace("-0.1", "0.8"));
+}
+
+#[test]
+fn spillover_ratio_only_with_spill_cross_zone() {
+    let text = web_with(
+        "    backend_service:\n",
+        "    backend_service:\n      zonal_affinity:\n        spillover: \
+         ZONAL_AFFINITY_STAY_WITHIN_ZONE\n        spillover_ratio: 0.5\n",
+    );
+    let m =
+        rejects(&text, "services[0].backend_service.zonal_affinity.spillover_ratio", "ratio: 0.5");
+    assert!(m.contains("only applies to ZONAL_AFFINITY_SPILL_CROSS_ZONE"), "{m}");
+}
+
+#[test]
+fn cd_3_draining_timeout_above_3600() {
+    let text = web_with(
+        "    backend_service:\n",
+        "    backend_service:\n      connection_draining:\n        draining_timeout_sec: 3601\n",
+    );
+    let field = "services[0].backend_service.connection_draining.draining_timeout_sec";
+    let m = rejects(&text, field, "3601");
+    assert!(m.contains("0..=3600"), "{m}");
+    accepts(&text.replace("3601", "3600"));
+}
+
+#[test]
+fn cp_3_always_persist_with_per_session_is_an_error() {
+    let text = web_with(
+        "    backend_service:\n",
+        "    backend_service:\n      connection_tracking_policy:\n        tracking_mode: \
+         PER_SESSION\n        connection_persistence_on_unhealthy_backends: ALWAYS_PERSIST\n",
+    );
+    let field = "services[0].backend_service.connection_tracking_policy.\
+                 connection_persistence_on_unhealthy_backends";
+    let m = rejects(&text, field, "ALWAYS_PERSIST");
+    assert!(m.contains("CP-3"), "{m}");
+    accepts(&text.replace("PER_SESSION", "PER_CONNECTION"));
+}
+
+#[test]
+fn group_weight_outside_1_to_1000() {
+    let field = "services[0].backend_service.backends[0].weight";
+    for w in ["0", "1001"] {
+        let text = web_with(
+            "          zone: zone-a\n",
+            &format!("          zone: zone-a\n          weight: {w}\n"),
+        );
+        let m = rejects(&text, field, "weight");
+        assert!(m.contains("1..=1000"), "{m}");
+    }
+    accepts(&web_with(
+        "          zone: zone-a\n",
+        "          zone: zone-a\n          weight: 1000\n",
+    ));
+}
+
+#[test]
+fn maglev_table_size_must_be_a_listed_prime() {
+    let text = HEAD
+        .replace("  ports: [net_null0]\n", "  ports: [net_null0]\n  maglev_table_size: 65536\n");
+    let m = rejects(&text, "dataplane.maglev_table_size", "65536");
+    assert!(m.contains("65537") && m.contains("251"), "{m}");
+    accepts(&text.replace("65536", "251"));
+}
+
+#[test]
+fn health_check_thresholds_interval_and_timeout() {
+    let hc = |extra: &str| HEAD.replace("    port: 80\n", &format!("    port: 80\n{extra}"));
+    let t = hc("    healthy_threshold: 0\n");
+    rejects(&t, "health_checks.hc.healthy_threshold", "healthy_threshold");
+    let t = hc("    unhealthy_threshold: 0\n");
+    rejects(&t, "health_checks.hc.unhealthy_threshold", "unhealthy_threshold");
+    let t = hc("    check_interval_sec: 0\n");
+    rejects(&t, "health_checks.hc.check_interval_sec", "check_interval_sec");
+    let t = hc("    check_interval_sec: 2\n    timeout_sec: 3\n");
+    let m = rejects(&t, "health_checks.hc.timeout_sec", "timeout_sec");
+    assert!(m.contains("longer than check_interval_sec"), "{m}");
+    // The default timeout (5 s) is longer than a 1 s interval: reported at the check.
+    let t = hc("    check_interval_sec: 1\n");
+    rejects(&t, "health_checks.hc.timeout_sec", "  hc:");
+    accepts(&hc("    check_interval_sec: 1\n    timeout_sec: 1\n    healthy_threshold: 1\n"));
+}
+
+#[test]
+fn health_check_fields_of_another_type_are_errors() {
+    let t = HEAD.replace("    port: 80\n", "    port: 80\n    path: /healthz\n");
+    let m = rejects(&t, "health_checks.hc.path", "/healthz");
+    assert!(m.contains("only applies to type HTTP"), "{m}");
+    let t = HEAD.replace("    port: 80\n", "    port: 80\n    request: hi\n");
+    rejects(&t, "health_checks.hc.request", "request");
+    let t = HEAD.replace("    type: TCP\n", "    type: HTTP\n    path: healthz\n");
+    rejects(&t, "health_checks.hc.path", "healthz");
+}
+
+#[test]
+fn health_check_without_port_needs_endpoint_ports() {
+    let text = format!("{HEAD}{WEB}").replace("    port: 80\n", "");
+    let m = rejects(&text, "services[0].backend_service.backends[0].endpoints[0]", "198.18.1.1]");
+    assert!(m.contains("no port"), "{m}");
+    accepts(&text.replace("[198.18.1.1]", "[\"198.18.1.1:80\"]"));
+}
+
+// ---- enum names ----
+
+#[test]
+fn unknown_enum_values_name_the_allowed_ones() {
+    let bs =
+        |line: &str| web_with("    backend_service:\n", &format!("    backend_service:\n{line}"));
+    let m = rejects(
+        &bs("      session_affinity: CLIENT_PORT\n"),
+        "services[0].backend_service.session_affinity",
+        "CLIENT_PORT",
+    );
+    assert!(m.contains("`CLIENT_PORT` is not one of `NONE`, `CLIENT_IP_PORT_PROTO`"), "{m}");
+    let m = rejects(
+        &bs("      connection_tracking_policy:\n        tracking_mode: PER_FLOW\n"),
+        "services[0].backend_service.connection_tracking_policy.tracking_mode",
+        "PER_FLOW",
+    );
+    assert!(m.contains("`PER_CONNECTION`, `PER_SESSION`"), "{m}");
+    rejects(
+        &bs("      connection_tracking_policy:\n        \
+             connection_persistence_on_unhealthy_backends: SOMETIMES\n"),
+        "services[0].backend_service.connection_tracking_policy.\
+         connection_persistence_on_unhealthy_backends",
+        "SOMETIMES",
+    );
+    let m = rejects(
+        &bs("      zonal_affinity:\n        spillover: SPILL\n"),
+        "services[0].backend_service.zonal_affinity.spillover",
+        "SPILL",
+    );
+    assert!(m.contains("ZONAL_AFFINITY_STAY_WITHIN_ZONE"), "{m}");
+    let m = rejects(
+        &web_with("protocol: TCP", "protocol: SCTP"),
+        "services[0].forwarding_rules[0].protocol",
+        "SCTP",
+    );
+    assert!(m.contains("`TCP`, `UDP`, `L3_DEFAULT`"), "{m}");
+    let m = rejects(
+        &web_with(
+            "    backend_service:\n",
+            "    encapsulation:\n      type: VXLAN\n    backend_service:\n",
+        ),
+        "services[0].encapsulation.type",
+        "VXLAN",
+    );
+    assert!(m.contains("`IPIP`, `GUE`, `L2`"), "{m}");
+    rejects(&HEAD.replace("type: TCP", "type: ICMP"), "health_checks.hc.type", "ICMP");
+    rejects(
+        &HEAD.replace("    port: 80\n", "    port: 80\n    initial: maybe\n"),
+        "health_checks.hc.initial",
+        "maybe",
+    );
+}
+
+// ---- addresses ----
+
+#[test]
+fn bad_addresses_and_prefixes() {
+    let m = rejects(
+        &web_with("198.18.0.10", "198.18.0.300"),
+        "services[0].forwarding_rules[0].vip",
+        "198.18.0.300",
+    );
+    assert!(m.contains("not an IP address"), "{m}");
+    let text =
+        web_with("      - vip: 198.18.0.10\n", "      - destination_prefix: 198.19.0.1/16\n");
+    let m = rejects(&text, "services[0].forwarding_rules[0].destination_prefix", "198.19.0.1/16");
+    assert!(m.contains("host bits"), "{m}");
+    rejects(
+        &web_with("[198.18.1.1]", "[198.18.1.1:0]"),
+        "services[0].backend_service.backends[0].endpoints[0]",
+        "198.18.1.1:0",
+    );
+    rejects(
+        &web_with("[198.18.1.1]", "[\"web-1:80\"]"),
+        "services[0].backend_service.backends[0].endpoints[0]",
+        "web-1:80",
+    );
+    let m = rejects(
+        &HEAD.replace("    ipv4: 198.18.0.2/16\n", "    ipv4: fd00::3/64\n"),
+        "dataplane.node.ipv4",
+        "fd00::3/64",
+    );
+    assert!(m.contains("not an IPv4 address"), "{m}");
+    rejects(
+        &HEAD.replace("    ipv6: fd00::2/64\n", "    ipv6: fd00::2\n"),
+        "dataplane.node.ipv6",
+        "ipv6: fd00::2",
+    );
+    let m = rejects(
+        &HEAD
+            .replace("    ipv6: fd00::2/64\n", "    ipv6: fd00::2/64\n    gateway_ipv4: fd00::1\n"),
+        "dataplane.node.gateway_ipv4",
+        "gateway_ipv4",
+    );
+    assert!(m.contains("not an IPv4 address"), "{m}");
+    let m = rejects(
+        &HEAD.replace(
+            "    ipv6: fd00::2/64\n",
+            "    ipv6: fd00::2/64\n    gateway_ipv4: 10.0.0.1\n",
+        ),
+        "dataplane.node.gateway_ipv4",
+        "gateway_ipv4",
+    );
+    assert!(m.contains("not on-link"), "{m}");
+    let text = HEAD.replace(
+        "    - name: zone-b\n",
+        "    - name: zone-b\n  client_subnets:\n    - prefix: 198.18.10.1/24\n      zone: zone-a\n",
+    );
+    rejects(&text, "topology.client_subnets[0].prefix", "198.18.10.1/24");
+    rejects(
+        &HEAD.replace("dataplane:\n", "admin:\n  listen: localhost\ndataplane:\n"),
+        "admin.listen",
+        "localhost",
+    );
+}
+
+#[test]
+fn bad_port_items() {
+    rejects(&web_with("[80]", "[80, 0]"), "services[0].forwarding_rules[0].ports[1]", "[80, 0]");
+    let m = rejects(
+        &web_with("[80]", "[\"90-80\"]"),
+        "services[0].forwarding_rules[0].ports[0]",
+        "90-80",
+    );
+    assert!(m.contains("backwards"), "{m}");
+    rejects(&web_with("[80]", "any"), "services[0].forwarding_rules[0].ports", "ports: any");
+}
+
+#[test]
+fn rule_needs_exactly_one_destination() {
+    let text = web_with(
+        "      - vip: 198.18.0.10\n",
+        "      - vip: 198.18.0.10\n        destination_prefix: 198.19.0.0/16\n",
+    );
+    rejects(&text, "services[0].forwarding_rules[0].destination_prefix", "destination_prefix");
+    let text =
+        web_with("      - vip: 198.18.0.10\n        protocol: TCP\n", "      - protocol: TCP\n");
+    rejects(&text, "services[0].forwarding_rules[0]", "- protocol: TCP");
+}
+
+// ---- duplicates and overlaps ----
+
+#[test]
+fn duplicate_service_names() {
+    let second = WEB.replace("198.18.0.10", "198.18.0.11");
+    let text = format!("{HEAD}{WEB}{second}");
+    let line = nth_line_of(&text, "  - name: web", 1);
+    let shown = parse(&text).unwrap_err().to_string();
+    assert!(
+        shown.contains(&format!(
+            "t.yaml:{line}:11: field `services[1].name`: service `web` is \
+                                 already defined at services[0]"
+        )),
+        "{shown}"
+    );
+}
+
+#[test]
+fn fr_1_same_vip_in_two_services_with_overlapping_ports() {
+    let second = WEB.replace("name: web", "name: web2").replace("[80]", "[\"79-81\"]");
+    let text = format!("{HEAD}{WEB}{second}");
+    // The rule of the second service: its `- vip:` line is the second one.
+    let line = nth_line_of(&text, "- vip:", 1);
+    let shown = parse(&text).unwrap_err().to_string();
+    assert!(
+        shown.contains(&format!(
+            "t.yaml:{line}:9: field `services[1].forwarding_rules[0]`: \
+                                 overlaps services[0].forwarding_rules[0] of service `web`"
+        )),
+        "{shown}"
+    );
+    assert!(shown.contains("FR-1"), "{shown}");
+    // Other ports, another protocol, or ALL next to a list: no conflict.
+    accepts(&format!("{HEAD}{WEB}{}", second.replace("79-81", "8080")));
+    accepts(&format!("{HEAD}{WEB}{}", second.replace("TCP", "UDP")));
+    accepts(&format!("{HEAD}{WEB}{}", second.replace("[\"79-81\"]", "ALL")));
+}
+
+#[test]
+fn fr_1_overlapping_rules_of_equal_specificity_in_one_service() {
+    let rules = |a: &str, b: &str| {
+        web_with(
+            "      - vip: 198.18.0.10\n        protocol: TCP\n        ports: [80]\n",
+            &format!("{a}{b}"),
+        )
+    };
+    let field = "services[0].forwarding_rules[1]";
+    let second = |t: &str| nth_line_of(t, "      - ", 1);
+    // Same VIP and protocol, both ALL.
+    let t = rules(
+        "      - vip: 198.18.0.10\n        protocol: UDP\n",
+        "      - vip: 198.18.0.10\n        protocol: UDP\n        ports: ALL\n",
+    );
+    let m = rejects_line(&t, field, second(&t));
+    assert!(m.contains("VIP 198.18.0.10, UDP, ports ALL"), "{m}");
+    // Same prefix, both lists sharing port 443.
+    let t = rules(
+        "      - destination_prefix: 198.19.0.0/16\n        ports: [80, 443]\n",
+        "      - destination_prefix: 198.19.0.0/16\n        ports: [\"400-500\"]\n",
+    );
+    rejects_line(&t, field, second(&t));
+    // Same prefix, both L3_DEFAULT.
+    let t = rules(
+        "      - destination_prefix: fd00:1::/64\n        protocol: L3_DEFAULT\n",
+        "      - destination_prefix: fd00:1::/64\n        protocol: L3_DEFAULT\n",
+    );
+    rejects_line(&t, field, second(&t));
+}
+
+#[test]
+fn fr_1_rules_of_different_specificity_may_overlap() {
+    let two = |a: &str, b: &str| {
+        web_with(
+            "      - vip: 198.18.0.10\n        protocol: TCP\n        ports: [80]\n",
+            &format!("{a}{b}"),
+        )
+    };
+    // A named protocol and L3_DEFAULT.
+    accepts(&two(
+        "      - vip: 198.18.0.10\n        protocol: TCP\n",
+        "      - vip: 198.18.0.10\n        protocol: L3_DEFAULT\n",
+    ));
+    // Listed ports and ALL.
+    accepts(&two(
+        "      - vip: 198.18.0.10\n        ports: [80]\n",
+        "      - vip: 198.18.0.10\n        ports: ALL\n",
+    ));
+    // An exact VIP and the /32 prefix of the same address; a longer and a shorter prefix.
+    accepts(&two("      - vip: 198.18.0.10\n", "      - destination_prefix: 198.18.0.10/32\n"));
+    accepts(&two(
+        "      - destination_prefix: 198.19.0.0/16\n",
+        "      - destination_prefix: 198.19.0.0/24\n",
+    ));
+    // Disjoint port lists.
+    accepts(&two(
+        "      - vip: 198.18.0.10\n        ports: [80, \"8000-8080\"]\n",
+        "      - vip: 198.18.0.10\n        ports: [443, \"8081-9000\"]\n",
+    ));
+}
+
+#[test]
+fn l3_default_must_use_ports_all() {
+    let text = web_with("protocol: TCP", "protocol: L3_DEFAULT");
+    let m = rejects(&text, "services[0].forwarding_rules[0].ports", "ports: [80]");
+    assert!(m.contains("ports: ALL"), "{m}");
+    accepts(&text.replace("[80]", "ALL"));
+}
+
+#[test]
+fn duplicate_endpoints_within_a_service() {
+    let text = web_with("[198.18.1.1]", "[198.18.1.1, 198.18.1.2, 198.18.1.1]");
+    let m = rejects(&text, "services[0].backend_service.backends[0].endpoints[2]", "198.18.1.2,");
+    assert!(m.contains("already a backend of this service"), "{m}");
+    // Across groups of one service too.
+    let text = web_with(
+        "          endpoints: [198.18.1.1]\n",
+        "          endpoints: [198.18.1.1]\n        - group: b\n          zone: zone-b\n          \
+         endpoints: [198.18.1.1]\n",
+    );
+    rejects_line(
+        &text,
+        "services[0].backend_service.backends[1].endpoints[0]",
+        nth_line_of(&text, "endpoints: [198.18.1.1]", 1),
+    );
+    // Another port is another backend; the same endpoint in two services is fine.
+    accepts(&web_with("[198.18.1.1]", "[198.18.1.1, \"198.18.1.1:81\"]"));
+    let second = WEB.replace("name: web", "name: web2").replace("198.18.0.10", "198.18.0.11");
+    accepts(&format!("{HEAD}{WEB}{second}"));
+}
+
+#[test]
+fn duplicate_zones_groups_and_client_subnets() {
+    let t = HEAD.replace("    - name: zone-b\n", "    - name: zone-a\n");
+    rejects_line(&t, "topology.zones[1].name", nth_line_of(&t, "- name: zone-a", 1));
+    let t = web_with(
+        "          endpoints: [198.18.1.1]\n",
+        "          endpoints: [198.18.1.1]\n        - group: a\n          zone: zone-b\n          \
+         endpoints: [198.18.1.2]\n",
+    );
+    rejects_line(
+        &t,
+        "services[0].backend_service.backends[1].group",
+        nth_line_of(&t, "- group: a", 1),
+    );
+    let t = HEAD.replace(
+        "    - name: zone-b\n",
+        "    - name: zone-b\n  client_subnets:\n    - prefix: 198.18.10.0/24\n      zone: zone-a\n    \
+         - prefix: 198.18.10.0/24\n      zone: zone-b\n",
+    );
+    rejects_line(&t, "topology.client_subnets[1].prefix", nth_line_of(&t, "198.18.10.0/24", 1));
+}
+
+// ---- references between sections ----
+
+#[test]
+fn group_in_unknown_zone() {
+    let m = rejects(
+        &web_with("zone: zone-a", "zone: zone-q"),
+        "services[0].backend_service.backends[0].zone",
+        "zone-q",
+    );
+    assert!(m.contains("zone `zone-q` is not in topology.zones (zone-a, zone-b)"), "{m}");
+}
+
+#[test]
+fn client_subnets_name_known_zones_and_not_both_zone_and_regional() {
+    let subnet = |body: &str| {
+        HEAD.replace(
+            "    - name: zone-b\n",
+            &format!("    - name: zone-b\n  client_subnets:\n    - prefix: 198.18.10.0/24\n{body}"),
+        )
+    };
+    rejects(&subnet("      zone: zone-z\n"), "topology.client_subnets[0].zone", "zone-z");
+    let m = rejects(
+        &subnet("      zone: zone-a\n      regional: true\n"),
+        "topology.client_subnets[0].regional",
+        "regional",
+    );
+    assert!(m.contains("not both"), "{m}");
+    rejects(&subnet(""), "topology.client_subnets[0]", "198.18.10.0/24");
+    accepts(&subnet("      regional: true\n"));
+}
+
+#[test]
+fn zone_without_region_needs_topology_region() {
+    let t = HEAD.replace("  region: r1\n", "");
+    rejects(&t, "topology.zones[0].region", "- name: zone-a");
+    accepts(
+        &t.replace("    - name: zone-a\n", "    - name: zone-a\n      region: r1\n")
+            .replace("    - name: zone-b\n", "    - name: zone-b\n      region: r2\n"),
+    );
+}
+
+#[test]
+fn unknown_health_check_name() {
+    let m = rejects(
+        &web_with("health_check: hc", "health_check: hc2"),
+        "services[0].backend_service.backends[0].health_check",
+        "hc2",
+    );
+    assert!(m.contains("`hc2` is not defined") && m.contains("(defined: hc)"), "{m}");
+}
+
+// ---- counts and presence ----
+
+fn many_groups(n: usize, failover: bool) -> String {
+    let mut groups = String::new();
+    for i in 0..n {
+        groups.push_str(&format!(
+            "        - {{group: g{i}, zone: zone-a, failover: {failover}, \
+             endpoints: [\"198.18.{}.{}\"]}}\n",
+            i / 200 + 10,
+            i % 200 + 1
+        ));
+    }
+    web_with("      backends:\n", &format!("      backends:\n{groups}"))
+}
+
+#[test]
+fn at_most_50_primary_and_50_failover_groups() {
+    // 50 extra primaries plus the base group: 51.
+    let t = many_groups(50, false);
+    let m = rejects(&t, "services[0].backend_service.backends", "      backends:");
+    assert!(m.contains("51 primary groups; at most 50"), "{m}");
+    let t = many_groups(51, true);
+    let m = rejects(&t, "services[0].backend_service.backends", "      backends:");
+    assert!(m.contains("51 failover groups"), "{m}");
+    accepts(&many_groups(49, false));
+    accepts(&many_groups(50, true));
+}
+
+#[test]
+fn failover_policy_without_failover_group() {
+    let text = web_with(
+        "    backend_service:\n",
+        "    backend_service:\n      failover_policy:\n        failover_ratio: 0.5\n",
+    );
+    let m = rejects(&text, "services[0].backend_service.failover_policy", "failover_policy");
+    assert!(m.contains("failover: true"), "{m}");
+    accepts(&text.replace("          endpoints: [198.18.1.1]\n", FAILOVER_GROUP));
+}
+
+#[test]
+fn empty_backends_and_group_without_endpoints() {
+    let t = format!(
+        "{HEAD}  - name: web\n    forwarding_rules:\n      - vip: 198.18.0.10\n    \
+                     backend_service:\n      backends: []\n"
+    );
+    rejects(&t, "services[0].backend_service.backends", "backends: []");
+    let t = web_with("[198.18.1.1]", "[]");
+    rejects(&t, "services[0].backend_service.backends[0].endpoints", "endpoints: []");
+    let t = web_with(
+        "      - vip: 198.18.0.10\n        protocol: TCP\n        ports: [80]\n",
+        "      []\n",
+    )
+    .replace("    forwarding_rules:\n      []\n", "    forwarding_rules: []\n");
+    rejects(&t, "services[0].forwarding_rules", "forwarding_rules: []");
+}
+
+#[test]
+fn encapsulated_backends_need_a_node_address_of_their_family() {
+    // GUE to IPv6 backends without dataplane.node.ipv6.
+    let t = web_with(
+        "    backend_service:\n",
+        "    encapsulation: {type: GUE}\n    backend_service:\n",
+    )
+    .replace("[198.18.1.1]", "[\"fd00::1:1\"]")
+    .replace("    ipv6: fd00::2/64\n", "");
+    let m = rejects(&t, "services[0].backend_service.backends[0].endpoints[0]", "fd00::1:1");
+    assert!(m.contains("dataplane.node.ipv6"), "{m}");
+    // IPIP to IPv4 backends without dataplane.node.ipv4.
+    let t = format!("{HEAD}{WEB}").replace("    ipv4: 198.18.0.2/16\n", "");
+    let m = rejects(&t, "services[0].backend_service.backends[0].endpoints[0]", "198.18.1.1]");
+    assert!(m.contains("dataplane.node.ipv4"), "{m}");
+    // Off-link without a gateway.
+    let t = web_with("[198.18.1.1]", "[198.19.1.1]");
+    let m = rejects(&t, "services[0].backend_service.backends[0].endpoints[0]", "198.19.1.1");
+    assert!(m.contains("gateway_ipv4"), "{m}");
+    accepts(
+        &t.replace(
+            "    ipv6: fd00::2/64\n",
+            "    ipv6: fd00::2/64\n    gateway_ipv4: 198.18.0.1\n",
+        ),
+    );
+    // L2 needs no outer source address.
+    let l2 = format!("{HEAD}{WEB}").replace("    ipv4: 198.18.0.2/16\n", "").replace(
+        "    backend_service:\n",
+        "    encapsulation:\n      type: L2\n    backend_service:\n",
+    );
+    accepts(&l2);
+}
+
+#[test]
+fn encapsulation_port_only_with_gue() {
+    let t = web_with(
+        "    backend_service:\n",
+        "    encapsulation:\n      port: 6080\n    backend_service:\n",
+    );
+    rejects(&t, "services[0].encapsulation.port", "6080");
+    accepts(&t.replace("      port: 6080\n", "      type: GUE\n      port: 6080\n"));
+}
+
+// ---- dataplane ----
+
+#[test]
+fn node_mtu_outside_576_to_9216() {
+    for mtu in ["575", "9217"] {
+        let t = HEAD.replace("    ipv6: fd00::2/64\n", &format!("    mtu: {mtu}\n"));
+        let m = rejects(&t, "dataplane.node.mtu", "mtu");
+        assert!(m.contains("576..=9216"), "{m}");
+    }
+    // IPv6 links need at least 1280.
+    let t = HEAD.replace("    ipv6: fd00::2/64\n", "    ipv6: fd00::2/64\n    mtu: 1000\n");
+    rejects(&t, "dataplane.node.mtu", "mtu");
+    accepts(&t.replace("1000", "9216"));
+}
+
+#[test]
+fn conntrack_capacity_at_least_1024() {
+    let t = HEAD
+        .replace("  ports: [net_null0]\n", "  ports: [net_null0]\n  conntrack_capacity: 1023\n");
+    rejects(&t, "dataplane.conntrack_capacity", "1023");
+    accepts(&t.replace("1023", "1024"));
+}
+
+#[test]
+fn dataplane_checks_are_collected_with_the_rest() {
+    let t = HEAD.replace("  ports: [net_null0]\n", "  ports: [a, a]\n  burst_size: 64\n");
+    let e = parse(&t).unwrap_err();
+    let fields: Vec<&str> = e.invalid_fields().iter().map(|f| f.field.as_str()).collect();
+    assert_eq!(fields, ["dataplane.ports[1]", "dataplane.burst_size"], "{e}");
+    rejects(&t, "dataplane.ports[1]", "ports: [a, a]");
+    rejects(&t, "dataplane.burst_size", "burst_size");
+}
+
+// ---- all at once ----
+
+#[test]
+fn several_errors_are_all_reported_in_file_order() {
+    let text = "\
+dataplane:
+  ports: [net_null0]
+  conntrack_capacity: 10
+  node:
+    ipv4: 198.18.0.2/16
+topology:
+  region: r1
+  zones: [{name: zone-a}]
+health_checks:
+  hc:
+    type: TCP
+    port: 80
+    healthy_threshold: 0
+services:
+  - name: web
+    forwarding_rules:
+      - vip: 198.18.0.10
+        protocol: L3_DEFAULT
+        ports: [80]
+    backend_service:
+      session_affinity: CLIENT_IP
+      connection_draining:
+        draining_timeout_sec: 7200
+      backends:
+        - group: a
+          zone: zone-b
+          weight: 0
+          health_check: hc
+          endpoints: [198.18.1.1, 198.18.1.1]
+";
+    let e = parse(text).unwrap_err();
+    let shown = e.to_string();
+    let lines: Vec<&str> = shown.lines().collect();
+    let expected = [
+        ("3:23", "dataplane.conntrack_capacity"),
+        ("13:24", "health_checks.hc.healthy_threshold"),
+        ("19:9", "services[0].forwarding_rules[0].ports"),
+        ("23:31", "services[0].backend_service.connection_draining.draining_timeout_sec"),
+        ("26:17", "services[0].backend_service.backends[0].zone"),
+        ("27:19", "services[0].backend_service.backends[0].weight"),
+        ("29:35", "services[0].backend_service.backends[0].endpoints[1]"),
+    ];
+    assert_eq!(lines.len(), expected.len(), "{shown}");
+    for (line, (at, field)) in lines.iter().zip(expected) {
+        assert!(line.starts_with(&format!("t.yaml:{at}: field `{field}`: ")), "{line}\n{shown}");
+    }
+    assert_eq!(e.field(), Some("dataplane.conntrack_capacity"));
+    assert_eq!(e.invalid_fields().len(), 7);
+}
+
+// ---- the shipped files ----
+
+fn shipped(name: &str) -> Config {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs").join(name);
+    config::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn example_loads_and_compiles() {
+    let c = shipped("example.yaml");
+    let m = c.to_model();
+    assert_eq!(m.services.len(), 3);
+    assert_eq!(m.hash_seed, 0x243f_6a88_85a3_08d3);
+    assert_eq!(m.table_size, 65537);
+    assert_eq!(m.region, "us-central1");
+    assert_eq!(m.zones.len(), 4);
+    assert_eq!(m.zones[1].region, "us-central1", "defaults to topology.region");
+    assert_eq!(m.zones[3].region, "europe-west1");
+    assert_eq!(m.client_subnets[0].zone, m.zone_id("us-central1-a"));
+    assert_eq!(m.client_subnets[3].zone, None, "regional");
+
+    let web = &m.services[0];
+    assert_eq!(web.name, "web");
+    assert_eq!(web.rules[0].dest, RuleDest::Vip(Addr::v4(198, 18, 0, 10)));
+    assert_eq!(web.rules[0].protocol, RuleProtocol::Tcp);
+    assert_eq!(web.rules[0].ports, Ports::List(vec![(80, 80), (443, 443), (8000, 8080)]));
+    assert_eq!(web.affinity, Affinity::ClientIp);
+    assert_eq!(web.tracking, TrackingMode::PerSession);
+    assert_eq!(web.idle_timeout_secs, 3600);
+    assert_eq!(web.draining_timeout_secs, 300);
+    assert_eq!(web.failover.failover_ratio, 0.5);
+    assert_eq!(web.zonal, ZonalAffinity::SpillCrossZone { ratio: 0.8 });
+    assert_eq!(web.encap, Encap::Ipip);
+    assert_eq!(web.groups.len(), 3);
+    assert_eq!(m.zones[usize::from(web.groups[1].zone)].name, "us-central1-b");
+    assert_eq!(web.groups[0].weight, 2);
+    assert_eq!(web.groups[1].weight, 1);
+    assert_eq!(web.groups[1].endpoints[1].port, 8081);
+    assert!(web.groups[2].failover && web.has_failover_groups());
+
+    let dns = &m.services[1];
+    assert_eq!(dns.encap, Encap::Gue { port: 6080 });
+    assert_eq!(dns.persistence, Persistence::NeverPersist);
+    assert_eq!(dns.idle_timeout_secs, 60);
+    assert_eq!(dns.zonal, ZonalAffinity::StayWithinZone);
+    assert_eq!(dns.groups[0].endpoints[1].addr, "fd00::1:2".parse::<Addr>().unwrap());
+    assert_eq!(dns.groups[0].endpoints[1].port, 5353);
+
+    let fw = &m.services[2];
+    assert_eq!(fw.rules[0].dest, RuleDest::Prefix("198.19.0.0/16".parse::<Prefix>().unwrap()));
+    assert_eq!((fw.rules[0].protocol, &fw.rules[0].ports), (RuleProtocol::L3Default, &Ports::All));
+    assert_eq!(fw.encap, Encap::L2);
+    assert!(fw.symmetric_hashing);
+    assert_eq!(fw.affinity, Affinity::ClientIpNoDestination);
+    assert_eq!(fw.persistence, Persistence::AlwaysPersist);
+    assert_eq!(fw.idle_timeout_secs, 600, "the CT-9 default");
+
+    // 5 web endpoints (HTTP), 2 dns (UDP), 2 fw-a (TCP); fw-b has no check.
+    let targets = c.health_targets();
+    assert_eq!(targets.len(), 9);
+    let http = &targets[0].check;
+    assert_eq!(http.name, "web-http");
+    assert_eq!(
+        http.kind,
+        CheckKind::Http {
+            path: "/healthz".into(),
+            expected_status: 200,
+            host: Some("web.internal".into())
+        }
+    );
+    assert_eq!(
+        (http.port, http.interval, http.timeout),
+        (Some(8080), Duration::from_secs(5), Duration::from_millis(2500))
+    );
+    assert_eq!(
+        (http.healthy_threshold, http.unhealthy_threshold, http.initial_healthy),
+        (2, 3, false)
+    );
+    let udp = targets.iter().find(|t| t.key.service == "dns").unwrap();
+    assert_eq!(
+        udp.check.kind,
+        CheckKind::Udp { request: b"ping".to_vec(), expect: Some(b"pong".to_vec()) }
+    );
+    let tcp = targets.iter().find(|t| t.key.service == "firewall").unwrap();
+    assert_eq!((&tcp.check.kind, tcp.check.initial_healthy), (&CheckKind::Tcp, true));
+    let unchecked = c.unchecked_backends();
+    assert_eq!(unchecked.len(), 1);
+    assert_eq!(unchecked[0].to_string(), "firewall/198.18.5.1");
+
+    let n = c.node_addrs();
+    assert_eq!(n.ipv4, Some((Addr::v4(198, 18, 0, 2), 16)));
+    assert_eq!(n.ipv6, Some(("fd00::2".parse().unwrap(), 64)));
+    assert_eq!(n.gateway_ipv4, Some(Addr::v4(198, 18, 0, 1)));
+    assert_eq!(n.gateway_ipv6, Some("fd00::1".parse().unwrap()));
+    assert_eq!(n.mtu, 9000);
+}
+
+#[test]
+fn defaults_apply_when_fields_are_absent() {
+    let text = format!("{HEAD}{WEB}")
+        .replace("    port: 80\n", "")
+        .replace("    type: TCP\n", "    type: UDP\n    port: 7\n")
+        .replace(
+            "    backend_service:\n",
+            "    encapsulation: {type: GUE}\n    backend_service:\n",
+        );
+    let c = accepts(&text);
+    let m = c.to_model();
+    assert_eq!((m.hash_seed, m.table_size), (DEFAULT_HASH_SEED, 65537));
+    let s = &m.services[0];
+    assert_eq!(s.encap, Encap::Gue { port: 6080 });
+    assert_eq!((s.idle_timeout_secs, s.draining_timeout_secs), (600, 0));
+    assert_eq!(s.affinity, Affinity::None);
+    assert_eq!(s.zonal, ZonalAffinity::Disabled);
+    assert_eq!(s.groups[0].weight, 1);
+    assert_eq!(m.zones[0].region, "r1");
+    let t = c.health_targets();
+    assert_eq!(t.len(), 1);
+    let k = &t[0].check;
+    assert_eq!(k.kind, CheckKind::Udp { request: b"ping".to_vec(), expect: None });
+    assert_eq!((k.interval, k.timeout), (Duration::from_secs(5), Duration::from_secs(5)));
+    assert_eq!((k.healthy_threshold, k.unhealthy_threshold, k.initial_healthy), (2, 2, false));
+    assert_eq!(c.node_addrs().mtu, 1500);
+    let http = accepts(&HEAD.replace("type: TCP", "type: HTTP")).check_specs();
+    assert_eq!(
+        http["hc"].kind,
+        CheckKind::Http { path: "/".into(), expected_status: 200, host: None }
+    );
+}
+
+#[test]
+fn demo_and_bench_configs_load_and_compile() {
+    for name in ["demo.yaml", "bench-null-1w.yaml", "bench-null-2w.yaml"] {
+        let c = shipped(name);
+        let m = c.to_model();
+        assert!(m.services.is_empty(), "{name}");
+        assert_eq!(m.table_size, 65537);
+        assert!(c.health_targets().is_empty());
+        assert_eq!(c.node_addrs().mtu, 1500);
+    }
+    assert_eq!(shipped("demo.yaml").dataplane.ports, ["net_tap0"]);
+}
+
+#[test]
+fn a_service_has_no_more_endpoints_than_the_maglev_table() {
+    let endpoints: Vec<String> =
+        (0..252).map(|i| format!("198.18.{}.{}", 1 + i / 200, 1 + i % 200)).collect();
+    let text = web_with("[198.18.1.1]", &format!("[{}]", endpoints.join(", ")))
+        .replace("  ports: [net_null0]\n", "  ports: [net_null0]\n  maglev_table_size: 251\n");
+    let m = rejects(&text, "services[0].backend_service.backends", "      backends:");
+    assert!(m.contains("252 endpoints do not fit a Maglev table of 251"), "{m}");
+    accepts(&text.replace("maglev_table_size: 251", "maglev_table_size: 509"));
+}
