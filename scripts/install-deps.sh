@@ -10,6 +10,8 @@ packages=(
     gcc libc6-dev pkg-config  # cc compiles the static-inline wrappers; pkg-config finds libdpdk
     iproute2 procps           # network namespaces (ip netns), kill
     python3 python3-pytest    # traffic scripts and the end-to-end tests
+    python3-prometheus-client # the e2e tests parse /metrics with the reference parser
+    curl iputils-ping         # clients in the end-to-end tests and the demo
 )
 
 missing=()

@@ -25,4 +25,7 @@ if compgen -G "tests/e2e/test_*.py" >/dev/null; then
     /usr/bin/python3 -m pytest -q tests/e2e
 fi
 
+step "fuzz the packet parser for ${SPILLWAY_FUZZ_SECONDS:-20}s (scripts/fuzz.sh)"
+bash scripts/fuzz.sh "${SPILLWAY_FUZZ_SECONDS:-20}"
+
 step "all checks passed"

@@ -11,5 +11,6 @@ pub mod daemon;
 pub mod dpdk;
 pub mod neighbour;
 pub mod path;
+pub mod vecbuf;
 pub mod view;
 pub mod worker;

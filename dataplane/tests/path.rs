@@ -5,6 +5,7 @@
 use crossbeam::queue::ArrayQueue;
 use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable};
 use spillway_dataplane::path::{process, Node, Outcome, PacketBuf, PathCtx};
+use spillway_dataplane::vecbuf::VecBuf;
 use spillway_shared::addr::{Addr, Prefix};
 use spillway_shared::conntrack::Shard;
 use spillway_shared::counters::{PathDrop, Reason, WorkerCounters};
@@ -21,62 +22,6 @@ const NODE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
 const B1_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb1];
 const B6_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb6];
-
-/// A buffer with headroom, like an mbuf.
-struct VecBuf {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-}
-
-impl VecBuf {
-    fn new(frame: &[u8]) -> VecBuf {
-        let mut buf = vec![0u8; 128];
-        buf.extend_from_slice(frame);
-        buf.resize(2048 + 128, 0);
-        VecBuf { buf, start: 128, end: 128 + frame.len() }
-    }
-}
-
-impl PacketBuf for VecBuf {
-    fn data(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
-    }
-    fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.start..self.end]
-    }
-    fn prepend(&mut self, n: usize) -> bool {
-        n <= self.start && {
-            self.start -= n;
-            true
-        }
-    }
-    fn adj(&mut self, n: usize) -> bool {
-        n <= self.end - self.start && {
-            self.start += n;
-            true
-        }
-    }
-    fn truncate(&mut self, len: usize) -> bool {
-        len <= self.end - self.start && {
-            self.end = self.start + len;
-            true
-        }
-    }
-    fn extend_to(&mut self, len: usize) -> bool {
-        self.start + len <= self.buf.len() && {
-            self.end = self.end.max(self.start + len);
-            true
-        }
-    }
-    fn reset(&mut self, len: usize) -> bool {
-        128 + len <= self.buf.len() && {
-            self.start = 128;
-            self.end = 128 + len;
-            true
-        }
-    }
-}
 
 fn a(s: &str) -> Addr {
     s.parse().unwrap()
@@ -155,7 +100,7 @@ impl Rig {
     }
 
     fn run(&mut self, frame: &[u8]) -> (Outcome, Vec<u8>) {
-        let mut b = VecBuf::new(frame);
+        let mut b = VecBuf::with_frame(frame);
         let mut ctx = PathCtx {
             snap: &self.snap,
             shard: &mut self.shard,

@@ -1,0 +1,144 @@
+//! The packet path without DPDK I/O: frames already in memory through `path::process`
+//! (classify, rule match, conntrack, Maglev, IPIP/GUE encapsulation), one core. This is the
+//! per-packet cost the worker adds on top of rx/tx; the whole-pipeline numbers (generator ->
+//! ring -> worker -> null) are the performance issue's.
+//!
+//! `cargo bench -p spillway-dataplane --bench path`
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use crossbeam::queue::ArrayQueue;
+use spillway_dataplane::neighbour::NeighbourTable;
+use spillway_dataplane::path::{process, Node, Outcome, PathCtx};
+use spillway_dataplane::vecbuf::VecBuf;
+use spillway_shared::addr::{Addr, Prefix};
+use spillway_shared::conntrack::Shard;
+use spillway_shared::counters::WorkerCounters;
+use spillway_shared::model::{
+    Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
+};
+use spillway_shared::state::PolicyState;
+use spillway_shared::time::Time;
+use std::time::Duration;
+
+fn a(s: &str) -> Addr {
+    s.parse().unwrap()
+}
+
+fn frame(src: [u8; 4], sport: u16, flags: u8) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0xc, 0x08, 0x00];
+    let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0];
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&[198, 18, 0, 100]);
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&80u16.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    f.resize(64, 0);
+    f
+}
+
+fn bench(c: &mut Criterion) {
+    let mut m = Model::empty();
+    m.zones.push(Zone { name: "z".into(), region: String::new() });
+    for (name, encap) in [("ipip", Encap::Ipip), ("gue", Encap::Gue { port: 6080 })] {
+        let mut s = Service::new(name);
+        s.encap = encap;
+        let vip = if name == "ipip" { "198.18.0.100" } else { "198.18.0.101" };
+        s.rules.push(Rule {
+            dest: RuleDest::Vip(a(vip)),
+            protocol: RuleProtocol::Tcp,
+            ports: Ports::All,
+        });
+        s.groups.push(Group {
+            name: "g".into(),
+            zone: 0,
+            failover: false,
+            weight: 1,
+            endpoints: (1..=16)
+                .map(|i| Endpoint { addr: Addr::v4(198, 18, 1, i), port: 0 })
+                .collect(),
+        });
+        m.services.push(s);
+    }
+    let mut st = PolicyState::new(true);
+    st.apply_model(m, Time::ZERO).unwrap();
+    let snap = st.snapshot(Time::ZERO);
+    let node = Node {
+        mac: [2, 0, 0, 0, 0, 1],
+        ipv4: Some((a("198.18.0.2"), "198.18.0.0/16".parse::<Prefix>().unwrap())),
+        ipv6: None,
+        gateway_v4: None,
+        gateway_v6: None,
+        mtu: 1500,
+    };
+    let neighbours =
+        NeighbourTable::from_pairs((1..=16).map(|i| (Addr::v4(198, 18, 1, i), [2, 0, 0, 0, 1, i])));
+    let events = ArrayQueue::new(16);
+    let counters = WorkerCounters::new();
+
+    let mut g = c.benchmark_group("path");
+    g.measurement_time(Duration::from_secs(3)).sample_size(20);
+    for flows in [1_000usize, 100_000] {
+        let mut shard = Shard::with_capacity(flows * 2);
+        let syns: Vec<Vec<u8>> = (0..flows)
+            .map(|i| {
+                frame(
+                    [198, 18, 10 + (i / 60000) as u8, (i % 250) as u8],
+                    1024 + (i % 60000) as u16,
+                    0x02,
+                )
+            })
+            .collect();
+        let acks: Vec<Vec<u8>> = syns
+            .iter()
+            .map(|f| {
+                let mut f = f.clone();
+                f[47] = 0x10;
+                f
+            })
+            .collect();
+        let mut ctx = PathCtx {
+            snap: &snap,
+            shard: &mut shard,
+            now: Time::ZERO,
+            node: &node,
+            neighbours: &neighbours,
+            events: &events,
+            counters: &counters,
+        };
+        let mut buf = VecBuf::new();
+        for f in &syns {
+            buf.load(f);
+            assert_eq!(process(&mut buf, &mut ctx), Outcome::Transmit);
+        }
+        g.throughput(Throughput::Elements(flows as u64));
+        g.bench_function(format!("established_ipip_{flows}_flows"), |b| {
+            b.iter_batched_ref(
+                VecBuf::new,
+                |buf| {
+                    for f in &acks {
+                        buf.load(f);
+                        criterion::black_box(process(buf, &mut ctx));
+                    }
+                },
+                BatchSize::LargeInput,
+            )
+        });
+        g.bench_function(format!("new_connections_{flows}_flows"), |b| {
+            b.iter_batched_ref(
+                VecBuf::new,
+                |buf| {
+                    for f in &syns {
+                        buf.load(f);
+                        criterion::black_box(process(buf, &mut ctx));
+                    }
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
