@@ -5,7 +5,8 @@
 //! Reading order:
 //! - [`addr`], [`flow`]: what a packet is; SA selection tuples, CT tracking keys, CH-4 hashing;
 //! - [`model`], [`policy`]: the validated configuration the control plane compiles YAML into;
-//! - [`eligible`] (FO), [`zonal`] (ZA), [`maglev`] (CH): the policy math, pure functions;
+//! - [`eligible`] (FO), [`zonal`] (ZA), [`maglev`] (CH), [`advanced`] (AL): the policy math,
+//!   pure functions;
 //! - [`state`] -> [`snapshot`]: the control plane's memory and the immutable tables it
 //!   publishes (rules, services, per-client-zone Maglev tables, backend slots);
 //! - [`conntrack`]: the per-worker connection table (a mechanism; validity is judged in
@@ -16,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod addr;
+pub mod advanced;
 pub mod conntrack;
 pub mod counters;
 pub mod decide;

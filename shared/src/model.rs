@@ -76,6 +76,151 @@ pub struct Service {
     pub encap: Encap,
     /// Backend groups, primaries and failovers.
     pub groups: Vec<Group>,
+    /// Section 7 (advanced load balancing, AL-1..AL-8): `None` (the default) keeps section 4.
+    pub advanced: Option<AdvancedPolicy>,
+}
+
+/// The advanced load-balancing policy of a service (SPEC section 7). When set, it replaces
+/// section 4 (zonal affinity): per client zone, the groups of the original eligible set A get
+/// weights from the algorithm, capacity, health and load (see [`crate::advanced`]).
+///
+/// Group-level settings live in [`AdvancedPolicy::groups`], keyed by group name, so that
+/// [`Group`] keeps its shape (it is built field by field elsewhere).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdvancedPolicy {
+    /// AL-1..AL-4 (default `WATERFALL_BY_REGION`).
+    pub algorithm: Algorithm,
+    /// AL-7: `failover_health_threshold` T, an integer percent in 1..=99 (default 70).
+    pub failover_health_threshold: u8,
+    /// AL-6: drain groups with fewer than 25% healthy endpoints.
+    pub auto_capacity_drain: bool,
+    /// Per-group capacity, scaler and preference, by group name. A group not listed gets
+    /// [`GroupAdvanced::default`] (unbounded capacity, scaler 1, not preferred).
+    pub groups: Vec<GroupAdvanced>,
+    /// How measured load is smoothed and how much a weight must move before it is republished.
+    pub damping: Damping,
+}
+
+/// The advanced load-balancing algorithms (AL-1..AL-4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Algorithm {
+    /// AL-1 `WATERFALL_BY_REGION` (default): even utilisation across the client's region with
+    /// the client's own zone first; the excess goes to the next nearest region when full.
+    #[default]
+    WaterfallByRegion,
+    /// AL-2 `SPRAY_TO_REGION`: every client spreads over all groups of its region.
+    SprayToRegion,
+    /// AL-3 `SPRAY_TO_WORLD`: every client spreads over all groups of all regions.
+    SprayToWorld,
+    /// AL-4 `WATERFALL_BY_ZONE`: nearest group first, up to capacity, group by group.
+    WaterfallByZone,
+}
+
+impl Algorithm {
+    /// Every value.
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::WaterfallByRegion,
+        Algorithm::SprayToRegion,
+        Algorithm::SprayToWorld,
+        Algorithm::WaterfallByZone,
+    ];
+
+    /// The API name (`WATERFALL_BY_REGION`, ...), used in YAML and metrics labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::WaterfallByRegion => "WATERFALL_BY_REGION",
+            Algorithm::SprayToRegion => "SPRAY_TO_REGION",
+            Algorithm::SprayToWorld => "SPRAY_TO_WORLD",
+            Algorithm::WaterfallByZone => "WATERFALL_BY_ZONE",
+        }
+    }
+
+    /// Parse an API name.
+    pub fn parse(s: &str) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+}
+
+/// The capacity of one endpoint of a group (section 7 "Capacity").
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub enum Capacity {
+    /// No limit: the group never overflows; proportional splits count its healthy endpoints.
+    #[default]
+    Unbounded,
+    /// `max_rate_per_endpoint`: new connections per second per endpoint.
+    RatePerEndpoint(f64),
+    /// `max_connections_per_endpoint`: concurrent tracked connections per endpoint.
+    ConnectionsPerEndpoint(f64),
+}
+
+/// Advanced settings of one group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupAdvanced {
+    /// The group's name (as in [`Group::name`]).
+    pub group: String,
+    /// Capacity per endpoint.
+    pub capacity: Capacity,
+    /// `capacity_scaler` in [0, 1]; 0 drains the group (capacity 0).
+    pub capacity_scaler: f64,
+    /// AL-5: filled first, up to capacity, in latency order.
+    pub preferred: bool,
+}
+
+impl GroupAdvanced {
+    /// Defaults for `group`: unbounded, scaler 1, not preferred.
+    pub fn new(group: &str) -> GroupAdvanced {
+        GroupAdvanced {
+            group: group.to_string(),
+            capacity: Capacity::Unbounded,
+            capacity_scaler: 1.0,
+            preferred: false,
+        }
+    }
+}
+
+/// Damping of the advanced weights (so they do not oscillate).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Damping {
+    /// Time constant of the exponential smoothing of measured load, in milliseconds
+    /// (default 5000): a sample `dt` after the previous one moves the estimate by
+    /// `1 - exp(-dt / tau)` of the difference.
+    pub time_constant_ms: u32,
+    /// Hysteresis band (default 0.02): a client zone's published weights change only when
+    /// some group's share of that zone's traffic would move by more than this (absolute
+    /// fraction), or when health, drain or configuration changed.
+    pub band: f64,
+}
+
+impl Default for Damping {
+    fn default() -> Damping {
+        Damping { time_constant_ms: 5000, band: 0.02 }
+    }
+}
+
+/// Default AL-7 threshold (percent).
+pub const DEFAULT_FAILOVER_HEALTH_THRESHOLD: u8 = 70;
+
+impl Default for AdvancedPolicy {
+    fn default() -> AdvancedPolicy {
+        AdvancedPolicy {
+            algorithm: Algorithm::default(),
+            failover_health_threshold: DEFAULT_FAILOVER_HEALTH_THRESHOLD,
+            auto_capacity_drain: false,
+            groups: Vec::new(),
+            damping: Damping::default(),
+        }
+    }
+}
+
+impl AdvancedPolicy {
+    /// The settings of group `name` (defaults when not listed).
+    pub fn group(&self, name: &str) -> GroupAdvanced {
+        self.groups
+            .iter()
+            .find(|g| g.group == name)
+            .cloned()
+            .unwrap_or_else(|| GroupAdvanced::new(name))
+    }
 }
 
 /// How the data plane sends a packet to a backend.
@@ -233,6 +378,7 @@ impl Service {
             zonal: ZonalAffinity::default(),
             encap: Encap::default(),
             groups: Vec::new(),
+            advanced: None,
         }
     }
 

@@ -7,11 +7,12 @@
 //! simulate` and the scenario tests drive it.
 
 use crate::addr::Addr;
+use crate::advanced::{Load, Topology};
 use crate::conntrack::Shard;
 use crate::decide::{decide, Decision};
 use crate::eligible::EligibleKind;
-use crate::flow::PacketInfo;
-use crate::model::{BackendKey, Endpoint, Model};
+use crate::flow::{proto, tcp_flags, PacketInfo};
+use crate::model::{BackendKey, Endpoint, Model, Ports, RuleDest, RuleProtocol, ZoneId};
 use crate::snapshot::Snapshot;
 use crate::state::{ModelChange, PolicyState, StateError};
 use crate::time::Time;
@@ -51,6 +52,123 @@ pub struct Simulator {
     snapshot: Snapshot,
     shard: Shard,
     now: Time,
+    /// Connections opened by [`Simulator::traffic`] and still held.
+    live: Vec<LiveFlow>,
+    /// Flows generated so far (each gets a distinct source address and port).
+    flows: u64,
+}
+
+/// A simulated connection held until `until`.
+#[derive(Clone, Copy, Debug)]
+struct LiveFlow {
+    until: Time,
+    service: u16,
+    slot: u16,
+    client: Option<ZoneId>,
+}
+
+/// Why a traffic step could not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// No zone of that name.
+    #[error("unknown zone {0:?}")]
+    UnknownZone(String),
+    /// The zone has no client subnet to take source addresses from.
+    #[error("zone {0:?} has no client subnet")]
+    NoClientSubnet(String),
+    /// No such service, or it has no forwarding rule to send to.
+    #[error("no service {0:?} with a forwarding rule")]
+    NoService(String),
+}
+
+/// One source of a traffic step: new connections per second from a client zone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrafficSource {
+    /// Client zone name (source addresses come from its first client subnet).
+    pub zone: String,
+    /// New connections per second.
+    pub rate: u32,
+}
+
+/// A traffic step: several zones at once, for `seconds`, each connection held `hold_secs`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrafficPlan {
+    /// The service to send to (its first forwarding rule); `None`: the model's first service.
+    pub service: Option<String>,
+    /// The sources.
+    pub sources: Vec<TrafficSource>,
+    /// Duration in whole seconds (one control interval each).
+    pub seconds: u32,
+    /// How long each connection stays open (counts as tracked load), in seconds.
+    pub hold_secs: u32,
+}
+
+/// What one group received in one interval.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupTraffic {
+    /// Group name.
+    pub group: String,
+    /// Its zone's name.
+    pub zone: String,
+    /// New connections in the interval.
+    pub new_connections: u64,
+    /// Connections held at the end of the interval (from every traffic step so far).
+    pub live_connections: u64,
+    /// New connections by client zone name (`"-"`: clients without a zone), zones in model
+    /// order, only non-zero counts.
+    pub from_zones: Vec<(String, u64)>,
+}
+
+/// One control interval (one virtual second) of a traffic step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrafficInterval {
+    /// Virtual time at its start.
+    pub start: Time,
+    /// New connections dropped (no eligible backend).
+    pub dropped: u64,
+    /// Per group of the service, in configuration order.
+    pub groups: Vec<GroupTraffic>,
+}
+
+/// The result of a traffic step: per-group connection counts per interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrafficReport {
+    /// The service the traffic went to.
+    pub service: String,
+    /// One entry per second.
+    pub intervals: Vec<TrafficInterval>,
+}
+
+impl TrafficReport {
+    /// New connections to `group` over intervals `range`.
+    pub fn new_connections(&self, group: &str, range: std::ops::Range<usize>) -> u64 {
+        self.intervals[range]
+            .iter()
+            .flat_map(|i| &i.groups)
+            .filter(|g| g.group == group)
+            .map(|g| g.new_connections)
+            .sum()
+    }
+
+    /// New connections from client zone `zone` to `group` over intervals `range`.
+    pub fn from_zone(&self, group: &str, zone: &str, range: std::ops::Range<usize>) -> u64 {
+        self.intervals[range]
+            .iter()
+            .flat_map(|i| &i.groups)
+            .filter(|g| g.group == group)
+            .flat_map(|g| &g.from_zones)
+            .filter(|(z, _)| z == zone)
+            .map(|(_, n)| *n)
+            .sum()
+    }
+
+    /// Group names in configuration order.
+    pub fn groups(&self) -> Vec<String> {
+        self.intervals
+            .first()
+            .map(|i| i.groups.iter().map(|g| g.group.clone()).collect())
+            .unwrap_or_default()
+    }
 }
 
 impl Simulator {
@@ -64,7 +182,203 @@ impl Simulator {
         let mut state = PolicyState::new(true);
         state.apply_model(model, Time::ZERO)?;
         let snapshot = state.snapshot(Time::ZERO);
-        Ok(Simulator { state, snapshot, shard: Shard::with_capacity(capacity), now: Time::ZERO })
+        Ok(Simulator {
+            state,
+            snapshot,
+            shard: Shard::with_capacity(capacity),
+            now: Time::ZERO,
+            live: Vec::new(),
+            flows: 0,
+        })
+    }
+
+    /// Set the locality topology (section 7) and publish a new snapshot.
+    pub fn set_topology(&mut self, topology: Topology) {
+        self.state.set_topology(topology);
+        self.rebuild();
+    }
+
+    /// `rate` new connections per second from client zone `from_zone` to the model's first
+    /// service, for `seconds`, each held `hold_secs` (see [`Simulator::run_traffic`]).
+    pub fn traffic(
+        &mut self,
+        from_zone: &str,
+        rate: u32,
+        seconds: u32,
+        hold_secs: u32,
+    ) -> Result<TrafficReport, SimError> {
+        self.run_traffic(&TrafficPlan {
+            service: None,
+            sources: vec![TrafficSource { zone: from_zone.to_string(), rate }],
+            seconds,
+            hold_secs,
+        })
+    }
+
+    /// Run a traffic step on virtual time. Every second, each source opens `rate` new
+    /// connections (TCP SYNs, or UDP for a UDP rule) from distinct source addresses and ports
+    /// of its zone's client subnet, evenly spaced over the second, each through [`decide`].
+    /// At the end of each second the control loop runs as the daemon's would: per group of
+    /// every advanced service, the new connections of the second (as a rate) and the
+    /// connections still held; per client zone the same; then
+    /// [`PolicyState::advance_load`] and a new snapshot.
+    pub fn run_traffic(&mut self, plan: &TrafficPlan) -> Result<TrafficReport, SimError> {
+        let model = self.state.model().clone();
+        let svc_name =
+            plan.service.clone().or_else(|| model.services.first().map(|s| s.name.clone()));
+        let Some(svc) =
+            svc_name.as_ref().and_then(|n| model.services.iter().find(|s| &s.name == n))
+        else {
+            return Err(SimError::NoService(svc_name.unwrap_or_default()));
+        };
+        let Some(rule) = svc.rules.first() else {
+            return Err(SimError::NoService(svc.name.clone()));
+        };
+        let dst = match rule.dest {
+            RuleDest::Vip(a) => a,
+            RuleDest::Prefix(p) => p.addr(),
+        };
+        let (ip_proto, dport) = match (&rule.protocol, &rule.ports) {
+            (RuleProtocol::Udp, Ports::List(l)) => (proto::UDP, l.first().map_or(53, |r| r.0)),
+            (RuleProtocol::Udp, Ports::All) => (proto::UDP, 53),
+            (_, Ports::List(l)) => (proto::TCP, l.first().map_or(80, |r| r.0)),
+            (_, Ports::All) => (proto::TCP, 80),
+        };
+        let mut sources = Vec::new();
+        for src in &plan.sources {
+            let zid =
+                model.zone_id(&src.zone).ok_or_else(|| SimError::UnknownZone(src.zone.clone()))?;
+            let subnet = model
+                .client_subnets
+                .iter()
+                .find(|cs| cs.zone == Some(zid))
+                .ok_or_else(|| SimError::NoClientSubnet(src.zone.clone()))?;
+            sources.push((subnet.prefix, src.rate));
+        }
+        let sid = self.state.service_id(&svc.name).unwrap_or(0);
+        let zone_label = |z: Option<ZoneId>| {
+            z.and_then(|z| model.zones.get(usize::from(z)))
+                .map_or_else(|| "-".to_string(), |z| z.name.clone())
+        };
+        let mut report = TrafficReport { service: svc.name.clone(), intervals: Vec::new() };
+        for _ in 0..plan.seconds {
+            let start = self.now;
+            // Events: (offset in ms, source index, sequence).
+            let mut events: Vec<(u64, usize, u32)> = Vec::new();
+            for (si, &(_, rate)) in sources.iter().enumerate() {
+                for k in 0..rate {
+                    events.push((u64::from(k) * 1000 / u64::from(rate), si, k));
+                }
+            }
+            events.sort_unstable();
+            let mut new_by: hashbrown::HashMap<(u16, u16, Option<ZoneId>), u64> =
+                hashbrown::HashMap::new();
+            let mut dropped = 0;
+            for (offset, si, _) in events {
+                self.now = start + Duration::from_millis(offset);
+                let src = flow_source(sources[si].0, self.flows);
+                let sport = flow_port(sources[si].0, self.flows);
+                self.flows += 1;
+                let p = PacketInfo {
+                    src,
+                    dst,
+                    proto: ip_proto,
+                    sport,
+                    dport,
+                    tcp_flags: if ip_proto == proto::TCP { tcp_flags::SYN } else { 0 },
+                    ..PacketInfo::default()
+                };
+                let client = self.snapshot.client_zone(src);
+                let d = decide(&p, &self.snapshot, &mut self.shard, self.now);
+                match d.backend() {
+                    Some(slot) => {
+                        *new_by.entry((d.service, slot, client)).or_default() += 1;
+                        self.live.push(LiveFlow {
+                            until: self.now + Duration::from_secs(u64::from(plan.hold_secs)),
+                            service: d.service,
+                            slot,
+                            client,
+                        });
+                    }
+                    None => dropped += 1,
+                }
+            }
+            self.now = start + Duration::from_secs(1);
+            let end = self.now;
+            self.live.retain(|f| f.until > end);
+            // Report for the plan's service.
+            let group_of = |slot: u16| self.snapshot.backend(slot).map(|b| b.group.clone());
+            let mut groups = Vec::new();
+            for g in &svc.groups {
+                let mut from: Vec<(Option<ZoneId>, u64)> = Vec::new();
+                for (&(s, slot, client), &n) in &new_by {
+                    if s == sid && group_of(slot).as_deref() == Some(g.name.as_str()) {
+                        match from.iter_mut().find(|(c, _)| *c == client) {
+                            Some(e) => e.1 += n,
+                            None => from.push((client, n)),
+                        }
+                    }
+                }
+                from.sort_by_key(|(c, _)| c.map_or(u32::MAX, u32::from));
+                let live = self
+                    .live
+                    .iter()
+                    .filter(|f| {
+                        f.service == sid && group_of(f.slot).as_deref() == Some(g.name.as_str())
+                    })
+                    .count() as u64;
+                groups.push(GroupTraffic {
+                    group: g.name.clone(),
+                    zone: zone_label(Some(g.zone)),
+                    new_connections: from.iter().map(|(_, n)| n).sum(),
+                    live_connections: live,
+                    from_zones: from.into_iter().map(|(c, n)| (zone_label(c), n)).collect(),
+                });
+            }
+            report.intervals.push(TrafficInterval { start, dropped, groups });
+            // The control loop: feed every advanced service's measured load, recompute.
+            for s in model.services.iter().filter(|s| s.advanced.is_some()) {
+                let Some(id) = self.state.service_id(&s.name) else { continue };
+                for g in &s.groups {
+                    let mut load = Load::default();
+                    for (&(sv, slot, _), &n) in &new_by {
+                        if sv == id && group_of(slot).as_deref() == Some(g.name.as_str()) {
+                            load.rate += n as f64;
+                        }
+                    }
+                    load.connections = self
+                        .live
+                        .iter()
+                        .filter(|f| {
+                            f.service == id && group_of(f.slot).as_deref() == Some(g.name.as_str())
+                        })
+                        .count() as f64;
+                    self.state.set_group_load(&s.name, &g.name, load);
+                }
+                let clients: Vec<Option<ZoneId>> = (0..model.zones.len())
+                    .map(|z| ZoneId::try_from(z).ok())
+                    .chain(std::iter::once(None))
+                    .collect();
+                for client in clients {
+                    let rate: u64 = new_by
+                        .iter()
+                        .filter(|(&(sv, _, c), _)| sv == id && c == client)
+                        .map(|(_, &n)| n)
+                        .sum();
+                    let conns =
+                        self.live.iter().filter(|f| f.service == id && f.client == client).count();
+                    let name = client.and_then(|z| model.zones.get(usize::from(z)));
+                    self.state.set_client_load(
+                        &s.name,
+                        name.map(|z| z.name.as_str()),
+                        Load { rate: rate as f64, connections: conns as f64 },
+                    );
+                }
+            }
+            self.state.advance_load(self.now);
+            self.rebuild();
+        }
+        Ok(report)
     }
 
     /// Run one packet through [`decide`].
@@ -174,5 +488,37 @@ impl Simulator {
     /// The policy state.
     pub fn state(&self) -> &PolicyState {
         &self.state
+    }
+}
+
+/// The source address of flow `n` from `prefix`: host `1 + n mod hosts`.
+fn flow_source(prefix: crate::addr::Prefix, n: u64) -> Addr {
+    let hosts = host_count(prefix);
+    let mut a = prefix.addr();
+    let mut carry = 1 + n % hosts;
+    for b in a.0.iter_mut().rev() {
+        let v = u64::from(*b) + (carry & 0xff);
+        *b = (v & 0xff) as u8;
+        carry = (carry >> 8) + (v >> 8);
+        if carry == 0 {
+            break;
+        }
+    }
+    a
+}
+
+/// The source port of flow `n` from `prefix`: distinct for the first `hosts x 60000` flows.
+fn flow_port(prefix: crate::addr::Prefix, n: u64) -> u16 {
+    1024 + u16::try_from((n / host_count(prefix)) % 60_000).unwrap_or(0)
+}
+
+fn host_count(prefix: crate::addr::Prefix) -> u64 {
+    let host_bits = u32::from(prefix.addr().family_bits().saturating_sub(prefix.len()));
+    if host_bits >= 16 {
+        65_534
+    } else if host_bits <= 1 {
+        1
+    } else {
+        (1u64 << host_bits) - 2
     }
 }

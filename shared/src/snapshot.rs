@@ -133,6 +133,77 @@ pub struct ServiceView {
     pub default_choice: Arc<Choice>,
     /// The choice per client zone id; zones without a match share `default_choice`.
     pub zone_choices: Vec<Arc<Choice>>,
+    /// Section 7: what the advanced load balancing computed (`None` without `advanced`).
+    /// Then `zone_choices` holds one weighted choice per client zone (every region) and
+    /// `default_choice` is the one for clients without a zone.
+    pub advanced: Option<Arc<AdvancedView>>,
+}
+
+/// Section 7 state of one service in a snapshot, for metrics, the admin API and the simulator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdvancedView {
+    /// AL-1..AL-4.
+    pub algorithm: crate::model::Algorithm,
+    /// The unit of capacities, demand and expected load.
+    pub unit: crate::advanced::LoadUnit,
+    /// AL-7 threshold (percent).
+    pub failover_health_threshold: u8,
+    /// Per group, in configuration order.
+    pub groups: Vec<AdvancedGroupView>,
+    /// Per client zone id, then one last entry for clients without a zone (`zone: None`).
+    pub clients: Vec<AdvancedClientView>,
+}
+
+/// One group's capacity, health and load.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdvancedGroupView {
+    /// Group name.
+    pub name: Arc<str>,
+    /// Zone id.
+    pub zone: ZoneId,
+    /// AL-5.
+    pub preferred: bool,
+    /// Configured endpoints (operator-drained ones excluded).
+    pub endpoints: usize,
+    /// Healthy endpoints.
+    pub healthy: usize,
+    /// Healthy endpoints in the eligible set A (those the capacity counts).
+    pub in_eligible: usize,
+    /// Capacity in `unit` (infinite when unbounded; 0 when drained or empty).
+    pub capacity: f64,
+    /// AL-6: drained by auto capacity drain.
+    pub auto_drained: bool,
+    /// AL-7: fraction of its traffic the group keeps (`min(1, h / T)`).
+    pub retained: f64,
+    /// Load the published weights send it, from the smoothed demand (in `unit`).
+    pub expected_load: f64,
+    /// Smoothed measured load.
+    pub measured: crate::advanced::GroupLoad,
+}
+
+impl AdvancedGroupView {
+    /// Measured utilisation in the service's unit (0 when unbounded).
+    pub fn utilisation(&self, unit: crate::advanced::LoadUnit) -> f64 {
+        if self.capacity.is_finite() && self.capacity > 0.0 {
+            self.measured.get(unit) / self.capacity
+        } else {
+            0.0
+        }
+    }
+}
+
+/// One client zone's demand and weights.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdvancedClientView {
+    /// Client zone (`None`: clients without a zone).
+    pub zone: Option<ZoneId>,
+    /// Smoothed offered load (in `unit`).
+    pub demand: f64,
+    /// Published share of its new connections per group (what the table does), sums to 1
+    /// (or 0 when nothing can take traffic and the choice falls back to A).
+    pub weights: Vec<f64>,
+    /// The latest computed target (may differ from `weights` by up to the hysteresis band).
+    pub target: Vec<f64>,
 }
 
 impl ServiceView {

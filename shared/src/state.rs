@@ -8,19 +8,27 @@
 //! It never touches a connection table: removing, draining or flushing only changes what
 //! the snapshot says, and entries are judged against it at lookup (`decide`).
 
+use crate::advanced::{
+    allocate, endpoint_weight, ewma, exceeds_band, ClientDemand, ClientLoad, Distances, DrainInput,
+    DrainTracker, GroupLoad, GroupState, Load, LoadUnit, Topology,
+};
 use crate::eligible::{eligible, Candidate, Eligible};
 use crate::flow::FlowHasher;
 use crate::lpm::Lpm;
 use crate::maglev::{backend_identity, MaglevMember, MaglevTable};
-use crate::model::{BackendKey, Model, RuleDest};
+use crate::model::{AdvancedPolicy, BackendKey, Capacity, GroupAdvanced, Model, RuleDest, Service};
 use crate::snapshot::{
-    BackendStatus, BackendView, Choice, RuleEntry, RuleTable, ServiceView, Snapshot,
+    AdvancedClientView, AdvancedGroupView, AdvancedView, BackendStatus, BackendView, Choice,
+    RuleEntry, RuleTable, ServiceView, Snapshot,
 };
 use crate::time::Time;
 use crate::zonal::zonal_adjust;
 use hashbrown::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Builds (or reuses) the table for weighted members.
+type TableFor<'a> = dyn FnMut(&[(u16, u32)]) -> Arc<MaglevTable> + 'a;
 
 /// What a Maglev table was built from: reused while this stays the same.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -36,6 +44,32 @@ struct ServiceState {
     epoch: u32,
     /// Last non-empty side (FO-9): `Some(false)` primary, `Some(true)` failover.
     last_side: Option<bool>,
+}
+
+/// Section 7 bookkeeping of one service: measured load (raw and smoothed), the AL-6 drain
+/// timers, and the weights last published per client (hysteresis).
+#[derive(Debug, Default)]
+struct AdvancedRuntime {
+    client_sample: HashMap<Option<String>, ClientLoad>,
+    group_sample: HashMap<String, GroupLoad>,
+    client_smooth: HashMap<Option<String>, ClientLoad>,
+    group_smooth: HashMap<String, GroupLoad>,
+    last_fold: Option<Time>,
+    drain: DrainTracker,
+    signature: Option<Signature>,
+    /// Published fractions per client index (zone ids, then the zone-less client).
+    published: Vec<Vec<f64>>,
+}
+
+/// The discrete inputs of a service's weights: when these change, weights are republished
+/// at once (no hysteresis).
+#[derive(Clone, Debug, PartialEq)]
+struct Signature {
+    algorithm: crate::model::Algorithm,
+    threshold: u8,
+    zones: Vec<String>,
+    /// (name, zone, in A and healthy, healthy, configured, auto-drained, settings)
+    groups: Vec<(String, u16, usize, usize, usize, bool, GroupAdvanced)>,
 }
 
 /// Errors of the policy state (capacity limits only: the model is already validated).
@@ -75,6 +109,8 @@ pub struct PolicyState {
     next_service_id: u16,
     generation: u64,
     tables: HashMap<TableKey, Arc<MaglevTable>>,
+    topology: Topology,
+    advanced: HashMap<String, AdvancedRuntime>,
 }
 
 impl PolicyState {
@@ -94,6 +130,65 @@ impl PolicyState {
             next_service_id: 1,
             generation: 0,
             tables: HashMap::new(),
+            topology: Topology::default(),
+            advanced: HashMap::new(),
+        }
+    }
+
+    /// Set the locality topology (section 7: latencies and region order). Takes effect at the
+    /// next snapshot.
+    pub fn set_topology(&mut self, topology: Topology) {
+        self.topology = topology;
+    }
+
+    /// The locality topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// True when some service of the model sets `advanced` (then the control plane feeds
+    /// load, calls [`Self::advance_load`] and rebuilds the snapshot on a timer, e.g. every
+    /// second).
+    pub fn has_advanced(&self) -> bool {
+        self.model.services.iter().any(|s| s.advanced.is_some())
+    }
+
+    /// Record the latest measured load of a group of an advanced service (new connections per
+    /// second over the measurement window, and tracked connections). Folded into the smoothed
+    /// estimate by [`Self::advance_load`]. Ignored for services without `advanced`.
+    pub fn set_group_load(&mut self, service: &str, group: &str, load: GroupLoad) {
+        if let Some(rt) = self.runtime(service) {
+            rt.group_sample.insert(group.to_string(), load);
+        }
+    }
+
+    /// Record the latest offered load of the clients of one zone (`None`: clients without a
+    /// zone) for an advanced service. When no client load was ever recorded for a service,
+    /// the sum of its groups' loads counts as offered by clients without a zone.
+    pub fn set_client_load(&mut self, service: &str, client_zone: Option<&str>, load: ClientLoad) {
+        if let Some(rt) = self.runtime(service) {
+            rt.client_sample.insert(client_zone.map(str::to_string), load);
+        }
+    }
+
+    fn runtime(&mut self, service: &str) -> Option<&mut AdvancedRuntime> {
+        let advanced =
+            self.model.services.iter().any(|s| s.name == service && s.advanced.is_some());
+        advanced.then(|| self.advanced.entry(service.to_string()).or_default())
+    }
+
+    /// Fold the latest samples into the smoothed loads (exponential smoothing with each
+    /// service's `damping.time_constant_ms`; the first fold takes the samples as they are).
+    /// Call it on the recompute timer, before [`Self::snapshot`].
+    pub fn advance_load(&mut self, now: Time) {
+        for svc in &self.model.services {
+            let Some(adv) = &svc.advanced else { continue };
+            let Some(rt) = self.advanced.get_mut(&svc.name) else { continue };
+            let tau = adv.damping.time_constant_ms;
+            let dt = rt.last_fold.map(|t| now.as_millis().saturating_sub(t.as_millis()));
+            rt.last_fold = Some(now);
+            fold(&mut rt.client_smooth, &rt.client_sample, dt, tau);
+            fold(&mut rt.group_smooth, &rt.group_sample, dt, tau);
         }
     }
 
@@ -177,6 +272,9 @@ impl PolicyState {
                 }
             }
         }
+        self.advanced.retain(|name, _| {
+            model.services.iter().any(|s| &s.name == name && s.advanced.is_some())
+        });
         self.model = model;
         Ok(change)
     }
@@ -268,6 +366,10 @@ impl PolicyState {
 
     /// Build the next snapshot at `now`. This is also where failover flips are detected
     /// (FO-9): the control plane builds a snapshot on every health or config change.
+    ///
+    /// Services with `advanced` (section 7) get one weighted choice per client zone from
+    /// [`crate::advanced::allocate`]; this is also where AL-6 drain timers advance and where
+    /// the hysteresis band decides whether a client zone's weights are republished.
     pub fn snapshot(&mut self, now: Time) -> Snapshot {
         self.reclaim(now);
         self.generation += 1;
@@ -280,15 +382,25 @@ impl PolicyState {
                 }
             }
         }
-        // Client subnets: only zones of our own region are compatible (ZA-1).
+        let any_advanced = model.services.iter().any(|s| s.advanced.is_some());
+        let in_region =
+            |z: u16| model.zones.get(usize::from(z)).is_some_and(|z| z.region == model.region);
+        // Client subnets: only zones of our own region are compatible (ZA-1). With an advanced
+        // service, clients of other regions keep their zone too (section 7 needs their
+        // locality); services without `advanced` then map those zones to their default choice.
         let mut client_zones = Lpm::new();
         for cs in &model.client_subnets {
-            let zone = cs.zone.filter(|z| {
-                model.zones.get(usize::from(*z)).is_some_and(|z| z.region == model.region)
+            let zone = cs.zone.filter(|&z| {
+                if any_advanced {
+                    usize::from(z) < model.zones.len()
+                } else {
+                    in_region(z)
+                }
             });
             client_zones.insert(cs.prefix, zone);
         }
         let zone_count = model.zones.len();
+        let distances = any_advanced.then(|| Distances::new(model, &self.topology));
         let mut rules = RuleTable::default();
         let max_id = self.services.values().map(|s| s.id).max().unwrap_or(0);
         let mut services: Vec<Option<ServiceView>> = (0..=max_id).map(|_| None).collect();
@@ -305,8 +417,9 @@ impl PolicyState {
                 }
             }
             let mut candidates = Vec::new();
+            let mut candidate_group = Vec::new();
             let mut weights: HashMap<u16, u32> = HashMap::new();
-            for g in &svc.groups {
+            for (gi, g) in svc.groups.iter().enumerate() {
                 for e in &g.endpoints {
                     let key = BackendKey { service: svc.name.clone(), endpoint: *e };
                     let Some(&slot) = self.by_key.get(&key) else { continue };
@@ -320,6 +433,7 @@ impl PolicyState {
                         failover: g.failover,
                         healthy: b.healthy,
                     });
+                    candidate_group.push(gi);
                     weights.insert(slot, g.weight.max(1));
                 }
             }
@@ -334,15 +448,15 @@ impl PolicyState {
                 }
                 st.last_side = Some(side);
             }
-            let mut table_for = |members: &[u16]| -> Arc<MaglevTable> {
-                let list: Vec<MaglevMember> = members
+            let mut table_for = |list: &[(u16, u32)]| -> Arc<MaglevTable> {
+                let list: Vec<MaglevMember> = list
                     .iter()
-                    .map(|&slot| {
+                    .map(|&(slot, weight)| {
                         let e = self.backends[usize::from(slot)].endpoint;
                         MaglevMember {
                             id: slot,
                             identity: backend_identity(&hasher, e.addr, e.port),
-                            weight: weights.get(&slot).copied().unwrap_or(1),
+                            weight,
                         }
                     })
                     .collect();
@@ -360,26 +474,73 @@ impl PolicyState {
                 t
             };
             let make_choice =
-                |members: Vec<u16>,
-                 zonal_match: bool,
-                 spilled: bool,
-                 t: &mut dyn FnMut(&[u16]) -> Arc<MaglevTable>| {
+                |members: Vec<u16>, zonal_match: bool, spilled: bool, t: &mut TableFor<'_>| {
                     let mut members = members;
                     members.sort_unstable();
-                    let table = t(&members);
+                    let list: Vec<(u16, u32)> = members
+                        .iter()
+                        .map(|&slot| (slot, weights.get(&slot).copied().unwrap_or(1)))
+                        .collect();
+                    let table = t(&list);
                     Arc::new(Choice { kind: a.kind, zonal_match, spilled, members, table })
                 };
-            let default_choice = make_choice(a.members.clone(), false, false, &mut table_for);
-            let mut zone_choices = Vec::with_capacity(zone_count);
-            for z in 0..zone_count {
-                let zone = zone_id(z);
-                let zc = zonal_adjust(&candidates, &a, Some(zone), svc.zonal);
-                if zc.zonal_match {
-                    zone_choices.push(make_choice(zc.members, true, zc.spilled, &mut table_for));
-                } else {
-                    zone_choices.push(Arc::clone(&default_choice));
+            let a_choice = make_choice(a.members.clone(), false, false, &mut table_for);
+            let (default_choice, zone_choices, advanced_view) = match (&svc.advanced, &distances) {
+                (Some(adv), Some(dist)) => {
+                    let rt = self.advanced.entry(svc.name.clone()).or_default();
+                    let plan = advanced_plan(
+                        svc,
+                        adv,
+                        model,
+                        dist,
+                        &candidates,
+                        &candidate_group,
+                        &a,
+                        rt,
+                        now,
+                    );
+                    let mut choices: Vec<Arc<Choice>> = plan
+                        .members
+                        .iter()
+                        .map(|list| {
+                            if list.is_empty() {
+                                return Arc::clone(&a_choice);
+                            }
+                            let mut list = list.clone();
+                            list.sort_unstable();
+                            let table = table_for(&list);
+                            let members = list.iter().map(|&(s, _)| s).collect();
+                            Arc::new(Choice {
+                                kind: a.kind,
+                                zonal_match: false,
+                                spilled: false,
+                                members,
+                                table,
+                            })
+                        })
+                        .collect();
+                    let default_choice = choices.pop().unwrap_or_else(|| Arc::clone(&a_choice));
+                    (default_choice, choices, Some(Arc::new(plan.view)))
                 }
-            }
+                _ => {
+                    let mut zone_choices = Vec::with_capacity(zone_count);
+                    for z in 0..zone_count {
+                        let zone = zone_id(z);
+                        let zc = zonal_adjust(&candidates, &a, Some(zone), svc.zonal);
+                        if zc.zonal_match && (!any_advanced || in_region(zone)) {
+                            zone_choices.push(make_choice(
+                                zc.members,
+                                true,
+                                zc.spilled,
+                                &mut table_for,
+                            ));
+                        } else {
+                            zone_choices.push(Arc::clone(&a_choice));
+                        }
+                    }
+                    (a_choice, zone_choices, None)
+                }
+            };
             services[usize::from(id)] = Some(ServiceView {
                 id,
                 name: Arc::from(svc.name.as_str()),
@@ -393,6 +554,7 @@ impl PolicyState {
                 eligible: a,
                 default_choice,
                 zone_choices,
+                advanced: advanced_view,
             });
         }
         self.tables = used_tables;
@@ -406,6 +568,225 @@ impl PolicyState {
             zone_names: model.zones.iter().map(|z| z.name.clone()).collect(),
         }
     }
+}
+
+/// Fold samples into smoothed values (missing samples count as 0; `dt == None`: first fold).
+fn fold<K: Clone + Eq + std::hash::Hash>(
+    smooth: &mut HashMap<K, Load>,
+    sample: &HashMap<K, Load>,
+    dt: Option<u64>,
+    tau: u32,
+) {
+    let Some(dt) = dt else {
+        smooth.clone_from(sample);
+        return;
+    };
+    let keys: Vec<K> = smooth.keys().chain(sample.keys()).cloned().collect();
+    for k in keys {
+        let s = sample.get(&k).copied().unwrap_or_default();
+        let v = smooth.entry(k).or_default();
+        v.rate = ewma(v.rate, s.rate, dt, tau);
+        v.connections = ewma(v.connections, s.connections, dt, tau);
+    }
+}
+
+/// Per client (zone ids, then the zone-less client): the weighted members; plus the view.
+struct AdvancedPlan {
+    members: Vec<Vec<(u16, u32)>>,
+    view: AdvancedView,
+}
+
+/// Section 7 for one service: capacities, AL-6, allocation, hysteresis, weighted members.
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+fn advanced_plan(
+    svc: &Service,
+    adv: &AdvancedPolicy,
+    model: &Model,
+    dist: &Distances,
+    candidates: &[Candidate],
+    candidate_group: &[usize],
+    a: &Eligible,
+    rt: &mut AdvancedRuntime,
+    now: Time,
+) -> AdvancedPlan {
+    let ng = svc.groups.len();
+    let zone_count = model.zones.len();
+    let in_a: hashbrown::HashSet<u16> = a.members.iter().copied().collect();
+    let mut configured = vec![0usize; ng];
+    let mut healthy = vec![0usize; ng];
+    let mut usable: Vec<Vec<u16>> = vec![Vec::new(); ng];
+    for (c, &gi) in candidates.iter().zip(candidate_group) {
+        configured[gi] += 1;
+        if c.healthy {
+            healthy[gi] += 1;
+            if in_a.contains(&c.slot) {
+                usable[gi].push(c.slot);
+            }
+        }
+    }
+    let settings: Vec<GroupAdvanced> = svc.groups.iter().map(|g| adv.group(&g.name)).collect();
+    // AL-6.
+    let drain_in: Vec<DrainInput<'_>> = svc
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(gi, g)| DrainInput {
+            name: &g.name,
+            healthy: healthy[gi],
+            configured: configured[gi],
+        })
+        .collect();
+    let drained = rt.drain.update(adv.auto_capacity_drain, &drain_in, now);
+    // The unit: rate if any group has a rate capacity, else connections if any has one.
+    let unit = if settings.iter().any(|s| matches!(s.capacity, Capacity::RatePerEndpoint(_))) {
+        LoadUnit::Rate
+    } else if settings.iter().any(|s| matches!(s.capacity, Capacity::ConnectionsPerEndpoint(_))) {
+        LoadUnit::Connections
+    } else {
+        LoadUnit::Rate
+    };
+    // Demand per client; without any client sample, the groups' load counts as zone-less.
+    let zone_name = |z: usize| model.zones[z].name.clone();
+    let mut demand: Vec<f64> = (0..zone_count)
+        .map(|z| rt.client_smooth.get(&Some(zone_name(z))).map_or(0.0, |l| l.get(unit)))
+        .collect();
+    demand.push(rt.client_smooth.get(&None).map_or(0.0, |l| l.get(unit)));
+    if rt.client_smooth.is_empty() {
+        if let Some(last) = demand.last_mut() {
+            *last = rt.group_smooth.values().map(|l| l.get(unit)).sum();
+        }
+    }
+    // Little's law, for connection capacities in a rate-unit service.
+    let totals = rt.client_smooth.values().fold(Load::default(), |acc, l| Load {
+        rate: acc.rate + l.rate,
+        connections: acc.connections + l.connections,
+    });
+    let hold = if totals.rate > 0.0 { totals.connections / totals.rate } else { 0.0 };
+    let groups: Vec<GroupState> = svc
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(gi, g)| {
+            #[allow(clippy::cast_precision_loss)]
+            let n = usable[gi].len() as f64;
+            let scaler = settings[gi].capacity_scaler.clamp(0.0, 1.0);
+            let basis = n * scaler;
+            let (capacity, size) = if drained[gi] || basis <= 0.0 {
+                (0.0, 0.0)
+            } else {
+                match settings[gi].capacity {
+                    Capacity::Unbounded => (f64::INFINITY, basis),
+                    Capacity::RatePerEndpoint(c) => (c * basis, c * basis),
+                    Capacity::ConnectionsPerEndpoint(c) => match unit {
+                        LoadUnit::Connections => (c * basis, c * basis),
+                        LoadUnit::Rate if hold > 0.0 => (c * basis / hold, c * basis / hold),
+                        LoadUnit::Rate => (f64::INFINITY, c * basis),
+                    },
+                }
+            };
+            #[allow(clippy::cast_precision_loss)]
+            let healthy_pct = if configured[gi] == 0 {
+                0.0
+            } else {
+                100.0 * healthy[gi] as f64 / configured[gi] as f64
+            };
+            GroupState {
+                zone: g.zone,
+                capacity,
+                size,
+                healthy_pct,
+                preferred: settings[gi].preferred,
+            }
+        })
+        .collect();
+    let clients: Vec<ClientDemand> = (0..=zone_count)
+        .map(|c| ClientDemand { zone: (c < zone_count).then(|| zone_id(c)), demand: demand[c] })
+        .collect();
+    let threshold = adv.failover_health_threshold.clamp(1, 99);
+    let alloc = allocate(adv.algorithm, threshold, &groups, &clients, dist);
+    // Hysteresis: republish a client's weights when the discrete inputs changed, or when a
+    // share moves by more than the band.
+    let signature = Signature {
+        algorithm: adv.algorithm,
+        threshold,
+        zones: model.zones.iter().map(|z| z.name.clone()).collect(),
+        groups: svc
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(gi, g)| {
+                (
+                    g.name.clone(),
+                    g.zone,
+                    usable[gi].len(),
+                    healthy[gi],
+                    configured[gi],
+                    drained[gi],
+                    settings[gi].clone(),
+                )
+            })
+            .collect(),
+    };
+    if rt.signature.as_ref() != Some(&signature) || rt.published.len() != clients.len() {
+        rt.published.clone_from(&alloc.fractions);
+        rt.signature = Some(signature);
+    } else {
+        for (published, target) in rt.published.iter_mut().zip(&alloc.fractions) {
+            if exceeds_band(published, target, adv.damping.band) {
+                published.clone_from(target);
+            }
+        }
+    }
+    let members: Vec<Vec<(u16, u32)>> = rt
+        .published
+        .iter()
+        .map(|f| {
+            let mut list = Vec::new();
+            for (gi, slots) in usable.iter().enumerate() {
+                let w = endpoint_weight(f[gi], slots.len());
+                if w > 0 {
+                    list.extend(slots.iter().map(|&s| (s, w)));
+                }
+            }
+            list
+        })
+        .collect();
+    let expected: Vec<f64> =
+        (0..ng).map(|gi| rt.published.iter().zip(&demand).map(|(f, d)| f[gi] * d).sum()).collect();
+    let view = AdvancedView {
+        algorithm: adv.algorithm,
+        unit,
+        failover_health_threshold: threshold,
+        groups: svc
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(gi, g)| AdvancedGroupView {
+                name: Arc::from(g.name.as_str()),
+                zone: g.zone,
+                preferred: settings[gi].preferred,
+                endpoints: configured[gi],
+                healthy: healthy[gi],
+                in_eligible: usable[gi].len(),
+                capacity: groups[gi].capacity,
+                auto_drained: drained[gi],
+                retained: groups[gi].retained(threshold),
+                expected_load: expected[gi],
+                measured: rt.group_smooth.get(&g.name).copied().unwrap_or_default(),
+            })
+            .collect(),
+        clients: clients
+            .iter()
+            .enumerate()
+            .map(|(c, cd)| AdvancedClientView {
+                zone: cd.zone,
+                demand: cd.demand,
+                weights: rt.published[c].clone(),
+                target: alloc.fractions[c].clone(),
+            })
+            .collect(),
+    };
+    AdvancedPlan { members, view }
 }
 
 fn zone_id(z: usize) -> crate::model::ZoneId {
