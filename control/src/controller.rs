@@ -82,6 +82,7 @@ pub struct Controller {
     health: HealthChecker,
     events: Option<UnboundedReceiver<HealthEvent>>,
     next_deadline: Option<Time>,
+    config_generation: u64,
 }
 
 impl Controller {
@@ -104,6 +105,7 @@ impl Controller {
             health: HealthChecker::new(tx),
             events: Some(events),
             next_deadline: None,
+            config_generation: 1,
         };
         c.start_probes();
         c.publish("start");
@@ -128,6 +130,11 @@ impl Controller {
     /// The running configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Increases with every configuration applied (1 for the first).
+    pub fn config_generation(&self) -> u64 {
+        self.config_generation
     }
 
     /// The configuration file.
@@ -222,6 +229,7 @@ impl Controller {
         let now = self.now();
         let change = self.state.apply_model(config.to_model(), now)?;
         self.config = config;
+        self.config_generation += 1;
         self.start_probes();
         for (key, deadline) in &change.removed {
             tracing::info!(backend = %key, deadline_ms = deadline.as_millis(), "backend removed, draining");

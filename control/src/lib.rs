@@ -2,8 +2,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod config;
 pub mod controller;
 pub mod health;
+pub mod metrics;
 pub mod publish;
+pub mod simulate;
 pub mod view;

@@ -205,11 +205,21 @@ pub fn run_config(
         .enumerate()
         .map(|(i, ((q, c), &lcore))| Worker::new(i, lcore, q, params, c, balancers[i].take()))
         .collect();
-    // What the admin API and metrics see of the workers.
-    let _view = crate::view::DaemonView {
+    // What the admin API and metrics see of the workers; the API serves on this runtime.
+    let view = crate::view::DaemonView {
         counters: Arc::clone(&counters),
         mailboxes: if balance { mailboxes.clone() } else { Vec::new() },
         neighbours: resolver.cell(),
+    };
+    let api = match &control {
+        Some((c, _)) => Some(
+            spillway_control::api::spawn(&config.admin.listen, Arc::clone(c), Arc::new(view))
+                .map_err(|e| DaemonError::Setting {
+                    field: "admin.listen".to_owned(),
+                    message: e.to_string(),
+                })?,
+        ),
+        None => None,
     };
     let mut sender = control.as_ref().map(|(_, node)| ControlTx {
         outbox: Arc::clone(&outbox),
@@ -298,6 +308,7 @@ pub fn run_config(
     drop(sender);
     drop(outbox);
     drop(balancers);
+    drop(api);
     drop(control);
     drop(_enter);
     drop(runtime);
@@ -390,6 +401,7 @@ async fn monitor(
     let mut last: Vec<CounterValues> = counters.iter().map(CounterValues::read).collect();
     let mut events = control.as_ref().and_then(|c| lock(c).take_health_events());
     let mut tick = tokio::time::interval(TICK);
+    let mut seen_config = 0;
     loop {
         tokio::select! {
             Some(ev) = async { match events.as_mut() { Some(e) => e.recv().await, None => None } } => {
@@ -411,17 +423,6 @@ async fn monitor(
             let mut c = lock(c);
             if signals.reload.swap(false, Ordering::Relaxed) {
                 match c.reload() {
-                    Ok(r) if node.is_some() => {
-                        if let Some(node) = node {
-                            resolver.set_wanted(next_hops(&c, node));
-                        }
-                        tracing::info!(
-                            services = r.services,
-                            added = r.change.added.len(),
-                            removed = r.change.removed.len(),
-                            "configuration reloaded"
-                        )
-                    }
                     Ok(r) => tracing::info!(
                         services = r.services,
                         added = r.change.added.len(),
@@ -429,6 +430,15 @@ async fn monitor(
                         "configuration reloaded"
                     ),
                     Err(e) => tracing::error!("reload rejected, running configuration kept: {e}"),
+                }
+            }
+            // Whatever changed the configuration (SIGHUP or the API), resolve the new set of
+            // backends' next hops ahead of traffic.
+            let generation = c.config_generation();
+            if generation != seen_config {
+                seen_config = generation;
+                if let Some(node) = node {
+                    resolver.set_wanted(next_hops(&c, node));
                 }
             }
             c.tick();

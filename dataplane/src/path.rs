@@ -273,8 +273,16 @@ fn forward<B: PacketBuf>(
             };
             let hdr = build::encap_len(kind, !dst.is_v4());
             let overhead = hdr - ethernet::HEADER_LEN;
-            if !icmp_error && ip.df && (inner_len + overhead) as u64 > u64::from(ctx.node.mtu) {
-                return too_big(buf, ctx, f, ip, overhead);
+            if (inner_len + overhead) as u64 > u64::from(ctx.node.mtu) {
+                // DF set (always, for IPv6): tell the client the MTU that fits. DF clear (IPv4
+                // fragments included): the outer packet carries DF and is never fragmented,
+                // so it cannot be sent; the fabric towards the backends needs an MTU that
+                // leaves room for the encapsulation (docs/configuration.md, `node.mtu`).
+                return if ip.df && !icmp_error {
+                    too_big(buf, ctx, f, ip, overhead)
+                } else {
+                    drop_path(PathDrop::TooBig)
+                };
             }
             let params = EncapParams {
                 kind,

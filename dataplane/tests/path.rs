@@ -341,10 +341,19 @@ fn df_packet_too_big_after_encap_gets_frag_needed() {
     assert_eq!(u16::from_be_bytes([out[40], out[41]]), 1480, "MTU minus the 20-byte outer header");
     assert_eq!(&out[42..62], &ip[..20], "quotes the offending header");
     assert_eq!(r.count(Reason::Path(PathDrop::TooBig)), 1);
-    // Without DF it is sent on (the outer packet carries DF).
+    // Without DF it cannot be sent either (the outer packet carries DF and the port would
+    // refuse it): dropped and counted, not forwarded.
     let ip = ipv4("198.18.10.5", "198.18.0.100", 6, false, &tcp(40001, 80, 0x10, &data));
     let (o, _) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
+    assert_eq!(o, Outcome::Drop(Reason::Path(PathDrop::TooBig)));
+    assert_eq!(r.count(Reason::Path(PathDrop::TooBig)), 2);
+    assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), 0);
+    // One byte less than the limit goes through.
+    let data = vec![0xab; 1480 - 40];
+    let ip = ipv4("198.18.10.5", "198.18.0.100", 6, true, &tcp(40002, 80, 0x10, &data));
+    let (o, out) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
     assert_eq!(o, Outcome::Transmit);
+    assert_eq!(out.len(), 14 + 1500);
 }
 
 #[test]

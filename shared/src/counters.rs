@@ -48,13 +48,14 @@ pub enum PathDrop {
     NeighbourUnresolved,
     /// No room in the mbuf for the encapsulation headers.
     NoHeadroom,
-    /// DF set and too big for the egress MTU after encapsulation (an ICMP error was sent).
+    /// Too big for the egress MTU once encapsulated (when DF was set, an ICMP
+    /// fragmentation-needed / packet-too-big was sent back).
     TooBig,
     /// An ICMP error for a flow we cannot route (no rule, no backend).
     IcmpUnroutable,
     /// Not IP, ARP or neighbour discovery for us (e.g. LLDP, foreign ARP).
     NotForUs,
-    /// The TX queue was full.
+    /// The driver refused it on TX (queue full); counted after the forward decision.
     TxFull,
 }
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from topo import REPO, VIP4, VIP6, Topology
+from topo import LB_NODE_V4, LB_NODE_V6, REPO, VIP4, VIP6, Topology
 
 BIN = Path(os.environ.get("SPILLWAY_BIN", REPO / "target" / "debug" / "spillway"))
 
@@ -89,7 +90,13 @@ class Spillway:
 
     def __init__(self, topo: Topology, config: dict, tap_mtu: int | None = None):
         self.topo = topo
-        self.tap = config["dataplane"]["eal_args"][-1].split("iface=")[1]
+        self.config = config
+        vdev = [a for a in config["dataplane"]["eal_args"] if "iface=" in a][-1]
+        self.tap = vdev.split("iface=")[1].split(",")[0]
+        # A daemon started earlier in the same topology had another port MAC: forget what the
+        # hosts learned about the VIPs and the node address.
+        for h in topo.hosts:
+            h.ip("neigh", "flush", "dev", h.ifname, check=False)
         self.path = Path(topo.state_dir) / "spillway.yaml"
         self.write(config)
         self.log = Path(topo.state_dir) / "spillway.log"
@@ -106,18 +113,84 @@ class Spillway:
         topo.lb.attach_when_present(self.tap, timeout=10, mtu=tap_mtu)
 
     def write(self, config: dict) -> None:
+        self.config = config
         self.path.write_text(json.dumps(config, indent=1))
 
-    def wait_ready(self, client, timeout: float = 30) -> None:
-        """Wait until the balancer answers an echo to the VIP from `client`."""
+    def vips(self) -> list[str]:
+        """The exact VIPs of the configured forwarding rules, in config order."""
+        out: list[str] = []
+        for svc in self.config.get("services", []):
+            for r in svc.get("forwarding_rules", []):
+                if r.get("vip") and r["vip"] not in out:
+                    out.append(r["vip"])
+        return out
+
+    def endpoints(self) -> list[str]:
+        """Every configured endpoint address (ports and brackets stripped)."""
+        out: list[str] = []
+        for svc in self.config.get("services", []):
+            for g in svc["backend_service"]["backends"]:
+                for e in g["endpoints"]:
+                    if e.startswith("["):
+                        e = e[1:].split("]")[0]
+                    elif e.count(":") == 1:
+                        e = e.split(":")[0]
+                    if e not in out:
+                        out.append(e)
+        return out
+
+    @property
+    def port_mac(self) -> str:
+        """The DPDK port's MAC (from the daemon's `port started` log line)."""
+        m = re.search(r"port started .*? mac=([0-9a-f:]{17})", self.output())
+        if not m:
+            raise RuntimeError(f"no 'port started' line in the log:\n{self.output()}")
+        return m[1]
+
+    def wait_ready(self, client, timeout: float = 30, addr: str | None = None) -> None:
+        """Wait until the balancer answers an echo from `client` to `addr` (default: the
+        first configured VIP, else 198.18.0.100)."""
+        if addr is None:
+            vips = self.vips()
+            addr = vips[0] if vips else VIP4
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"spillway exited {self.proc.returncode}:\n{self.output()}")
-            r = client.run(["ping", "-c", "1", "-W", "1", VIP4], check=False)
+            r = client.run(["ping", "-c", "1", "-W", "1", addr], check=False)
             if r.returncode == 0:
                 return
-        raise TimeoutError(f"spillway did not answer on {VIP4}:\n{self.output()}")
+        raise TimeoutError(f"spillway did not answer on {addr}:\n{self.output()}")
+
+    def wait_neighbours(self, timeout: float = 10, settle: float = 0.15) -> None:
+        """Wait until the balancer has resolved every configured endpoint of the topology.
+
+        The balancer asks for its backends' MACs (ARP / neighbour solicitation) as it starts,
+        partly before its tap joins the bridge; a packet for an unresolved backend is dropped
+        (`neighbour_unresolved`). A backend that answered has learned the node address from
+        the request, so this waits until each endpoint's namespace has a neighbour entry for
+        the node address with the port's MAC, then `settle` seconds for the balancer to
+        publish its table."""
+        mac = self.port_mac
+        todo = []
+        for e in self.endpoints():
+            try:
+                b = self.topo.backend(e)
+            except KeyError:
+                continue  # not a host of this topology
+            todo.append((b, LB_NODE_V6 if ":" in e else LB_NODE_V4))
+        deadline = time.time() + timeout
+        while todo:
+            todo = [(b, node) for b, node in todo
+                    if mac not in b.ip("neigh", "show", "to", node, "dev", b.ifname, check=False).stdout]
+            if not todo:
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"spillway exited {self.proc.returncode}:\n{self.output()}")
+            if time.time() > deadline:
+                raise TimeoutError(f"balancer did not resolve {[(b.short, n) for b, n in todo]}")
+            time.sleep(0.05)
+        time.sleep(settle)
 
     def reload(self) -> None:
         self.proc.send_signal(signal.SIGHUP)
@@ -138,6 +211,7 @@ class Spillway:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._remove_runtime_dir()
         out = self.output()
         final: dict[str, int] = {}
         for m in re.finditer(r"^final (forward|drop)=(\w+) packets=(\d+)", out, re.M):
@@ -150,6 +224,14 @@ class Spillway:
             final["dropped"] = final.get("dropped", 0) + int(m[3])
         self.final = final
         return final
+
+    def _remove_runtime_dir(self) -> None:
+        """EAL leaves its runtime directory (/var/run/dpdk/<file-prefix>) behind: remove it."""
+        args = self.config["dataplane"].get("eal_args", [])
+        if "--file-prefix" in args[:-1]:
+            prefix = args[args.index("--file-prefix") + 1]
+            if prefix and "/" not in prefix and not prefix.startswith("."):
+                shutil.rmtree(Path("/var/run/dpdk") / prefix, ignore_errors=True)
 
     def __enter__(self) -> "Spillway":
         return self

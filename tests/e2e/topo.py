@@ -30,7 +30,9 @@ headers add 20 bytes for IPIP, 28 GUE/IPv4, 40 IPv6-in-IPv6, 48 GUE/IPv6) use
 backends and (via ``attach_when_present``) the DPDK tap get 9000, clients stay
 at ``client_mtu`` (1500), and each backend gets routes to the client subnets
 (198.18.(10*z).0/24, fd00::(10*z):0/112) with ``mtu client_mtu`` so that its
-direct replies fit the clients' links.
+direct replies fit the clients' links. Note: DPDK 22.11's ``net_tap`` accepts
+frames of at most 1522 bytes (port MTU <= 1504), so a balancer on ``net_tap`` cannot
+use a jumbo fabric; give the clients a smaller MTU instead (``client_mtu=1400``).
 
 Usage::
 
@@ -243,6 +245,22 @@ class Namespace:
     def pids(self) -> list[int]:
         out = _sh(["ip", "netns", "pids", self.name], check=False).stdout
         return [int(x) for x in out.split()]
+
+    def capture(self, ifname: str = HOST_IF) -> "Capture":
+        """Start capturing every frame seen on ``ifname`` (both directions) with an
+        AF_PACKET socket; use as a context manager, read :attr:`Capture.frames`."""
+        return Capture(self, ifname)
+
+    def send_frames(self, ifname: str, frames: Iterable[bytes]) -> int:
+        """Transmit raw Ethernet frames on ``ifname`` (AF_PACKET, no bridge, no IP stack
+        checks: malformed frames go out as they are). Returns how many were sent."""
+        n = 0
+        with self.socket(socket.AF_PACKET, socket.SOCK_RAW, 0) as s:
+            s.bind((ifname, 0))
+            for f in frames:
+                s.send(bytes(f))
+                n += 1
+        return n
 
 
 class Balancer(Namespace):
@@ -516,6 +534,11 @@ class Topology:
 
         lb.ip("link", "set", BRIDGE, "mtu", str(self.fabric_mtu))  # explicit: sticks regardless of ports
         lb.ip("link", "set", BRIDGE, "up")
+        # With br_netfilter loaded on the host, bridged IPv4/IPv6 frames go through the
+        # iptables hooks, which validate (and drop) malformed IP headers and may defragment:
+        # switch that off in this namespace so that br0 is a plain L2 switch.
+        for knob in ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables"):
+            lb.run(["sh", "-c", f"f=/proc/sys/net/bridge/{knob}; [ ! -e $f ] || echo 0 > $f"], check=False)
 
     def _add_host(self, h: Host, mtu: int) -> None:
         if len(h.bridge_port) > 15:
@@ -859,6 +882,168 @@ def parse_tcp4(pkt: bytes) -> TcpInfo | None:
                    pkt[ihl + (off >> 4) * 4:])
 
 
+ETH_P_ALL = 0x0003
+ETH_P_IP = 0x0800
+ETH_P_ARP = 0x0806
+ETH_P_IPV6 = 0x86DD
+PACKET_OUTGOING = 4  # sll_pkttype of a frame the interface transmitted
+
+
+def mac_bytes(mac: str) -> bytes:
+    return bytes.fromhex(mac.replace(":", ""))
+
+
+def mac_str(b: bytes) -> str:
+    return ":".join(f"{x:02x}" for x in b)
+
+
+def ether(dst_mac: str, src_mac: str, ethertype: int, payload: bytes) -> bytes:
+    """An Ethernet II frame (no padding: the harness's links do not need it)."""
+    return mac_bytes(dst_mac) + mac_bytes(src_mac) + struct.pack("!H", ethertype) + payload
+
+
+def arp(op: int, sender_mac: str, sender_ip: str, target_ip: str, target_mac: str = "00:00:00:00:00:00") -> bytes:
+    """An Ethernet/IPv4 ARP packet (op 1 request, 2 reply), without the Ethernet header."""
+    return struct.pack("!HHBBH", 1, ETH_P_IP, 6, 4, op) + mac_bytes(sender_mac) + \
+        socket.inet_aton(sender_ip) + mac_bytes(target_mac) + socket.inet_aton(target_ip)
+
+
+def icmp4(icmp_type: int, code: int, rest: int = 0, payload: bytes = b"") -> bytes:
+    """An ICMP message with checksum; ``rest`` is the 32-bit word after the checksum
+    (e.g. the next-hop MTU in its low 16 bits for type 3 code 4)."""
+    hdr = struct.pack("!BBHI", icmp_type, code, 0, rest)
+    c = checksum(hdr + payload)
+    return struct.pack("!BBHI", icmp_type, code, c, rest) + payload
+
+
+@dataclass
+class FrameInfo:
+    """A decoded Ethernet frame (see :func:`decode_frame`)."""
+
+    raw: bytes = field(repr=False)
+    outgoing: bool  # transmitted by the capturing interface (else received)
+    dst_mac: str
+    src_mac: str
+    ethertype: int
+    src: str | None = None  # IP (or ARP sender) address
+    dst: str | None = None  # IP (or ARP target) address
+    proto: int | None = None  # IP protocol / IPv6 next header (after a fragment header)
+    sport: int | None = None
+    dport: int | None = None
+    fragment: bool = False
+    arp_op: int | None = None
+    icmp_type: int | None = None
+    inner: "FrameInfo | None" = None  # the decapsulated packet of IPIP / IP6IP6 / GUE (port 6080)
+
+    @property
+    def l3(self) -> bytes:
+        return self.raw[14:]
+
+
+def _decode_ip(b: bytes, info: FrameInfo) -> None:
+    if len(b) < 20:
+        return
+    v = b[0] >> 4
+    if v == 4:
+        ihl = (b[0] & 0xF) * 4
+        if ihl < 20 or len(b) < ihl:
+            return
+        info.src, info.dst = socket.inet_ntoa(b[12:16]), socket.inet_ntoa(b[16:20])
+        info.proto = b[9]
+        fl = struct.unpack_from("!H", b, 6)[0]
+        info.fragment = bool(fl & 0x3FFF)
+        first = (fl & 0x1FFF) == 0
+        l4 = b[ihl:]
+    elif v == 6 and len(b) >= 40:
+        info.src = str(ipaddress.IPv6Address(b[8:24]))
+        info.dst = str(ipaddress.IPv6Address(b[24:40]))
+        info.proto = b[6]
+        l4 = b[40:]
+        first = True
+        if info.proto == 44 and len(l4) >= 8:
+            info.fragment = True
+            info.proto = l4[0]
+            first = (struct.unpack_from("!H", l4, 2)[0] & 0xFFF8) == 0
+            l4 = l4[8:]
+    else:
+        return
+    if not first:
+        return
+    if info.proto in (6, 17) and len(l4) >= 4:
+        info.sport, info.dport = struct.unpack_from("!HH", l4)
+    elif info.proto in (1, 58) and len(l4) >= 1:
+        info.icmp_type = l4[0]
+    if info.proto in (4, 41):  # IPIP, IP6IP6 / 6in4
+        info.inner = FrameInfo(l4, info.outgoing, "", "", 0)
+        _decode_ip(l4, info.inner)
+    elif info.proto == 17 and info.dport == GUE_PORT and len(l4) >= 28 and not info.fragment:
+        # GUE variant 1: the UDP payload is the inner IP packet itself.
+        info.inner = FrameInfo(l4[8:], info.outgoing, "", "", 0)
+        _decode_ip(l4[8:], info.inner)
+
+
+def decode_frame(raw: bytes, outgoing: bool = False) -> FrameInfo:
+    """Decode an Ethernet frame: MACs, ethertype; for IP the addresses, protocol, ports,
+    fragment flag, ICMP type and an encapsulated inner packet; for ARP op, sender/target IP."""
+    info = FrameInfo(raw, outgoing, mac_str(raw[0:6]), mac_str(raw[6:12]),
+                     struct.unpack_from("!H", raw, 12)[0] if len(raw) >= 14 else 0)
+    body = raw[14:]
+    if info.ethertype == ETH_P_ARP and len(body) >= 28:
+        info.arp_op = struct.unpack_from("!H", body, 6)[0]
+        info.src, info.dst = socket.inet_ntoa(body[14:18]), socket.inet_ntoa(body[24:28])
+    elif info.ethertype in (ETH_P_IP, ETH_P_IPV6):
+        _decode_ip(body, info)
+    return info
+
+
+class Capture:
+    """Frames seen on one interface of a namespace, both directions, captured by a thread
+    from an AF_PACKET socket until :meth:`stop` (or the end of the ``with`` block)."""
+
+    def __init__(self, ns: Namespace, ifname: str):
+        self.ns, self.ifname = ns, ifname
+        self.frames: list[FrameInfo] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sock = ns.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        self._sock.bind((ifname, 0))
+        self._sock.settimeout(0.05)
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"capture-{ifname}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, addr = self._sock.recvfrom(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            f = decode_frame(data, outgoing=addr[2] == PACKET_OUTGOING)
+            with self._lock:
+                self.frames.append(f)
+
+    def snapshot(self) -> list[FrameInfo]:
+        with self._lock:
+            return list(self.frames)
+
+    def stop(self, settle: float = 0.2) -> list[FrameInfo]:
+        """Wait ``settle`` seconds for frames in flight, stop, return every frame."""
+        if not self._stop.is_set():
+            time.sleep(settle)
+            self._stop.set()
+            self._thread.join(2)
+            self._sock.close()
+        return self.snapshot()
+
+    def __enter__(self) -> "Capture":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop(settle=0 if exc[0] else 0.2)
+
+
 __all__ = [
     "Topology", "Namespace", "Balancer", "Host", "Client", "Backend", "Zone", "TopologyError",
     "cleanup_stale", "netns_list",
@@ -866,4 +1051,6 @@ __all__ = [
     "HTTP_PORT", "UDP_PORT", "GUE_PORT", "BRIDGE", "HOST_IF", "TUN_IF", "SCRIPTS",
     "checksum", "udp", "tcp", "ipv4", "ipv6", "fragment_ipv4", "fragment_ipv6", "parse_tcp4", "TcpInfo",
     "TCP_FIN", "TCP_SYN", "TCP_RST", "TCP_PSH", "TCP_ACK",
+    "Capture", "FrameInfo", "decode_frame", "ether", "arp", "icmp4", "mac_bytes", "mac_str",
+    "ETH_P_IP", "ETH_P_ARP", "ETH_P_IPV6", "PACKET_OUTGOING",
 ]

@@ -41,7 +41,7 @@ impl Default for AdminConfig {
 }
 
 /// `topology:` — where the balancer, backends and clients are.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct TopologyConfig {
     /// The balancer's own region (ZA-1).
@@ -50,6 +50,24 @@ pub struct TopologyConfig {
     pub zones: Vec<ZoneConfig>,
     /// Client source subnets and their zones.
     pub client_subnets: Vec<ClientSubnetConfig>,
+    /// Section 7: regions, nearest first, for region pairs without a latency (default: the
+    /// order regions first appear in `zones`). Only with a service that sets `advanced`.
+    pub region_order: Vec<String>,
+    /// Section 7: latencies between two zones of one region or between two regions. Only with
+    /// a service that sets `advanced`.
+    pub latencies: Vec<LatencyConfig>,
+}
+
+/// One latency of `topology.latencies` (section 7 locality order), symmetric.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatencyConfig {
+    /// A zone or a region name.
+    pub from: String,
+    /// A zone of the same region as `from`, or a region when `from` is one.
+    pub to: String,
+    /// Milliseconds, 0..=1000 (microsecond precision); only the order matters.
+    pub ms: f64,
 }
 
 /// One zone.
@@ -227,8 +245,35 @@ pub struct BackendServiceConfig {
     /// Section 4.
     #[serde(default)]
     pub zonal_affinity: ZonalAffinityConfig,
+    /// Section 7: advanced load balancing, an alternative to `zonal_affinity`.
+    #[serde(default)]
+    pub advanced: Option<AdvancedConfig>,
     /// Backend groups.
     pub backends: Vec<BackendGroupConfig>,
+}
+
+/// `advanced:` (section 7). Values are kept as written (`Option`, wide integer types) so that
+/// validation reports a bad one with its range; defaults are applied in `compile`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdvancedConfig {
+    /// AL-1..AL-4: `WATERFALL_BY_REGION` (default), `SPRAY_TO_REGION`, `SPRAY_TO_WORLD`,
+    /// `WATERFALL_BY_ZONE`.
+    pub algorithm: Option<String>,
+    /// AL-7: integer percent 1..=99 (default 70).
+    pub failover_health_threshold: Option<i64>,
+    /// AL-6 (default false).
+    pub auto_capacity_drain: bool,
+}
+
+/// A group's `capacity:` (section 7): exactly one of the two, per endpoint.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct CapacityConfig {
+    /// New connections per second per endpoint, > 0.
+    pub max_rate_per_endpoint: Option<f64>,
+    /// Concurrent tracked connections per endpoint, > 0.
+    pub max_connections_per_endpoint: Option<f64>,
 }
 
 fn default_affinity() -> String {
@@ -298,7 +343,7 @@ impl Default for ZonalAffinityConfig {
 }
 
 /// One backend group.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendGroupConfig {
     /// Name, unique within the service.
@@ -316,6 +361,15 @@ pub struct BackendGroupConfig {
     pub weight: Option<u32>,
     /// Endpoint addresses, `198.18.1.1` or `[fd00::1:1]:80` / `198.18.1.1:80` with a port.
     pub endpoints: Vec<String>,
+    /// Section 7 (only with `advanced`): capacity per endpoint (default unbounded).
+    #[serde(default)]
+    pub capacity: Option<CapacityConfig>,
+    /// Section 7 (only with `advanced`): in [0, 1] (default 1); 0 drains the group.
+    #[serde(default)]
+    pub capacity_scaler: Option<f64>,
+    /// AL-5 (only with `advanced`): filled first, up to capacity (default false).
+    #[serde(default)]
+    pub preferred: Option<bool>,
 }
 
 /// The sections this file adds to [`super::Config`], as one map for convenience.

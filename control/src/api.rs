@@ -1,0 +1,1513 @@
+//! The operator API: JSON over HTTP/1.1 on `admin.listen` (loopback TCP or a Unix socket),
+//! plus `GET /metrics` (see [`crate::metrics`]). `spillwayctl` is a thin client of it
+//! ([`client`]); `docs/operations.md` is the reference of every endpoint.
+//!
+//! It owns the HTTP server (axum on the control plane's tokio current-thread runtime), the
+//! request and reply shapes ([`types`]) and the translation of controller and data-plane state
+//! into them. It changes state only through the [`Controller`] (health overrides, HC-2; drains;
+//! reloads, NX-3) and reads the data plane only through [`DataplaneView`].
+//!
+//! It must never block the runtime it shares with the health checks and the daemon's main
+//! loop: the controller's mutex is held only for short, non-awaiting sections (never across an
+//! `.await`), a reload parses and validates the file on the blocking pool before taking the
+//! lock, and conntrack queries wait for the workers' replies at most [`LOOKUP_TIMEOUT`].
+
+use crate::config::{self, ConfigError};
+use crate::controller::{ControlError, Controller, Override};
+use crate::view::DataplaneView;
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hashbrown::HashMap;
+use serde::Deserialize;
+use spillway_shared::addr::Addr;
+use spillway_shared::conntrack::Entry;
+use spillway_shared::decide::FLAG_CREATED_UNHEALTHY;
+use spillway_shared::explain::explain;
+use spillway_shared::flow::{proto, tcp_flags, FlowKey, PacketInfo};
+use spillway_shared::model::{BackendKey, Encap, Endpoint, Ports, RuleDest, RuleProtocol};
+use spillway_shared::policy::ZonalAffinity;
+use spillway_shared::snapshot::{BackendRef, BackendStatus, Snapshot};
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use types::*;
+
+/// The longest an API request waits for the workers' conntrack replies (a worker answers
+/// between two bursts; one that does not answer in time is reported as `no_answer`).
+pub const LOOKUP_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Why the API server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// `admin.listen` is not an address the server can listen on.
+    #[error("`{0}` is neither `ip:port` nor `unix:/absolute/path`")]
+    BadListen(String),
+    /// Binding the socket failed (in use, permission denied, ...).
+    #[error("cannot listen on `{listen}`: {source}")]
+    Bind {
+        /// The configured address.
+        listen: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The server stopped with an I/O error.
+    #[error("admin API on `{listen}` stopped: {source}")]
+    Serve {
+        /// The address it listened on.
+        listen: String,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// Where the API listens (server) or where a client connects: `ip:port` or `unix:/path`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    /// TCP, `host:port` (the server only accepts a literal `ip:port`).
+    Tcp(String),
+    /// A Unix stream socket at this absolute path.
+    Unix(PathBuf),
+}
+
+impl Listen {
+    /// Parse `ip:port`, `host:port` or `unix:/absolute/path`.
+    pub fn parse(s: &str) -> Option<Listen> {
+        match s.strip_prefix("unix:") {
+            Some(p) if p.starts_with('/') => Some(Listen::Unix(PathBuf::from(p))),
+            Some(_) => None,
+            None if s
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) =>
+            {
+                Some(Listen::Tcp(s.to_owned()))
+            }
+            None => None,
+        }
+    }
+}
+
+impl fmt::Display for Listen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Listen::Tcp(a) => f.write_str(a),
+            Listen::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// A running API server; dropping it stops the server and removes its Unix socket file.
+#[derive(Debug)]
+pub struct ApiServer {
+    local: Listen,
+    task: JoinHandle<()>,
+}
+
+impl ApiServer {
+    /// Where it listens (with the actual port when `admin.listen` asked for port 0).
+    pub fn local_addr(&self) -> &Listen {
+        &self.local
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Listen::Unix(path) = &self.local {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A bound listening socket.
+enum Bound {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+/// Bind `listen` now (so that a bad address or a port in use is a startup error) and serve
+/// the API on the current tokio runtime until the returned [`ApiServer`] is dropped.
+///
+/// # Panics
+///
+/// Outside a tokio runtime context with I/O enabled.
+pub fn spawn(
+    listen: &str,
+    controller: Arc<Mutex<Controller>>,
+    view: Arc<dyn DataplaneView>,
+) -> Result<ApiServer, ApiError> {
+    let (bound, local) = bind(listen)?;
+    let app = router(controller, view);
+    let shown = local.to_string();
+    let task = tokio::spawn(async move {
+        if let Err(e) = run(bound, app).await {
+            tracing::error!(listen = shown, "admin API stopped: {e}");
+        }
+    });
+    tracing::info!(listen = %local, "admin API listening");
+    Ok(ApiServer { local, task })
+}
+
+/// Bind `listen` and serve the API until an I/O error stops the server.
+pub async fn serve(
+    listen: &str,
+    controller: Arc<Mutex<Controller>>,
+    view: Arc<dyn DataplaneView>,
+) -> Result<(), ApiError> {
+    let (bound, local) = bind(listen)?;
+    run(bound, router(controller, view))
+        .await
+        .map_err(|source| ApiError::Serve { listen: local.to_string(), source })
+}
+
+async fn run(bound: Bound, app: Router) -> io::Result<()> {
+    match bound {
+        Bound::Tcp(l) => axum::serve(l, app).await,
+        Bound::Unix(l) => axum::serve(l, app).await,
+    }
+}
+
+fn bind(listen: &str) -> Result<(Bound, Listen), ApiError> {
+    let bind_err = |source| ApiError::Bind { listen: listen.to_owned(), source };
+    match Listen::parse(listen) {
+        Some(Listen::Tcp(a)) => {
+            let addr: std::net::SocketAddr =
+                a.parse().map_err(|_| ApiError::BadListen(listen.to_owned()))?;
+            let l = std::net::TcpListener::bind(addr).map_err(bind_err)?;
+            l.set_nonblocking(true).map_err(bind_err)?;
+            let local = l.local_addr().map_err(bind_err)?;
+            let l = tokio::net::TcpListener::from_std(l).map_err(bind_err)?;
+            Ok((Bound::Tcp(l), Listen::Tcp(local.to_string())))
+        }
+        Some(Listen::Unix(path)) => {
+            remove_stale_socket(&path).map_err(bind_err)?;
+            let l = std::os::unix::net::UnixListener::bind(&path).map_err(bind_err)?;
+            // The API changes health and drains backends: owner only.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(bind_err)?;
+            l.set_nonblocking(true).map_err(bind_err)?;
+            let l = tokio::net::UnixListener::from_std(l).map_err(bind_err)?;
+            Ok((Bound::Unix(l), Listen::Unix(path)))
+        }
+        None => Err(ApiError::BadListen(listen.to_owned())),
+    }
+}
+
+/// A socket file left by a process that is gone is removed; one that still accepts
+/// connections, or a file that is not a socket, is an error.
+fn remove_stale_socket(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
+    if !meta.file_type().is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "the path exists and is not a socket",
+        ));
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            "another process is listening on this socket",
+        ));
+    }
+    std::fs::remove_file(path)
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+struct Api {
+    controller: Arc<Mutex<Controller>>,
+    view: Arc<dyn DataplaneView>,
+}
+
+/// The API's routes (without a listener: tests and the daemon bind it).
+pub fn router(controller: Arc<Mutex<Controller>>, view: Arc<dyn DataplaneView>) -> Router {
+    Router::new()
+        .route("/v1/status", get(status))
+        .route("/v1/services", get(services))
+        .route("/v1/backends", get(backends))
+        .route("/v1/backends/{addr}/health", post(set_health))
+        .route("/v1/backends/{addr}/drain", post(drain))
+        .route("/v1/backends/{addr}/undrain", post(undrain))
+        .route("/v1/reload", post(reload))
+        .route("/v1/conntrack", get(conntrack))
+        .route("/v1/conntrack/lookup", get(lookup))
+        .route("/v1/explain", get(explain_flow))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { HttpError::new(StatusCode::NOT_FOUND, "no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            HttpError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
+        })
+        .with_state(Api { controller, view })
+}
+
+/// Lock the controller. Sections under the lock never await and never panic on their own, so
+/// a poisoned lock (a panic elsewhere, in tests) still holds consistent state.
+fn lock(c: &Mutex<Controller>) -> MutexGuard<'_, Controller> {
+    c.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An error reply: `{"error": "...", "errors": [...]}` with a status code.
+#[derive(Debug)]
+struct HttpError {
+    status: StatusCode,
+    body: ErrorReply,
+}
+
+impl HttpError {
+    fn new(status: StatusCode, message: impl Into<String>) -> HttpError {
+        HttpError { status, body: ErrorReply { error: message.into(), errors: Vec::new() } }
+    }
+
+    fn bad_request(message: impl Into<String>) -> HttpError {
+        HttpError::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body)).into_response()
+    }
+}
+
+impl From<ControlError> for HttpError {
+    fn from(e: ControlError) -> HttpError {
+        match e {
+            ControlError::Config(e) => config_error(e),
+            ControlError::NoSuchBackend(_) => HttpError::new(StatusCode::NOT_FOUND, e.to_string()),
+            ControlError::State(_) => {
+                HttpError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
+            }
+        }
+    }
+}
+
+/// A rejected configuration: 400 with the whole message (file, line, field, reason) and the
+/// problems one by one.
+fn config_error(e: ConfigError) -> HttpError {
+    let errors = match &e {
+        ConfigError::Io { .. } => Vec::new(),
+        ConfigError::Parse { field, location, message, .. } => vec![ConfigProblem {
+            field: field.clone(),
+            line: location.map(|l| l.0),
+            column: location.map(|l| l.1),
+            message: message.clone(),
+        }],
+        ConfigError::Invalid { errors, .. } => errors
+            .iter()
+            .map(|f| ConfigProblem {
+                field: f.field.clone(),
+                line: f.location.map(|l| l.0),
+                column: f.location.map(|l| l.1),
+                message: f.message.clone(),
+            })
+            .collect(),
+    };
+    HttpError {
+        status: StatusCode::BAD_REQUEST,
+        body: ErrorReply { error: format!("configuration rejected, nothing changed: {e}"), errors },
+    }
+}
+
+/// `addr` or `addr:port` (`[v6]:port`).
+pub fn endpoint_str(e: Endpoint) -> String {
+    if e.port == 0 {
+        e.addr.to_string()
+    } else {
+        sock(e.addr, e.port)
+    }
+}
+
+/// `addr:port` (`[v6]:port`).
+fn sock(a: Addr, port: u16) -> String {
+    if a.is_v4() {
+        format!("{a}:{port}")
+    } else {
+        format!("[{a}]:{port}")
+    }
+}
+
+fn protocol_name(p: u8) -> String {
+    match p {
+        proto::TCP => "tcp".into(),
+        proto::UDP => "udp".into(),
+        proto::ICMP => "icmp".into(),
+        proto::ICMPV6 => "icmpv6".into(),
+        n => n.to_string(),
+    }
+}
+
+/// A tracking key as text: `2-tuple 198.51.100.7 -> 10.0.0.10`.
+fn key_str(k: &FlowKey) -> String {
+    let p = protocol_name(k.proto);
+    match k.kind {
+        1 => format!("1-tuple {}", k.src),
+        2 => format!("2-tuple {} -> {}", k.src, k.dst),
+        3 => format!("3-tuple {p} {} -> {}", k.src, k.dst),
+        _ => format!("5-tuple {p} {} -> {}", sock(k.src, k.sport), sock(k.dst, k.dport)),
+    }
+}
+
+fn hex(h: u64) -> String {
+    format!("{h:#018x}")
+}
+
+fn zone_name(snap: &Snapshot, z: u16) -> String {
+    snap.zone_names.get(usize::from(z)).cloned().unwrap_or_default()
+}
+
+// ---- status -------------------------------------------------------------------------------
+
+async fn status(State(api): State<Api>) -> Json<StatusReply> {
+    let (mut reply, snap) = {
+        let c = lock(&api.controller);
+        let snap = c.snapshot();
+        let mut counts = BackendCounts::default();
+        for (slot, b) in snap.backends.iter().enumerate() {
+            match b.status {
+                BackendStatus::Active => {
+                    counts.total += 1;
+                    counts.healthy += usize::from(b.healthy);
+                    let slot = u16::try_from(slot).unwrap_or(u16::MAX);
+                    if c.state().key_of(slot).is_some_and(|k| c.state().is_drained(k)) {
+                        counts.drained += 1;
+                    }
+                }
+                BackendStatus::Draining { .. } => counts.draining += 1,
+                BackendStatus::Free => {}
+            }
+        }
+        let reply = StatusReply {
+            uptime_ms: c.now().as_millis(),
+            generation: snap.generation,
+            config: c.path().display().to_string(),
+            workers: api.view.workers(),
+            services: snap.services().count(),
+            backends: counts,
+            conntrack: ConntrackTotals::default(),
+        };
+        (reply, snap)
+    };
+    drop(snap);
+    for w in 0..api.view.workers() {
+        let c = api.view.counters(w);
+        reply.conntrack.entries += c.ct_entries.get();
+        reply.conntrack.capacity += c.ct_capacity.get();
+    }
+    Json(reply)
+}
+
+// ---- services -----------------------------------------------------------------------------
+
+async fn services(State(api): State<Api>) -> Json<ServicesReply> {
+    let c = lock(&api.controller);
+    let snap = c.snapshot();
+    let model = c.state().model();
+    let services = snap
+        .services()
+        .map(|svc| {
+            let m = model.services.iter().find(|s| *s.name == *svc.name);
+            let rules = m
+                .map(|m| {
+                    m.rules
+                        .iter()
+                        .map(|r| RuleInfo {
+                            destination: match r.dest {
+                                RuleDest::Vip(a) => a.to_string(),
+                                RuleDest::Prefix(p) => p.to_string(),
+                            },
+                            protocol: match r.protocol {
+                                RuleProtocol::Tcp => "TCP",
+                                RuleProtocol::Udp => "UDP",
+                                RuleProtocol::L3Default => "L3_DEFAULT",
+                            }
+                            .to_owned(),
+                            ports: match &r.ports {
+                                Ports::All => "ALL".to_owned(),
+                                Ports::List(l) => l
+                                    .iter()
+                                    .map(|&(lo, hi)| {
+                                        if lo == hi {
+                                            lo.to_string()
+                                        } else {
+                                            format!("{lo}-{hi}")
+                                        }
+                                    })
+                                    .collect::<Vec<_>>()
+                                    .join(","),
+                            },
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let (zonal, ratio) = match m.map(|m| m.zonal).unwrap_or_default() {
+                ZonalAffinity::Disabled => ("ZONAL_AFFINITY_DISABLED", None),
+                ZonalAffinity::StayWithinZone => ("ZONAL_AFFINITY_STAY_WITHIN_ZONE", None),
+                ZonalAffinity::SpillCrossZone { ratio } => {
+                    ("ZONAL_AFFINITY_SPILL_CROSS_ZONE", Some(ratio))
+                }
+            };
+            let failover = m.map(|m| m.failover).unwrap_or_default();
+            let policy = PolicyInfo {
+                session_affinity: svc.affinity.as_str().to_owned(),
+                symmetric_hashing: svc.symmetric_hashing,
+                tracking_mode: svc.tracking.as_str().to_owned(),
+                persistence: svc.persistence.as_str().to_owned(),
+                idle_timeout_sec: svc.idle_timeout_ms / 1000,
+                draining_timeout_sec: m.map_or(0, |m| m.draining_timeout_secs),
+                has_failover_groups: m.is_some_and(|m| m.has_failover_groups()),
+                failover_ratio: failover.failover_ratio,
+                drop_traffic_if_unhealthy: failover.drop_traffic_if_unhealthy,
+                disable_connection_drain_on_failover: failover.disable_connection_drain_on_failover,
+                zonal_affinity: zonal.to_owned(),
+                spillover_ratio: ratio,
+                encapsulation: match svc.encap {
+                    Encap::Ipip => "IPIP".to_owned(),
+                    Encap::Gue { port } => format!("GUE:{port}"),
+                    Encap::L2 => "L2".to_owned(),
+                },
+            };
+            let members = |slots: &[u16]| -> Vec<String> {
+                let mut v: Vec<String> = slots
+                    .iter()
+                    .filter_map(|&s| snap.backend(s).map(|b| endpoint_str(b.endpoint)))
+                    .collect();
+                v.sort();
+                v
+            };
+            let zones = svc
+                .zone_choices
+                .iter()
+                .enumerate()
+                .map(|(z, ch)| ZoneChoiceInfo {
+                    zone: zone_name(&snap, u16::try_from(z).unwrap_or(u16::MAX)),
+                    zonal_match: ch.zonal_match,
+                    spilled: ch.spilled,
+                    size: ch.members.len(),
+                })
+                .collect();
+            ServiceInfo {
+                name: svc.name.to_string(),
+                id: svc.id,
+                rules,
+                policy,
+                epoch: svc.epoch,
+                eligible_kind: svc.eligible.kind.as_str().to_owned(),
+                eligible_size: svc.eligible.members.len(),
+                eligible: members(&svc.eligible.members),
+                default_size: svc.default_choice.members.len(),
+                zones,
+            }
+        })
+        .collect();
+    Json(ServicesReply { generation: snap.generation, services })
+}
+
+// ---- backends -----------------------------------------------------------------------------
+
+#[derive(Debug, Default, Deserialize)]
+struct BackendsQuery {
+    service: Option<String>,
+}
+
+async fn backends(
+    State(api): State<Api>,
+    q: Result<Query<BackendsQuery>, QueryRejection>,
+) -> Result<Json<BackendsReply>, HttpError> {
+    let Query(q) = q.map_err(|e| HttpError::bad_request(e.body_text()))?;
+    let c = lock(&api.controller);
+    let rows = backend_rows(&c, |k| q.service.as_deref().is_none_or(|s| s == k.service));
+    Ok(Json(BackendsReply { generation: c.snapshot().generation, backends: rows }))
+}
+
+/// One row per configured or draining backend that `keep` accepts, in slot order.
+fn backend_rows(c: &Controller, keep: impl Fn(&BackendKey) -> bool) -> Vec<BackendInfo> {
+    let snap = c.snapshot();
+    let state = c.state();
+    let weights: HashMap<BackendKey, u32> =
+        state.model().backends().map(|(k, _, g)| (k, g.weight.max(1))).collect();
+    let checks: HashMap<BackendKey, crate::health::TargetStatus> =
+        c.health_status().into_iter().map(|t| (t.key.clone(), t)).collect();
+    let now = c.now();
+    let mut rows = Vec::new();
+    for (slot, b) in snap.backends.iter().enumerate() {
+        let slot = u16::try_from(slot).unwrap_or(u16::MAX);
+        let Some(key) = state.key_of(slot) else { continue };
+        if b.status == BackendStatus::Free || !keep(key) {
+            continue;
+        }
+        let svc = snap.service(b.service);
+        let deadline = match b.status {
+            BackendStatus::Draining { deadline } => Some(deadline),
+            _ => None,
+        };
+        let check = checks.get(key);
+        rows.push(BackendInfo {
+            service: key.service.clone(),
+            address: b.endpoint.addr.to_string(),
+            port: b.endpoint.port,
+            group: b.group.to_string(),
+            zone: zone_name(&snap, b.zone),
+            role: if b.failover { "failover" } else { "primary" }.to_owned(),
+            probe: match c.probe_verdict(key) {
+                Some(true) => "healthy",
+                Some(false) => "unhealthy",
+                None => "unknown",
+            }
+            .to_owned(),
+            health_override: match c.override_of(key) {
+                Some(Override::Healthy) => "healthy",
+                Some(Override::Unhealthy) => "unhealthy",
+                None => "auto",
+            }
+            .to_owned(),
+            healthy: b.healthy,
+            drained: state.is_drained(key),
+            status: if deadline.is_some() { "draining" } else { "active" }.to_owned(),
+            draining_deadline_ms: deadline.map(|d| d.as_millis()),
+            draining_remaining_ms: deadline.map(|d| d.as_millis().saturating_sub(now.as_millis())),
+            weight: weights.get(key).copied(),
+            slot,
+            generation: b.gen,
+            eligible: svc.is_some_and(|s| s.default_choice.contains(slot)),
+            check: check.map(|t| t.check.clone()),
+            last_result: check.and_then(|t| t.last_result).map(|r| r.as_str().to_owned()),
+            last_latency_ms: check.and_then(|t| t.last_latency).map(|d| d.as_secs_f64() * 1e3),
+        });
+    }
+    rows
+}
+
+// ---- overrides and drains ------------------------------------------------------------------
+
+/// Parse an optional JSON body (an empty body or `null` is `T::default()`).
+fn json_body<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, HttpError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice::<Option<T>>(body)
+        .map(Option::unwrap_or_default)
+        .map_err(|e| HttpError::bad_request(format!("bad JSON body: {e}")))
+}
+
+fn parse_addr(s: &str) -> Result<Addr, HttpError> {
+    s.parse().map_err(|_| HttpError::bad_request(format!("`{s}` is not an IP address")))
+}
+
+async fn set_health(
+    State(api): State<Api>,
+    UrlPath(addr): UrlPath<String>,
+    body: Bytes,
+) -> Result<Json<ActionReply>, HttpError> {
+    let addr = parse_addr(&addr)?;
+    let req: HealthRequest = json_body(&body)?;
+    let Some(health) = req.health else {
+        return Err(HttpError::bad_request("missing `health` (healthy, unhealthy or auto)"));
+    };
+    let value = Override::parse(&health).map_err(HttpError::bad_request)?;
+    let mut c = lock(&api.controller);
+    let keys = c.set_override(addr, req.service.as_deref(), value)?;
+    Ok(Json(action_reply(&c, &keys)))
+}
+
+async fn drain(
+    State(api): State<Api>,
+    UrlPath(addr): UrlPath<String>,
+    body: Bytes,
+) -> Result<Json<ActionReply>, HttpError> {
+    set_drained(&api, &addr, &body, true)
+}
+
+async fn undrain(
+    State(api): State<Api>,
+    UrlPath(addr): UrlPath<String>,
+    body: Bytes,
+) -> Result<Json<ActionReply>, HttpError> {
+    set_drained(&api, &addr, &body, false)
+}
+
+fn set_drained(
+    api: &Api,
+    addr: &str,
+    body: &[u8],
+    drained: bool,
+) -> Result<Json<ActionReply>, HttpError> {
+    let addr = parse_addr(addr)?;
+    let req: DrainRequest = json_body(body)?;
+    let mut c = lock(&api.controller);
+    let keys = c.set_drained(addr, req.service.as_deref(), drained)?;
+    Ok(Json(action_reply(&c, &keys)))
+}
+
+fn action_reply(c: &Controller, keys: &[BackendKey]) -> ActionReply {
+    ActionReply {
+        generation: c.snapshot().generation,
+        backends: backend_rows(c, |k| keys.contains(k)),
+    }
+}
+
+// ---- reload -------------------------------------------------------------------------------
+
+async fn reload(State(api): State<Api>) -> Result<Json<ReloadReply>, HttpError> {
+    let path = lock(&api.controller).path().to_path_buf();
+    // Read, parse and validate off the runtime thread; apply under the lock (NX-3: a rejected
+    // file changes nothing).
+    let loaded = tokio::task::spawn_blocking(move || config::load(&path))
+        .await
+        .map_err(|e| HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let config = loaded.map_err(config_error)?;
+    let mut c = lock(&api.controller);
+    let report = c.apply_config(config)?;
+    tracing::info!(
+        services = report.services,
+        added = report.change.added.len(),
+        removed = report.change.removed.len(),
+        "configuration reloaded (admin API)"
+    );
+    let mut added: Vec<String> = report.change.added.iter().map(ToString::to_string).collect();
+    added.sort();
+    let mut undrained: Vec<String> =
+        report.change.undrained.iter().map(ToString::to_string).collect();
+    undrained.sort();
+    let mut removed: Vec<RemovedBackend> = report
+        .change
+        .removed
+        .iter()
+        .map(|(k, d)| RemovedBackend {
+            backend: k.to_string(),
+            draining_deadline_ms: d.as_millis(),
+        })
+        .collect();
+    removed.sort_by(|a, b| a.backend.cmp(&b.backend));
+    Ok(Json(ReloadReply {
+        generation: c.snapshot().generation,
+        services: report.services,
+        added,
+        removed,
+        undrained,
+    }))
+}
+
+// ---- conntrack ----------------------------------------------------------------------------
+
+async fn conntrack(State(api): State<Api>) -> Json<ConntrackReply> {
+    let v = &*api.view;
+    let workers: Vec<WorkerConntrack> = (0..v.workers())
+        .map(|w| {
+            let c = v.counters(w);
+            WorkerConntrack {
+                worker: w,
+                entries: c.ct_entries.get(),
+                capacity: c.ct_capacity.get(),
+                inserts: c.ct_inserts.get(),
+                evictions: c.ct_evictions.get(),
+            }
+        })
+        .collect();
+    let total = WorkerConntrack {
+        worker: workers.len(),
+        entries: workers.iter().map(|w| w.entries).sum(),
+        capacity: workers.iter().map(|w| w.capacity).sum(),
+        inserts: workers.iter().map(|w| w.inserts).sum(),
+        evictions: workers.iter().map(|w| w.evictions).sum(),
+    };
+    Json(ConntrackReply { workers, total })
+}
+
+/// The flow of a lookup or explain request.
+#[derive(Debug, Default, Deserialize)]
+struct FlowQuery {
+    src: Option<String>,
+    dst: Option<String>,
+    proto: Option<String>,
+    sport: Option<String>,
+    dport: Option<String>,
+    syn: Option<String>,
+}
+
+fn flow_packet(q: &FlowQuery) -> Result<PacketInfo, HttpError> {
+    let addr = |name: &str, v: &Option<String>| -> Result<Addr, HttpError> {
+        let v = v.as_deref().ok_or_else(|| HttpError::bad_request(format!("missing `{name}`")))?;
+        v.parse().map_err(|_| HttpError::bad_request(format!("{name}: `{v}` is not an IP address")))
+    };
+    let src = addr("src", &q.src)?;
+    let dst = addr("dst", &q.dst)?;
+    if src.is_v4() != dst.is_v4() {
+        return Err(HttpError::bad_request("src and dst must be of one address family"));
+    }
+    let p = match q.proto.as_deref().unwrap_or("tcp").to_ascii_lowercase().as_str() {
+        "tcp" => proto::TCP,
+        "udp" => proto::UDP,
+        "icmp" => proto::ICMP,
+        "icmpv6" => proto::ICMPV6,
+        other => other.parse().map_err(|_| {
+            HttpError::bad_request(format!(
+                "proto: `{other}` is not tcp, udp, icmp, icmpv6 or a protocol number"
+            ))
+        })?,
+    };
+    let ported = p == proto::TCP || p == proto::UDP;
+    let port = |name: &str, v: &Option<String>| -> Result<u16, HttpError> {
+        match v.as_deref() {
+            Some(s) if ported => s
+                .parse()
+                .map_err(|_| HttpError::bad_request(format!("{name}: `{s}` is not a port"))),
+            Some(_) => Err(HttpError::bad_request(format!("{name}: only tcp and udp have ports"))),
+            None if ported => Err(HttpError::bad_request(format!("missing `{name}` (tcp, udp)"))),
+            None => Ok(0),
+        }
+    };
+    let sport = port("sport", &q.sport)?;
+    let dport = port("dport", &q.dport)?;
+    let syn = match q.syn.as_deref() {
+        None | Some("false" | "0") => false,
+        Some("true" | "1" | "") => true,
+        Some(other) => {
+            return Err(HttpError::bad_request(format!("syn: `{other}` is not a boolean")))
+        }
+    };
+    if syn && p != proto::TCP {
+        return Err(HttpError::bad_request("syn: only tcp has a SYN"));
+    }
+    let flags = match (p, syn) {
+        (proto::TCP, true) => tcp_flags::SYN,
+        (proto::TCP, false) => tcp_flags::ACK,
+        _ => 0,
+    };
+    Ok(PacketInfo {
+        src,
+        dst,
+        proto: p,
+        sport,
+        dport,
+        fragment: false,
+        tcp_flags: flags,
+        icmp_error: false,
+    })
+}
+
+fn flow_str(p: &PacketInfo) -> String {
+    let proto = protocol_name(p.proto);
+    if p.has_ports() {
+        format!("{proto} {} -> {}", sock(p.src, p.sport), sock(p.dst, p.dport))
+    } else {
+        format!("{proto} {} -> {}", p.src, p.dst)
+    }
+}
+
+/// One worker's answer to a conntrack query.
+enum Answer {
+    Found(Entry),
+    Absent,
+    Silent,
+}
+
+/// Ask every worker for `key`, waiting at most [`LOOKUP_TIMEOUT`] in all.
+async fn ask_workers(view: &dyn DataplaneView, key: FlowKey, hash: u64) -> Vec<Answer> {
+    let replies = view.lookup(key, hash);
+    let deadline = tokio::time::Instant::now() + LOOKUP_TIMEOUT;
+    let mut out = Vec::with_capacity(replies.len());
+    for r in replies {
+        out.push(match tokio::time::timeout_at(deadline, r).await {
+            Ok(Ok(Some(e))) => Answer::Found(e),
+            Ok(Ok(None)) => Answer::Absent,
+            // Closed (a full mailbox dropped the query) or too late.
+            Ok(Err(_)) | Err(_) => Answer::Silent,
+        });
+    }
+    out
+}
+
+/// The snapshot, the time and the tracking key (with its hash) of a flow; 404 when no rule
+/// matches it.
+fn tracking_key_of(api: &Api, p: &PacketInfo) -> Result<(String, FlowKey, u64), HttpError> {
+    let (snap, now) = {
+        let c = lock(&api.controller);
+        (c.snapshot(), c.now())
+    };
+    let x = explain(p, &snap, None, now);
+    match (x.service, x.tracking_key) {
+        (Some(s), Some(k)) => Ok((s, k, x.tracking_hash)),
+        _ => Err(HttpError::new(
+            StatusCode::NOT_FOUND,
+            format!("no forwarding rule matches {}", flow_str(p)),
+        )),
+    }
+}
+
+fn entry_info(snap: &Snapshot, e: &Entry) -> EntryInfo {
+    let r = BackendRef::from_u32(e.value.backend);
+    let b = snap.backend(r.slot);
+    EntryInfo {
+        backend: b.map(|b| endpoint_str(b.endpoint)),
+        backend_service: b.and_then(|b| snap.service(b.service)).map(|s| s.name.to_string()),
+        slot: r.slot,
+        generation: r.gen,
+        current_generation: b.is_some_and(|b| b.gen == r.gen && b.status != BackendStatus::Free),
+        idle_ms: e.idle_ms,
+        epoch: e.value.epoch,
+        created_unhealthy: e.value.flags & FLAG_CREATED_UNHEALTHY != 0,
+    }
+}
+
+async fn lookup(
+    State(api): State<Api>,
+    q: Result<Query<FlowQuery>, QueryRejection>,
+) -> Result<Json<FlowLookupReply>, HttpError> {
+    let Query(q) = q.map_err(|e| HttpError::bad_request(e.body_text()))?;
+    let p = flow_packet(&q)?;
+    let (service, key, hash) = tracking_key_of(&api, &p)?;
+    let answers = ask_workers(&*api.view, key, hash).await;
+    let snap = lock(&api.controller).snapshot();
+    let workers = answers
+        .iter()
+        .enumerate()
+        .map(|(w, a)| match a {
+            Answer::Found(e) => {
+                WorkerEntry { worker: w, state: "found".into(), entry: Some(entry_info(&snap, e)) }
+            }
+            Answer::Absent => WorkerEntry { worker: w, state: "absent".into(), entry: None },
+            Answer::Silent => WorkerEntry { worker: w, state: "no_answer".into(), entry: None },
+        })
+        .collect();
+    Ok(Json(FlowLookupReply {
+        flow: flow_str(&p),
+        service,
+        tracking_key: key_str(&key),
+        tracking_hash: hex(hash),
+        workers,
+    }))
+}
+
+async fn explain_flow(
+    State(api): State<Api>,
+    q: Result<Query<FlowQuery>, QueryRejection>,
+) -> Result<Json<ExplainReply>, HttpError> {
+    let Query(q) = q.map_err(|e| HttpError::bad_request(e.body_text()))?;
+    let p = flow_packet(&q)?;
+    // Without a rule there is nothing to look up: explain says no_matching_rule.
+    let answers = match tracking_key_of(&api, &p) {
+        Ok((_, key, hash)) => ask_workers(&*api.view, key, hash).await,
+        Err(_) => Vec::new(),
+    };
+    // The freshest entry (a flow's packets land on one worker, unless RSS changed).
+    let best = answers
+        .iter()
+        .enumerate()
+        .filter_map(|(w, a)| match a {
+            Answer::Found(e) => Some((w, e)),
+            _ => None,
+        })
+        .min_by_key(|(_, e)| e.idle_ms);
+    let (snap, now) = {
+        let c = lock(&api.controller);
+        (c.snapshot(), c.now())
+    };
+    let x = explain(&p, &snap, best.map(|(_, e)| e), now);
+    let endpoint = |e: Option<Endpoint>| e.map(endpoint_str);
+    let entry = match (best, x.entry_valid) {
+        (Some((w, e)), Some(valid)) => Some(ExplainEntry {
+            worker: w,
+            entry: entry_info(&snap, e),
+            valid: valid.is_ok(),
+            invalid_reason: valid.err().map(|r| r.as_str().to_owned()),
+        }),
+        _ => None,
+    };
+    Ok(Json(ExplainReply {
+        flow: flow_str(&p),
+        generation: snap.generation,
+        service: x.service,
+        client_zone: x.client_zone,
+        eligible_kind: x.kind.map(|k| k.as_str().to_owned()),
+        zonal_match: x.zonal_match,
+        spilled: x.spilled,
+        eligible_size: x.eligible_size,
+        new_connection_syn: x.new_connection_syn,
+        tracking_key: x.tracking_key.as_ref().map(key_str),
+        tracking_hash: hex(x.tracking_hash),
+        selection_hash: hex(x.selection_hash),
+        hashed_backend: endpoint(x.hashed_backend),
+        workers_asked: answers.len(),
+        workers_answered: answers.iter().filter(|a| !matches!(a, Answer::Silent)).count(),
+        entry,
+        backend: endpoint(x.backend),
+        reason: x.reason.to_owned(),
+    }))
+}
+
+// ---- metrics ------------------------------------------------------------------------------
+
+async fn metrics(State(api): State<Api>) -> Response {
+    match crate::metrics::render(&api.controller, &*api.view) {
+        Ok(text) => ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response(),
+        Err(e) => HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// Request and reply bodies, shared by the server, `spillwayctl` and the tests.
+pub mod types {
+    use serde::{Deserialize, Serialize};
+
+    /// Every error reply.
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+    pub struct ErrorReply {
+        /// What went wrong, in one message.
+        pub error: String,
+        /// For a rejected configuration: every problem with its position.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub errors: Vec<ConfigProblem>,
+    }
+
+    /// One problem of a rejected configuration.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ConfigProblem {
+        /// Dotted field path.
+        pub field: String,
+        /// 1-based line, when known.
+        pub line: Option<usize>,
+        /// 1-based column, when known.
+        pub column: Option<usize>,
+        /// What is wrong.
+        pub message: String,
+    }
+
+    /// `GET /v1/status`.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct StatusReply {
+        /// Milliseconds since the daemon started.
+        pub uptime_ms: u64,
+        /// The published snapshot's generation.
+        pub generation: u64,
+        /// The configuration file.
+        pub config: String,
+        /// Data-plane workers.
+        pub workers: usize,
+        /// Configured services.
+        pub services: usize,
+        /// Backend counts.
+        pub backends: BackendCounts,
+        /// Conntrack totals over the workers.
+        pub conntrack: ConntrackTotals,
+    }
+
+    /// Backend counts of the status.
+    #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct BackendCounts {
+        /// Configured backends.
+        pub total: usize,
+        /// Configured backends whose effective health is healthy.
+        pub healthy: usize,
+        /// Configured backends drained by the operator.
+        pub drained: usize,
+        /// Removed backends still draining (CD-3).
+        pub draining: usize,
+    }
+
+    /// Conntrack totals of the status.
+    #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ConntrackTotals {
+        /// Entries in every shard.
+        pub entries: u64,
+        /// Capacity of every shard.
+        pub capacity: u64,
+    }
+
+    /// `GET /v1/services`.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    pub struct ServicesReply {
+        /// Snapshot generation.
+        pub generation: u64,
+        /// Services in id order.
+        pub services: Vec<ServiceInfo>,
+    }
+
+    /// One service.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    pub struct ServiceInfo {
+        /// Name.
+        pub name: String,
+        /// Stable id.
+        pub id: u16,
+        /// Forwarding rules.
+        pub rules: Vec<RuleInfo>,
+        /// Policy settings.
+        pub policy: PolicyInfo,
+        /// FO-9 flush epoch.
+        pub epoch: u32,
+        /// FO-7 kind of the original eligible set A.
+        pub eligible_kind: String,
+        /// Size of A.
+        pub eligible_size: usize,
+        /// Members of A (`addr` or `addr:port`), sorted.
+        pub eligible: Vec<String>,
+        /// Size of the set clients without a zonal match get (= A).
+        pub default_size: usize,
+        /// Per zone of the topology: zonal match (ZA-2), spill and the final set's size.
+        pub zones: Vec<ZoneChoiceInfo>,
+    }
+
+    /// One forwarding rule.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct RuleInfo {
+        /// VIP or destination prefix.
+        pub destination: String,
+        /// `TCP`, `UDP` or `L3_DEFAULT`.
+        pub protocol: String,
+        /// `ALL` or `80,443,8000-8080`.
+        pub ports: String,
+    }
+
+    /// A service's policy.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    pub struct PolicyInfo {
+        /// SA.
+        pub session_affinity: String,
+        /// SA-8.
+        pub symmetric_hashing: bool,
+        /// CT-1.
+        pub tracking_mode: String,
+        /// CP.
+        pub persistence: String,
+        /// CT-8.
+        pub idle_timeout_sec: u64,
+        /// CD-3.
+        pub draining_timeout_sec: u32,
+        /// FO-2 applies.
+        pub has_failover_groups: bool,
+        /// FO-2.
+        pub failover_ratio: f64,
+        /// FO-3.
+        pub drop_traffic_if_unhealthy: bool,
+        /// FO-9.
+        pub disable_connection_drain_on_failover: bool,
+        /// Section 4 setting.
+        pub zonal_affinity: String,
+        /// ZA-5 ratio, for `ZONAL_AFFINITY_SPILL_CROSS_ZONE`.
+        pub spillover_ratio: Option<f64>,
+        /// `IPIP`, `GUE:port` or `L2`.
+        pub encapsulation: String,
+    }
+
+    /// A service's choice for clients of one zone.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ZoneChoiceInfo {
+        /// Zone name.
+        pub zone: String,
+        /// ZA-2.
+        pub zonal_match: bool,
+        /// SPILL_CROSS_ZONE fell back to A.
+        pub spilled: bool,
+        /// Size of the final set for this zone's clients.
+        pub size: usize,
+    }
+
+    /// `GET /v1/backends`.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    pub struct BackendsReply {
+        /// Snapshot generation.
+        pub generation: u64,
+        /// Backends in slot order.
+        pub backends: Vec<BackendInfo>,
+    }
+
+    /// One configured or draining backend.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    pub struct BackendInfo {
+        /// Service name.
+        pub service: String,
+        /// Address.
+        pub address: String,
+        /// Port (0: none).
+        pub port: u16,
+        /// Group name.
+        pub group: String,
+        /// Zone name.
+        pub zone: String,
+        /// `primary` or `failover`.
+        pub role: String,
+        /// The probes' verdict: `healthy`, `unhealthy` or `unknown`.
+        pub probe: String,
+        /// HC-2 override: `healthy`, `unhealthy` or `auto`.
+        #[serde(rename = "override")]
+        pub health_override: String,
+        /// Effective health (override, else probe).
+        pub healthy: bool,
+        /// Drained by the operator (no new connections).
+        pub drained: bool,
+        /// `active` or `draining` (removed, CD-3).
+        pub status: String,
+        /// When a removed backend's entries stop being valid (ms since start).
+        pub draining_deadline_ms: Option<u64>,
+        /// Time left until then.
+        pub draining_remaining_ms: Option<u64>,
+        /// Weight of its group (CH-3); none once removed.
+        pub weight: Option<u32>,
+        /// Stable slot.
+        pub slot: u16,
+        /// Slot generation (CD-4).
+        pub generation: u16,
+        /// In its service's default eligible set now.
+        pub eligible: bool,
+        /// Its health check's name.
+        pub check: Option<String>,
+        /// The last probe's result.
+        pub last_result: Option<String>,
+        /// The last probe's duration.
+        pub last_latency_ms: Option<f64>,
+    }
+
+    /// Body of `POST /v1/backends/{addr}/health`.
+    #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct HealthRequest {
+        /// `healthy`, `unhealthy` or `auto`.
+        pub health: Option<String>,
+        /// Only this service's backend at the address.
+        #[serde(default)]
+        pub service: Option<String>,
+    }
+
+    /// Body of `POST /v1/backends/{addr}/drain` and `.../undrain` (may be empty).
+    #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct DrainRequest {
+        /// Only this service's backend at the address.
+        #[serde(default)]
+        pub service: Option<String>,
+    }
+
+    /// Reply of the override and drain endpoints: the backends it applied to, after.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    pub struct ActionReply {
+        /// Snapshot generation after the change.
+        pub generation: u64,
+        /// The backends changed.
+        pub backends: Vec<BackendInfo>,
+    }
+
+    /// `POST /v1/reload` on success.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ReloadReply {
+        /// Snapshot generation after the reload.
+        pub generation: u64,
+        /// Services now configured.
+        pub services: usize,
+        /// Backends added (`service/addr[:port]`).
+        pub added: Vec<String>,
+        /// Backends removed, with their draining deadline.
+        pub removed: Vec<RemovedBackend>,
+        /// Backends re-added while draining (CD-4).
+        pub undrained: Vec<String>,
+    }
+
+    /// A removed backend.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct RemovedBackend {
+        /// `service/addr[:port]`.
+        pub backend: String,
+        /// When its entries stop being valid (ms since start).
+        pub draining_deadline_ms: u64,
+    }
+
+    /// `GET /v1/conntrack`.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ConntrackReply {
+        /// Per worker.
+        pub workers: Vec<WorkerConntrack>,
+        /// Sums (`worker` is the number of workers).
+        pub total: WorkerConntrack,
+    }
+
+    /// One worker's connection table.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct WorkerConntrack {
+        /// Worker index.
+        pub worker: usize,
+        /// Entries.
+        pub entries: u64,
+        /// Capacity.
+        pub capacity: u64,
+        /// Inserts so far.
+        pub inserts: u64,
+        /// Live entries evicted from full sets so far.
+        pub evictions: u64,
+    }
+
+    /// `GET /v1/conntrack/lookup`.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct FlowLookupReply {
+        /// The flow asked about.
+        pub flow: String,
+        /// The service whose rule matches it.
+        pub service: String,
+        /// Its tracking key (CT-1).
+        pub tracking_key: String,
+        /// Its conntrack bucket hash.
+        pub tracking_hash: String,
+        /// Every worker's answer.
+        pub workers: Vec<WorkerEntry>,
+    }
+
+    /// One worker's answer.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct WorkerEntry {
+        /// Worker index.
+        pub worker: usize,
+        /// `found`, `absent` or `no_answer` (no reply within the timeout).
+        pub state: String,
+        /// The entry, when found.
+        pub entry: Option<EntryInfo>,
+    }
+
+    /// A conntrack entry.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct EntryInfo {
+        /// The backend the slot holds now.
+        pub backend: Option<String>,
+        /// Its service.
+        pub backend_service: Option<String>,
+        /// Recorded slot.
+        pub slot: u16,
+        /// Recorded slot generation.
+        pub generation: u16,
+        /// The slot still holds the backend the entry was made for.
+        pub current_generation: bool,
+        /// Milliseconds since the last packet.
+        pub idle_ms: u64,
+        /// FO-9 epoch of the entry.
+        pub epoch: u32,
+        /// Made while its backend was unhealthy (CP-5).
+        pub created_unhealthy: bool,
+    }
+
+    /// `GET /v1/explain`.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ExplainReply {
+        /// The flow asked about.
+        pub flow: String,
+        /// Snapshot generation explained against.
+        pub generation: u64,
+        /// Matched service.
+        pub service: Option<String>,
+        /// Client zone when zonally compatible (ZA-1).
+        pub client_zone: Option<String>,
+        /// FO-7 kind.
+        pub eligible_kind: Option<String>,
+        /// ZA-2.
+        pub zonal_match: bool,
+        /// Spilled to A.
+        pub spilled: bool,
+        /// Size of the final set.
+        pub eligible_size: usize,
+        /// CT-2: this packet skips the lookup.
+        pub new_connection_syn: bool,
+        /// CT-1 tracking key.
+        pub tracking_key: Option<String>,
+        /// Conntrack bucket hash.
+        pub tracking_hash: String,
+        /// Selection-tuple hash (CH-1).
+        pub selection_hash: String,
+        /// The backend a new connection gets now.
+        pub hashed_backend: Option<String>,
+        /// Workers asked for an entry.
+        pub workers_asked: usize,
+        /// Workers that answered in time.
+        pub workers_answered: usize,
+        /// The flow's entry and whether it is valid now.
+        pub entry: Option<ExplainEntry>,
+        /// Where the packet goes now.
+        pub backend: Option<String>,
+        /// The reason `decide` would report.
+        pub reason: String,
+    }
+
+    /// The entry an explanation used.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ExplainEntry {
+        /// The worker holding it.
+        pub worker: usize,
+        /// The entry.
+        pub entry: EntryInfo,
+        /// Valid now (NX-1).
+        pub valid: bool,
+        /// Why not (CT-13 order).
+        pub invalid_reason: Option<String>,
+    }
+}
+
+/// A client of the API over TCP or a Unix socket (hyper's HTTP/1.1 client connection, one
+/// connection per request), used by `spillwayctl` and the tests.
+pub mod client {
+    use super::types::ErrorReply;
+    use super::Listen;
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+    use hyper::{Method, Request};
+    use hyper_util::rt::TokioIo;
+    use std::time::Duration;
+    use tokio::io::{AsyncRead, AsyncWrite};
+
+    /// Why a request failed.
+    #[derive(Debug, thiserror::Error)]
+    pub enum ClientError {
+        /// The `--admin` address is malformed.
+        #[error("`{0}` is neither `host:port` nor `unix:/absolute/path`")]
+        BadAddress(String),
+        /// Nothing answers at the address.
+        #[error("cannot reach the spillway daemon at {admin}: {source}")]
+        Unreachable {
+            /// The address.
+            admin: String,
+            /// The OS error.
+            source: std::io::Error,
+        },
+        /// The HTTP exchange failed.
+        #[error("HTTP error talking to {admin}: {source}")]
+        Http {
+            /// The address.
+            admin: String,
+            /// hyper's error.
+            source: hyper::Error,
+        },
+        /// No complete reply in time.
+        #[error("no reply from {0} in time")]
+        Timeout(String),
+        /// The daemon answered with an error status.
+        #[error("{message} (HTTP {status})")]
+        Status {
+            /// HTTP status.
+            status: u16,
+            /// The `error` field of the reply (or its body).
+            message: String,
+            /// The reply body.
+            body: String,
+        },
+        /// The reply is not the JSON expected.
+        #[error("unexpected reply: {0}")]
+        Json(#[from] serde_json::Error),
+    }
+
+    /// A client of one daemon.
+    #[derive(Clone, Debug)]
+    pub struct Client {
+        target: Listen,
+        timeout: Duration,
+    }
+
+    impl Client {
+        /// A client of the API at `admin` (`host:port` or `unix:/path`).
+        pub fn new(admin: &str, timeout: Duration) -> Result<Client, ClientError> {
+            let target =
+                Listen::parse(admin).ok_or_else(|| ClientError::BadAddress(admin.into()))?;
+            Ok(Client { target, timeout })
+        }
+
+        /// `GET path`: status and body.
+        pub async fn get(&self, path: &str) -> Result<(u16, String), ClientError> {
+            self.request(Method::GET, path, None).await
+        }
+
+        /// `POST path` with a JSON body: status and body.
+        pub async fn post(
+            &self,
+            path: &str,
+            body: Option<&serde_json::Value>,
+        ) -> Result<(u16, String), ClientError> {
+            self.request(Method::POST, path, body).await
+        }
+
+        /// A request; a reply with an error status is `Ok` too (see [`Client::call`]).
+        pub async fn request(
+            &self,
+            method: Method,
+            path: &str,
+            body: Option<&serde_json::Value>,
+        ) -> Result<(u16, String), ClientError> {
+            let admin = self.target.to_string();
+            let fut = self.exchange(method, path, body);
+            tokio::time::timeout(self.timeout, fut)
+                .await
+                .map_err(|_| ClientError::Timeout(admin))?
+        }
+
+        /// A request whose error replies become [`ClientError::Status`]; the body on success.
+        pub async fn call(
+            &self,
+            method: Method,
+            path: &str,
+            body: Option<&serde_json::Value>,
+        ) -> Result<String, ClientError> {
+            let (status, text) = self.request(method, path, body).await?;
+            if (200..300).contains(&status) {
+                return Ok(text);
+            }
+            let message = serde_json::from_str::<ErrorReply>(&text)
+                .map(|e| e.error)
+                .unwrap_or_else(|_| text.trim().to_owned());
+            Err(ClientError::Status { status, message, body: text })
+        }
+
+        async fn exchange(
+            &self,
+            method: Method,
+            path: &str,
+            body: Option<&serde_json::Value>,
+        ) -> Result<(u16, String), ClientError> {
+            let admin = self.target.to_string();
+            let unreachable = |source| ClientError::Unreachable { admin: admin.clone(), source };
+            let (host, payload) = match &self.target {
+                Listen::Tcp(a) => (a.as_str(), body),
+                Listen::Unix(_) => ("localhost", body),
+            };
+            let mut req = Request::builder().method(method).uri(path).header("host", host);
+            let data = match payload {
+                Some(v) => {
+                    req = req.header("content-type", "application/json");
+                    Bytes::from(serde_json::to_vec(v)?)
+                }
+                None => Bytes::new(),
+            };
+            let req = req.body(Full::new(data)).map_err(|e| ClientError::Unreachable {
+                admin: admin.clone(),
+                source: std::io::Error::other(e),
+            })?;
+            match &self.target {
+                Listen::Tcp(a) => {
+                    let s =
+                        tokio::net::TcpStream::connect(a.as_str()).await.map_err(unreachable)?;
+                    send(s, req, &admin).await
+                }
+                Listen::Unix(p) => {
+                    let s = tokio::net::UnixStream::connect(p).await.map_err(unreachable)?;
+                    send(s, req, &admin).await
+                }
+            }
+        }
+    }
+
+    async fn send<S>(
+        stream: S,
+        req: Request<Full<Bytes>>,
+        admin: &str,
+    ) -> Result<(u16, String), ClientError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let http = |source| ClientError::Http { admin: admin.to_owned(), source };
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(http)?;
+        let driver = tokio::spawn(conn);
+        let reply = sender.send_request(req).await.map_err(http)?;
+        let status = reply.status().as_u16();
+        let body = reply.into_body().collect().await.map_err(http)?.to_bytes();
+        driver.abort();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+}

@@ -1,0 +1,453 @@
+//! `GET /metrics`: the Prometheus text format (0.0.4), written with `prometheus-client`.
+//!
+//! Every scrape reads the current state: the workers' counters through [`DataplaneView`]
+//! (single-writer relaxed counters, summed over workers by service id and backend slot), the
+//! published snapshot (eligible sets, failover, zonal spill) and the health checker's status.
+//! Nothing is accumulated between scrapes, so there is no registry to keep in sync with
+//! reloads: a scrape is a [`Collector`] over values gathered just before.
+//!
+//! It holds the controller's lock only to copy what it needs (the snapshot is an `Arc`);
+//! reading the counters happens after the lock is released. Names follow the Prometheus
+//! conventions: `spillway_` prefix, `_total` on counters (added by the encoder), base units
+//! (`_bytes`, `_seconds`). `docs/operations.md` lists every metric.
+
+use crate::controller::{Controller, Override};
+use crate::health::TargetStatus;
+use crate::view::DataplaneView;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use spillway_shared::counters::{Reason, TrafficCounters, WorkerCounters};
+use spillway_shared::eligible::EligibleKind;
+use spillway_shared::model::BackendKey;
+use spillway_shared::snapshot::{BackendStatus, Choice, Snapshot};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// The `Content-Type` of [`render`]'s output.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// One sample's value.
+#[derive(Clone, Copy, Debug)]
+enum Value {
+    Int(u64),
+    /// A histogram from a sum and a count only (one `+Inf` bucket).
+    Histogram {
+        sum: f64,
+        count: u64,
+    },
+}
+
+/// Labels of one sample.
+type Labels = Vec<(&'static str, String)>;
+
+/// One metric family with its samples.
+#[derive(Debug)]
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: MetricType,
+    samples: Vec<(Labels, Value)>,
+}
+
+/// Everything one scrape writes.
+#[derive(Debug, Default)]
+struct Scrape(Vec<Family>);
+
+impl Scrape {
+    fn family(&mut self, name: &'static str, help: &'static str, kind: MetricType) -> &mut Family {
+        self.0.push(Family { name, help, kind, samples: Vec::new() });
+        let last = self.0.len() - 1;
+        &mut self.0[last]
+    }
+}
+
+impl Family {
+    fn add(&mut self, labels: Labels, v: u64) -> &mut Family {
+        self.samples.push((labels, Value::Int(v)));
+        self
+    }
+}
+
+fn encode_value(kind: MetricType, v: Value, mut m: MetricEncoder<'_>) -> fmt::Result {
+    match (kind, v) {
+        (MetricType::Counter, Value::Int(n)) => m.encode_counter::<NoLabelSet, u64, u64>(&n, None),
+        (_, Value::Int(n)) => m.encode_gauge(&n),
+        (_, Value::Histogram { sum, count }) => {
+            m.encode_histogram::<NoLabelSet>(sum, count, &[], None)
+        }
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        for f in &self.0 {
+            if f.samples.is_empty() {
+                continue;
+            }
+            let mut m = encoder.encode_descriptor(f.name, f.help, None, f.kind)?;
+            for (labels, v) in &f.samples {
+                encode_value(f.kind, *v, m.encode_family(labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A configured or draining backend as a scrape sees it.
+struct SlotInfo {
+    slot: u16,
+    key: BackendKey,
+    /// Drained by the operator.
+    drained: bool,
+    /// The probes' verdict.
+    probe: Option<bool>,
+    /// The operator's override.
+    health_override: Option<Override>,
+}
+
+/// What a scrape needs from the controller, copied under its lock.
+struct Copied {
+    snap: Arc<Snapshot>,
+    slots: Vec<SlotInfo>,
+    checks: Vec<TargetStatus>,
+}
+
+/// Picks a gauge's value from a zone's choice.
+type ChoicePick = fn(&Choice) -> u64;
+
+fn copy(controller: &Mutex<Controller>) -> Copied {
+    let c = controller.lock().unwrap_or_else(PoisonError::into_inner);
+    let snap = c.snapshot();
+    let state = c.state();
+    let slots = snap
+        .backends
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.status != BackendStatus::Free)
+        .filter_map(|(slot, _)| {
+            let slot = u16::try_from(slot).ok()?;
+            let key = state.key_of(slot)?.clone();
+            Some(SlotInfo {
+                slot,
+                drained: state.is_drained(&key),
+                probe: c.probe_verdict(&key),
+                health_override: c.override_of(&key),
+                key,
+            })
+        })
+        .collect();
+    Copied { snap, slots, checks: c.health_status() }
+}
+
+/// `addr` or `addr:port`, the `backend` label.
+fn backend_label(k: &BackendKey) -> String {
+    crate::api::endpoint_str(k.endpoint)
+}
+
+/// Sum one traffic counter set over the workers.
+fn traffic(
+    view: &dyn DataplaneView,
+    pick: impl Fn(&WorkerCounters) -> Option<&TrafficCounters>,
+) -> [u64; 3] {
+    let mut t = [0u64; 3];
+    for w in 0..view.workers() {
+        if let Some(c) = pick(view.counters(w)) {
+            t[0] = t[0].wrapping_add(c.packets.get());
+            t[1] = t[1].wrapping_add(c.bytes.get());
+            t[2] = t[2].wrapping_add(c.new_connections.get());
+        }
+    }
+    t
+}
+
+/// The whole exposition, in the Prometheus text format.
+pub fn render(
+    controller: &Mutex<Controller>,
+    view: &dyn DataplaneView,
+) -> Result<String, fmt::Error> {
+    let copied = copy(controller);
+    let scrape = collect(&copied, view);
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(scrape));
+    let mut out = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?;
+    Ok(out)
+}
+
+fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
+    use MetricType::{Counter, Gauge, Histogram};
+    let snap = &c.snap;
+    let mut s = Scrape::default();
+    let workers = view.workers();
+    let w = |i: usize| vec![("worker", i.to_string())];
+
+    s.family(
+        "spillway_snapshot_generation",
+        "Generation of the published decision snapshot.",
+        Gauge,
+    )
+    .add(Vec::new(), snap.generation);
+    s.family("spillway_workers", "Data-plane workers.", Gauge).add(Vec::new(), workers as u64);
+
+    // Per worker.
+    type Pick = fn(&WorkerCounters) -> u64;
+    let per_worker: [(&'static str, &'static str, MetricType, Pick); 10] = [
+        ("spillway_worker_rx_packets", "Packets received by the worker.", Counter, |c| {
+            c.rx_packets.get()
+        }),
+        ("spillway_worker_rx_bytes", "Bytes received by the worker.", Counter, |c| {
+            c.rx_bytes.get()
+        }),
+        ("spillway_worker_tx_packets", "Packets the worker handed to the driver.", Counter, |c| {
+            c.tx_packets.get()
+        }),
+        ("spillway_conntrack_entries", "Entries in the worker's connection table.", Gauge, |c| {
+            c.ct_entries.get()
+        }),
+        ("spillway_conntrack_capacity", "Capacity of the worker's connection table.", Gauge, |c| {
+            c.ct_capacity.get()
+        }),
+        (
+            "spillway_conntrack_inserts",
+            "New connection-table entries (not in-place replacements).",
+            Counter,
+            |c| c.ct_inserts.get(),
+        ),
+        (
+            "spillway_conntrack_evictions",
+            "Live entries evicted because their set was full.",
+            Counter,
+            |c| c.ct_evictions.get(),
+        ),
+        (
+            "spillway_neighbour_replies",
+            "ARP replies and neighbour advertisements sent.",
+            Counter,
+            |c| c.neighbour_replies.get(),
+        ),
+        ("spillway_echo_replies", "Echo replies sent for node addresses and VIPs.", Counter, |c| {
+            c.echo_replies.get()
+        }),
+        (
+            "spillway_icmp_errors_forwarded",
+            "ICMP errors for VIP flows sent on to the flow's backend.",
+            Counter,
+            |c| c.icmp_errors_forwarded.get(),
+        ),
+    ];
+    for (name, help, kind, pick) in per_worker {
+        let f = s.family(name, help, kind);
+        for i in 0..workers {
+            f.add(w(i), pick(view.counters(i)));
+        }
+    }
+
+    // Per reason, summed over the workers.
+    let sum = |r: Reason| {
+        (0..workers).map(|i| view.counters(i).reason(r).get()).fold(0u64, u64::wrapping_add)
+    };
+    let fwd =
+        s.family("spillway_forwarded_packets", "Packets forwarded, by decision reason.", Counter);
+    for r in Reason::all().filter(|r| r.labels().0 == "forward") {
+        fwd.add(vec![("reason", r.labels().1.to_owned())], sum(r));
+    }
+    let dropped = s.family("spillway_dropped_packets", "Packets dropped, by reason.", Counter);
+    for r in Reason::all().filter(|r| r.labels().0 == "drop") {
+        dropped.add(vec![("reason", r.labels().1.to_owned())], sum(r));
+    }
+
+    // Per service.
+    let services: Vec<_> = snap.services().collect();
+    let svc = |name: &str| vec![("service", name.to_owned())];
+    let svc_traffic: Vec<[u64; 3]> =
+        services.iter().map(|sv| traffic(view, |c| c.services.get(usize::from(sv.id)))).collect();
+    for (i, (name, help)) in [
+        ("spillway_service_packets", "Packets sent on to the service's backends."),
+        (
+            "spillway_service_bytes",
+            "Bytes sent on to the service's backends (before encapsulation).",
+        ),
+        (
+            "spillway_service_new_connections",
+            "Connection entries made for the service (new and replacements).",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let f = s.family(name, help, Counter);
+        for (sv, t) in services.iter().zip(&svc_traffic) {
+            f.add(svc(&sv.name), t[i]);
+        }
+    }
+    let f = s.family(
+        "spillway_service_failover_active",
+        "1 while the service's eligible set is its healthy failover backends (FO-2).",
+        Gauge,
+    );
+    for sv in &services {
+        f.add(svc(&sv.name), u64::from(sv.eligible.kind == EligibleKind::HealthyFailover));
+    }
+    let f = s.family(
+        "spillway_service_eligible_kind",
+        "1 for the current kind of the service's eligible set (FO-7), 0 for the others.",
+        Gauge,
+    );
+    for sv in &services {
+        for k in [
+            EligibleKind::HealthyPrimary,
+            EligibleKind::HealthyFailover,
+            EligibleKind::UnhealthyPrimary,
+            EligibleKind::Empty,
+        ] {
+            let mut l = svc(&sv.name);
+            l.push(("kind", k.as_str().to_owned()));
+            f.add(l, u64::from(sv.eligible.kind == k));
+        }
+    }
+    let f = s.family(
+        "spillway_service_eligible_backends",
+        "Size of the eligible set of clients without a zonal match.",
+        Gauge,
+    );
+    for sv in &services {
+        f.add(svc(&sv.name), sv.default_choice.members.len() as u64);
+    }
+    let f = s.family(
+        "spillway_service_failover_flushes",
+        "Failover flips that flushed the service's connections (FO-9).",
+        Counter,
+    );
+    for sv in &services {
+        f.add(svc(&sv.name), u64::from(sv.epoch));
+    }
+    // Per (service, zone).
+    let zone_families: [(&'static str, &'static str, ChoicePick); 3] = [
+        (
+            "spillway_service_zone_eligible_backends",
+            "Size of the final eligible set of the zone's clients.",
+            |ch| ch.members.len() as u64,
+        ),
+        (
+            "spillway_service_zonal_match",
+            "1 when the zone's clients have a zonal match (ZA-2).",
+            |ch| u64::from(ch.zonal_match),
+        ),
+        (
+            "spillway_service_zonal_spill_active",
+            "1 when the zone's clients have a zonal match but spill to the whole eligible set (ZA-4, ZA-5).",
+            |ch| u64::from(ch.zonal_match && ch.spilled),
+        ),
+    ];
+    for (name, help, pick) in zone_families {
+        let f = s.family(name, help, Gauge);
+        for sv in &services {
+            for (z, ch) in sv.zone_choices.iter().enumerate() {
+                let zone = snap.zone_names.get(z).cloned().unwrap_or_default();
+                let mut l = svc(&sv.name);
+                l.push(("zone", zone));
+                f.add(l, pick(ch));
+            }
+        }
+    }
+
+    // Per backend.
+    let bl = |k: &BackendKey| vec![("service", k.service.clone()), ("backend", backend_label(k))];
+    let b_traffic: Vec<[u64; 3]> =
+        c.slots.iter().map(|b| traffic(view, |w| w.backends.get(usize::from(b.slot)))).collect();
+    for (i, (name, help)) in [
+        ("spillway_backend_packets", "Packets sent on to the backend."),
+        ("spillway_backend_bytes", "Bytes sent on to the backend (before encapsulation)."),
+        (
+            "spillway_backend_new_connections",
+            "Connection entries made for the backend (new and replacements).",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let f = s.family(name, help, Counter);
+        for (b, t) in c.slots.iter().zip(&b_traffic) {
+            f.add(bl(&b.key), t[i]);
+        }
+    }
+    let f = s.family(
+        "spillway_backend_healthy",
+        "1 when the backend is healthy as the policy sees it (probes and overrides, HC-2).",
+        Gauge,
+    );
+    for b in &c.slots {
+        let healthy = snap.backend(b.slot).is_some_and(|v| v.healthy);
+        f.add(bl(&b.key), u64::from(healthy));
+    }
+    let f = s.family("spillway_backend_drained", "1 when the operator drained the backend.", Gauge);
+    for b in &c.slots {
+        f.add(bl(&b.key), u64::from(b.drained));
+    }
+    let f = s.family(
+        "spillway_backend_draining",
+        "1 while a removed backend's connections are draining (CD-3).",
+        Gauge,
+    );
+    for b in &c.slots {
+        let draining = snap
+            .backend(b.slot)
+            .is_some_and(|v| matches!(v.status, BackendStatus::Draining { .. }));
+        f.add(bl(&b.key), u64::from(draining));
+    }
+    let f = s.family(
+        "spillway_backend_health_override",
+        "1 for the backend's current operator override (healthy, unhealthy or auto), 0 for the others.",
+        Gauge,
+    );
+    for b in &c.slots {
+        for (name, v) in [
+            ("healthy", Some(Override::Healthy)),
+            ("unhealthy", Some(Override::Unhealthy)),
+            ("auto", None),
+        ] {
+            let mut l = bl(&b.key);
+            l.push(("override", name.to_owned()));
+            f.add(l, u64::from(b.health_override == v));
+        }
+    }
+    let f = s.family(
+        "spillway_backend_probe_healthy",
+        "The health checks' verdict of the backend (1 healthy, 0 unhealthy), without overrides.",
+        Gauge,
+    );
+    for b in &c.slots {
+        if let Some(p) = b.probe {
+            f.add(bl(&b.key), u64::from(p));
+        }
+    }
+
+    // Health checks.
+    let hl = |t: &TargetStatus| {
+        let mut l = bl(&t.key);
+        l.push(("check", t.check.clone()));
+        l
+    };
+    let f = s.family("spillway_health_check_probes", "Health-check probes, by result.", Counter);
+    for t in &c.checks {
+        for (result, n) in t.probes.iter() {
+            let mut l = hl(t);
+            l.push(("result", result.to_owned()));
+            f.add(l, n);
+        }
+    }
+    let f = s.family(
+        "spillway_health_check_duration_seconds",
+        "Duration of health-check probes (timeouts count as the time waited).",
+        Histogram,
+    );
+    for t in &c.checks {
+        f.samples.push((
+            hl(t),
+            Value::Histogram { sum: t.latency_sum.as_secs_f64(), count: t.latency_count },
+        ));
+    }
+    s
+}

@@ -1,0 +1,774 @@
+//! The operator API and `/metrics` over real HTTP (hyper client, axum server) on a Unix socket
+//! and on loopback TCP, against a real [`Controller`] started from a YAML file and a fake
+//! data plane (hand-set counters, a fake mailbox answering conntrack lookups); and
+//! `spillwayctl` run as a process against the same server.
+
+use hyper::Method;
+use spillway_control::api::client::{Client, ClientError};
+use spillway_control::api::types::*;
+use spillway_control::api::{self, ApiServer, Listen};
+use spillway_control::config;
+use spillway_control::controller::Controller;
+use spillway_control::view::{DataplaneView, LookupReply};
+use spillway_shared::addr::Addr;
+use spillway_shared::conntrack::{Entry, EntryValue};
+use spillway_shared::counters::{Reason, WorkerCounters};
+use spillway_shared::decide::{DropReason, ForwardReason};
+use spillway_shared::flow::FlowKey;
+use spillway_shared::snapshot::BackendRef;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+
+/// A test configuration. `web`: PER_SESSION with CLIENT_IP affinity (2-tuple tracking keys,
+/// CT-1d), primaries in zone-a and zone-b, a failover group in zone-c, SPILL_CROSS_ZONE at
+/// 0.6, no health checks (healthy). `dns`: one backend probed by TCP on a closed loopback port.
+fn yaml(closed_port: u16) -> String {
+    format!(
+        r#"dataplane:
+  ports: [net_null0]
+  workers: 3
+  node:
+    ipv4: 10.0.0.2/8
+    gateway_ipv4: 10.0.0.1
+admin:
+  listen: 127.0.0.1:0
+topology:
+  region: r1
+  zones:
+    - name: zone-a
+    - name: zone-b
+    - name: zone-c
+  client_subnets:
+    - prefix: 192.0.2.0/25
+      zone: zone-a
+    - prefix: 192.0.2.128/25
+      zone: zone-b
+health_checks:
+  tcp-closed:
+    type: TCP
+    check_interval_sec: 0.05
+    timeout_sec: 0.04
+    initial: healthy
+services:
+  - name: web
+    forwarding_rules:
+      - vip: 198.51.100.10
+        protocol: TCP
+        ports: [80]
+    backend_service:
+      session_affinity: CLIENT_IP
+      connection_tracking_policy:
+        tracking_mode: PER_SESSION
+      zonal_affinity:
+        spillover: ZONAL_AFFINITY_SPILL_CROSS_ZONE
+        spillover_ratio: 0.6
+      backends:
+        - group: web-a
+          zone: zone-a
+          endpoints: [10.0.1.1, 10.0.1.2]
+        - group: web-b
+          zone: zone-b
+          weight: 3
+          endpoints: [10.0.2.1, 10.0.2.2]
+        - group: web-c
+          zone: zone-c
+          failover: true
+          endpoints: [10.0.3.1]
+  - name: dns
+    forwarding_rules:
+      - vip: 198.51.100.53
+        protocol: UDP
+        ports: [53]
+    backend_service:
+      backends:
+        - group: dns-a
+          zone: zone-a
+          health_check: tcp-closed
+          endpoints: ["127.0.0.1:{closed_port}"]
+"#
+    )
+}
+
+/// The data plane, faked: counters set by hand; worker `silent` never answers lookups, the
+/// others answer from `entries` (from a task, like a worker between two bursts).
+#[derive(Debug)]
+struct FakeView {
+    counters: Vec<WorkerCounters>,
+    entries: Mutex<HashMap<(usize, FlowKey), Entry>>,
+    silent: usize,
+    parked: Mutex<Vec<oneshot::Sender<Option<Entry>>>>,
+    queries: Mutex<Vec<(FlowKey, u64)>>,
+}
+
+impl DataplaneView for FakeView {
+    fn workers(&self) -> usize {
+        self.counters.len()
+    }
+
+    fn counters(&self, worker: usize) -> &WorkerCounters {
+        &self.counters[worker]
+    }
+
+    fn lookup(&self, key: FlowKey, hash: u64) -> Vec<LookupReply> {
+        self.queries.lock().unwrap().push((key, hash));
+        (0..self.counters.len())
+            .map(|w| {
+                let (tx, rx) = oneshot::channel();
+                if w == self.silent {
+                    self.parked.lock().unwrap().push(tx);
+                } else {
+                    let found = self.entries.lock().unwrap().get(&(w, key)).copied();
+                    tokio::spawn(async move {
+                        let _ = tx.send(found);
+                    });
+                }
+                rx
+            })
+            .collect()
+    }
+
+    fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {
+        Vec::new()
+    }
+}
+
+struct Fixture {
+    dir: TempDir,
+    path: PathBuf,
+    closed_port: u16,
+    controller: Arc<Mutex<Controller>>,
+    view: Arc<FakeView>,
+    server: ApiServer,
+    client: Client,
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+async fn fixture(unix: bool) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("api.yaml");
+    let closed_port = closed_port();
+    std::fs::write(&path, yaml(closed_port)).unwrap();
+    let cfg = config::load(&path).expect("test config is valid");
+    let controller =
+        Arc::new(Mutex::new(Controller::start(&path, cfg, Instant::now()).expect("controller")));
+    let view = Arc::new(FakeView {
+        counters: (0..3).map(|_| WorkerCounters::new()).collect(),
+        entries: Mutex::new(HashMap::new()),
+        silent: 2,
+        parked: Mutex::new(Vec::new()),
+        queries: Mutex::new(Vec::new()),
+    });
+    let listen = if unix {
+        format!("unix:{}", dir.path().join("api.sock").display())
+    } else {
+        "127.0.0.1:0".to_owned()
+    };
+    let server = api::spawn(&listen, Arc::clone(&controller), view.clone()).expect("bind");
+    let client = Client::new(&server.local_addr().to_string(), Duration::from_secs(5)).unwrap();
+    Fixture { dir, path, closed_port, controller, view, server, client }
+}
+
+impl Fixture {
+    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
+        let body = self.client.call(Method::GET, path, None).await.unwrap();
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+    }
+
+    async fn post<T: serde::de::DeserializeOwned>(&self, path: &str, body: serde_json::Value) -> T {
+        let body = self.client.call(Method::POST, path, Some(&body)).await.unwrap();
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+    }
+
+    async fn set_health(&self, addr: &str, health: &str) -> ActionReply {
+        self.post(&format!("/v1/backends/{addr}/health"), serde_json::json!({ "health": health }))
+            .await
+    }
+
+    async fn backend(&self, addr: &str) -> BackendInfo {
+        let r: BackendsReply = self.get("/v1/backends").await;
+        r.backends.into_iter().find(|b| b.address == addr).expect("backend listed")
+    }
+
+    async fn service(&self, name: &str) -> ServiceInfo {
+        let r: ServicesReply = self.get("/v1/services").await;
+        r.services.into_iter().find(|s| s.name == name).expect("service listed")
+    }
+
+    async fn metrics(&self) -> prometheus_parse::Scrape {
+        let (status, text) = self.client.get("/metrics").await.unwrap();
+        assert_eq!(status, 200, "{text}");
+        prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap()
+    }
+
+    /// Run spillwayctl against this server (off the runtime thread, which serves it).
+    async fn ctl(&self, args: &[&str]) -> Output {
+        ctl(&self.server.local_addr().to_string(), args).await
+    }
+}
+
+async fn ctl(admin: &str, args: &[&str]) -> Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_spillwayctl"));
+    cmd.env_remove("SPILLWAY_ADMIN").arg("--admin").arg(admin).args(args);
+    tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap()
+}
+
+/// The value of the one sample of `name` whose labels include `labels`.
+fn sample(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let found: Vec<_> = s
+        .samples
+        .iter()
+        .filter(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .collect();
+    assert_eq!(found.len(), 1, "{name} {labels:?}: {found:?}");
+    match &found[0].value {
+        prometheus_parse::Value::Counter(v)
+        | prometheus_parse::Value::Gauge(v)
+        | prometheus_parse::Value::Untyped(v) => *v,
+        other => panic!("{name}: unexpected {other:?}"),
+    }
+}
+
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines().position(|l| l.contains(needle)).expect("needle in text") + 1
+}
+
+#[tokio::test]
+async fn status_services_and_backends_reflect_the_state() {
+    let f = fixture(true).await;
+    f.view.counters[0].ct_entries.set(10);
+    f.view.counters[1].ct_entries.set(5);
+    for c in &f.view.counters {
+        c.ct_capacity.set(1024);
+    }
+    let s: StatusReply = f.get("/v1/status").await;
+    assert_eq!(s.generation, f.controller.lock().unwrap().snapshot().generation);
+    assert_eq!(s.workers, 3);
+    assert_eq!(s.services, 2);
+    // Six backends; five unchecked (healthy) and one probed with `initial: healthy` (HC-3).
+    assert_eq!(s.backends, BackendCounts { total: 6, healthy: 6, drained: 0, draining: 0 });
+    assert_eq!(s.conntrack, ConntrackTotals { entries: 15, capacity: 3072 });
+    assert_eq!(s.config, f.path.display().to_string());
+
+    let web = f.service("web").await;
+    assert_eq!(web.eligible_kind, "HealthyPrimary");
+    assert_eq!(web.eligible_size, 4);
+    assert_eq!(web.eligible, ["10.0.1.1", "10.0.1.2", "10.0.2.1", "10.0.2.2"]);
+    assert_eq!(web.policy.session_affinity, "CLIENT_IP");
+    assert_eq!(web.policy.tracking_mode, "PER_SESSION");
+    assert_eq!(web.policy.zonal_affinity, "ZONAL_AFFINITY_SPILL_CROSS_ZONE");
+    assert_eq!(web.policy.spillover_ratio, Some(0.6));
+    assert_eq!(
+        web.rules,
+        [RuleInfo {
+            destination: "198.51.100.10".into(),
+            protocol: "TCP".into(),
+            ports: "80".into()
+        }]
+    );
+    let zone = |n: &str| web.zones.iter().find(|z| z.zone == n).unwrap().clone();
+    // ZA-2: zone-a and zone-b match (2 of 2 in zone: 1.0 >= 0.6), zone-c has no primary.
+    assert_eq!(
+        zone("zone-a"),
+        ZoneChoiceInfo { zone: "zone-a".into(), zonal_match: true, spilled: false, size: 2 }
+    );
+    assert_eq!(
+        zone("zone-c"),
+        ZoneChoiceInfo { zone: "zone-c".into(), zonal_match: false, spilled: false, size: 4 }
+    );
+
+    let b = f.backend("10.0.2.2").await;
+    assert_eq!((b.service.as_str(), b.group.as_str(), b.zone.as_str()), ("web", "web-b", "zone-b"));
+    assert_eq!(
+        (b.role.as_str(), b.probe.as_str(), b.health_override.as_str()),
+        ("primary", "healthy", "auto")
+    );
+    assert!(b.healthy && !b.drained && b.eligible);
+    assert_eq!((b.status.as_str(), b.weight), ("active", Some(3)));
+    let fo = f.backend("10.0.3.1").await;
+    assert_eq!((fo.role.as_str(), fo.eligible), ("failover", false));
+    let dns = f.backend("127.0.0.1").await;
+    assert_eq!((dns.port, dns.check.as_deref()), (f.closed_port, Some("tcp-closed")));
+    // Filtered by service.
+    let r: BackendsReply = f.get("/v1/backends?service=dns").await;
+    assert_eq!(r.backends.len(), 1);
+
+    // Unknown endpoints and methods are JSON errors.
+    let (st, body) = f.client.get("/v1/nope").await.unwrap();
+    assert_eq!(st, 404);
+    assert!(serde_json::from_str::<ErrorReply>(&body).is_ok(), "{body}");
+    let (st, body) = f.client.get("/v1/reload").await.unwrap();
+    assert_eq!(st, 405, "{body}");
+    assert!(serde_json::from_str::<ErrorReply>(&body).unwrap().error.contains("method"));
+}
+
+/// HC-2: an override shows in backends (override and effective health) and in the eligible
+/// set; `auto` gives the backend back to its probes.
+#[tokio::test]
+async fn hc_2_set_health_then_backends_shows_override_and_effective_health() {
+    let f = fixture(true).await;
+    let r = f.set_health("10.0.1.1", "unhealthy").await;
+    assert_eq!(r.backends.len(), 1);
+    let b = f.backend("10.0.1.1").await;
+    assert_eq!(
+        (b.health_override.as_str(), b.probe.as_str(), b.healthy, b.eligible),
+        ("unhealthy", "healthy", false, false)
+    );
+    assert_eq!(f.service("web").await.eligible_size, 3);
+    let s: StatusReply = f.get("/v1/status").await;
+    assert_eq!((s.backends.healthy, s.backends.total), (5, 6));
+
+    // The dns backend's probes fail (closed port); forcing it healthy wins (HC-2).
+    let r: ActionReply = f
+        .post(
+            "/v1/backends/127.0.0.1/health",
+            serde_json::json!({"health": "healthy", "service": "dns"}),
+        )
+        .await;
+    assert_eq!(r.backends[0].health_override, "healthy");
+    assert!(r.backends[0].healthy);
+
+    f.set_health("10.0.1.1", "auto").await;
+    let b = f.backend("10.0.1.1").await;
+    assert_eq!((b.health_override.as_str(), b.healthy, b.eligible), ("auto", true, true));
+
+    // Errors: bad value, unknown backend, not an address.
+    let bad = |path: &str, body: serde_json::Value| {
+        let c = f.client.clone();
+        let path = path.to_owned();
+        async move { c.post(&path, Some(&body)).await.unwrap() }
+    };
+    let (st, body) =
+        bad("/v1/backends/10.0.1.1/health", serde_json::json!({"health": "sick"})).await;
+    assert_eq!(st, 400);
+    assert!(body.contains("unknown health override `sick`"), "{body}");
+    let (st, body) =
+        bad("/v1/backends/10.9.9.9/health", serde_json::json!({"health": "healthy"})).await;
+    assert_eq!(st, 404);
+    assert!(body.contains("no backend 10.9.9.9"), "{body}");
+    let (st, _) =
+        bad("/v1/backends/not-an-ip/health", serde_json::json!({"health": "healthy"})).await;
+    assert_eq!(st, 400);
+}
+
+#[tokio::test]
+async fn drain_excludes_the_backend_from_the_eligible_set_until_undrained() {
+    let f = fixture(false).await; // over TCP
+    assert!(matches!(f.server.local_addr(), Listen::Tcp(_)));
+    let before: StatusReply = f.get("/v1/status").await;
+    let r: ActionReply = f.post("/v1/backends/10.0.2.2/drain", serde_json::json!({})).await;
+    assert!(r.backends[0].drained);
+    assert_eq!(r.generation, before.generation + 1);
+    let b = f.backend("10.0.2.2").await;
+    assert!(b.drained && b.healthy && !b.eligible);
+    let web = f.service("web").await;
+    assert_eq!(web.eligible_size, 3);
+    assert!(!web.eligible.contains(&"10.0.2.2".to_owned()));
+    assert_eq!(web.zones.iter().find(|z| z.zone == "zone-b").unwrap().size, 1);
+    let s: StatusReply = f.get("/v1/status").await;
+    assert_eq!(s.backends.drained, 1);
+
+    let r: ActionReply = f.post("/v1/backends/10.0.2.2/undrain", serde_json::json!(null)).await;
+    assert!(!r.backends[0].drained);
+    assert_eq!(f.service("web").await.eligible_size, 4);
+}
+
+/// NX-3: an invalid file is rejected with its field and line and changes nothing; a valid
+/// one reports the backends it added and removed.
+#[tokio::test]
+async fn nx_3_reload_rejects_an_invalid_file_and_reports_a_valid_change() {
+    let f = fixture(true).await;
+    let before: StatusReply = f.get("/v1/status").await;
+    let good = yaml(f.closed_port);
+    let bad = good.replace("spillover_ratio: 0.6", "spillover_ratio: 1.6");
+    std::fs::write(&f.path, &bad).unwrap();
+    let (st, body) = f.client.post("/v1/reload", None).await.unwrap();
+    assert_eq!(st, 400, "{body}");
+    let e: ErrorReply = serde_json::from_str(&body).unwrap();
+    let line = line_of(&bad, "spillover_ratio: 1.6");
+    let field = "services[0].backend_service.zonal_affinity.spillover_ratio";
+    assert!(e.error.contains(field), "{}", e.error);
+    assert!(e.error.contains(&format!("api.yaml:{line}:")), "{}", e.error);
+    assert_eq!(e.errors.len(), 1);
+    assert_eq!((e.errors[0].field.as_str(), e.errors[0].line), (field, Some(line)));
+    let after: StatusReply = f.get("/v1/status").await;
+    assert_eq!(after.generation, before.generation, "a rejected file publishes nothing");
+    assert_eq!(f.service("web").await.policy.spillover_ratio, Some(0.6));
+
+    let changed = good
+        .replace("[10.0.2.1, 10.0.2.2]", "[10.0.2.1]")
+        .replace("[10.0.1.1, 10.0.1.2]", "[10.0.1.1, 10.0.1.2, 10.0.1.3]");
+    std::fs::write(&f.path, &changed).unwrap();
+    let r: ReloadReply = f.post("/v1/reload", serde_json::Value::Null).await;
+    assert_eq!(r.added, ["web/10.0.1.3"]);
+    assert_eq!(r.removed.len(), 1);
+    assert_eq!(r.removed[0].backend, "web/10.0.2.2");
+    assert!(r.undrained.is_empty());
+    assert_eq!(r.services, 2);
+    assert!(r.generation > before.generation);
+    let s: StatusReply = f.get("/v1/status").await;
+    assert_eq!(s.generation, r.generation);
+    assert!(f.service("web").await.eligible.contains(&"10.0.1.3".to_owned()));
+}
+
+#[tokio::test]
+async fn conntrack_stats_lookup_and_explain_ask_the_workers() {
+    let f = fixture(true).await;
+    for (w, c) in f.view.counters.iter().enumerate() {
+        c.ct_entries.set(10 * w as u64 + 1);
+        c.ct_capacity.set(4096);
+        c.ct_inserts.add(100 + w as u64);
+        c.ct_evictions.add(w as u64);
+    }
+    let r: ConntrackReply = f.get("/v1/conntrack").await;
+    assert_eq!(r.workers.len(), 3);
+    assert_eq!(
+        r.workers[1],
+        WorkerConntrack { worker: 1, entries: 11, capacity: 4096, inserts: 101, evictions: 1 }
+    );
+    assert_eq!((r.total.entries, r.total.inserts, r.total.evictions), (33, 303, 3));
+
+    // Worker 1 holds the flow's entry, on 10.0.2.1, idle 1234 ms.
+    let web = f.service("web").await;
+    let target = f.backend("10.0.2.1").await;
+    // CT-1d: PER_SESSION with CLIENT_IP affinity tracks the 2-tuple (ports and protocol zero).
+    let key = FlowKey {
+        src: "192.0.2.7".parse().unwrap(),
+        dst: "198.51.100.10".parse().unwrap(),
+        sport: 0,
+        dport: 0,
+        proto: 0,
+        kind: 2,
+        service: web.id,
+    };
+    let entry = Entry {
+        key,
+        value: EntryValue {
+            backend: BackendRef { slot: target.slot, gen: target.generation }.to_u32(),
+            epoch: web.epoch,
+            flags: 0,
+        },
+        idle_ms: 1234,
+    };
+    f.view.entries.lock().unwrap().insert((1, key), entry);
+    let flow = "src=192.0.2.7&dst=198.51.100.10&proto=tcp&sport=40000&dport=80";
+    let started = Instant::now();
+    let r: FlowLookupReply = f.get(&format!("/v1/conntrack/lookup?{flow}")).await;
+    // Worker 2 never answers: the API gives up after its timeout, not later.
+    assert!(started.elapsed() >= api::LOOKUP_TIMEOUT);
+    assert!(started.elapsed() < api::LOOKUP_TIMEOUT * 4);
+    assert_eq!(f.view.queries.lock().unwrap()[0].0, key);
+    assert_eq!(r.service, "web");
+    assert_eq!(r.tracking_key, "2-tuple 192.0.2.7 -> 198.51.100.10");
+    let states: Vec<&str> = r.workers.iter().map(|w| w.state.as_str()).collect();
+    assert_eq!(states, ["absent", "found", "no_answer"]);
+    let e = r.workers[1].entry.as_ref().unwrap();
+    assert_eq!(
+        (e.backend.as_deref(), e.idle_ms, e.current_generation),
+        (Some("10.0.2.1"), 1234, true)
+    );
+
+    // Explain: the entry is valid, the packet follows it (NX-1).
+    let x: ExplainReply = f.get(&format!("/v1/explain?{flow}")).await;
+    assert_eq!(x.service.as_deref(), Some("web"));
+    assert_eq!(x.client_zone.as_deref(), Some("zone-a"));
+    assert_eq!(x.eligible_kind.as_deref(), Some("HealthyPrimary"));
+    assert!(x.zonal_match && !x.spilled);
+    assert_eq!(x.eligible_size, 2);
+    assert_eq!((x.workers_asked, x.workers_answered), (3, 2));
+    let xe = x.entry.as_ref().unwrap();
+    assert_eq!((xe.worker, xe.valid), (1, true));
+    assert_eq!(x.backend.as_deref(), Some("10.0.2.1"));
+    assert_eq!(x.reason, ForwardReason::ConntrackHit.as_str());
+    // Zonal affinity sends new connections of zone-a clients to zone-a (ZA-0: not this entry).
+    let hashed = x.hashed_backend.unwrap();
+    assert!(hashed.starts_with("10.0.1."), "{hashed}");
+
+    // CP-1: PER_SESSION + CLIENT_IP TCP entries do not persist on an unhealthy backend.
+    f.set_health("10.0.2.1", "unhealthy").await;
+    let x: ExplainReply = f.get(&format!("/v1/explain?{flow}")).await;
+    let xe = x.entry.as_ref().unwrap();
+    assert!(!xe.valid);
+    assert_eq!(xe.invalid_reason.as_deref(), Some("replaced_unhealthy"));
+    assert_eq!(x.reason, "replaced_unhealthy");
+    assert_eq!(x.backend, x.hashed_backend);
+
+    // No rule: 404 for a lookup, no_matching_rule for explain.
+    let (st, body) = f
+        .client
+        .get("/v1/conntrack/lookup?src=192.0.2.7&dst=198.51.100.99&proto=tcp&sport=1&dport=80")
+        .await
+        .unwrap();
+    assert_eq!(st, 404, "{body}");
+    let x: ExplainReply =
+        f.get("/v1/explain?src=192.0.2.7&dst=198.51.100.99&proto=udp&sport=1&dport=80").await;
+    assert_eq!((x.service, x.reason.as_str()), (None, "no_matching_rule"));
+    // Bad flows are 400s that say what is wrong.
+    let (st, body) =
+        f.client.get("/v1/explain?src=192.0.2.7&dst=198.51.100.10&proto=tcp").await.unwrap();
+    assert_eq!(st, 400);
+    assert!(body.contains("missing `sport`"), "{body}");
+    let (st, body) =
+        f.client.get("/v1/explain?src=nope&dst=198.51.100.10&proto=icmp").await.unwrap();
+    assert_eq!(st, 400);
+    assert!(body.contains("src: `nope` is not an IP address"), "{body}");
+}
+
+#[tokio::test]
+async fn metrics_parse_and_carry_the_counters_and_decision_gauges() {
+    let f = fixture(true).await;
+    let web = f.service("web").await;
+    let b = f.backend("10.0.2.1").await;
+    let v = &f.view.counters;
+    v[0].services[usize::from(web.id)].packets.add(100);
+    v[1].services[usize::from(web.id)].packets.add(23);
+    v[2].services[usize::from(web.id)].new_connections.add(7);
+    v[0].backends[usize::from(b.slot)].bytes.add(5000);
+    v[2].backends[usize::from(b.slot)].bytes.add(1000);
+    v[1].reason(Reason::Decision(DropReason::NoEligibleBackend)).add(7);
+    v[0].reason(Reason::Forward(ForwardReason::ConntrackHit)).add(40);
+    v[2].reason(Reason::Forward(ForwardReason::ConntrackHit)).add(2);
+    v[1].rx_packets.add(999);
+    v[1].tx_packets.add(990);
+    v[2].ct_entries.set(17);
+    v[2].ct_evictions.add(4);
+
+    let m = f.metrics().await;
+    let web_l = [("service", "web")];
+    assert_eq!(sample(&m, "spillway_service_packets_total", &web_l), 123.0);
+    assert_eq!(sample(&m, "spillway_service_new_connections_total", &web_l), 7.0);
+    assert_eq!(
+        sample(&m, "spillway_backend_bytes_total", &[("service", "web"), ("backend", "10.0.2.1")]),
+        6000.0
+    );
+    assert_eq!(
+        sample(&m, "spillway_dropped_packets_total", &[("reason", "no_eligible_backend")]),
+        7.0
+    );
+    assert_eq!(
+        sample(&m, "spillway_forwarded_packets_total", &[("reason", "conntrack_hit")]),
+        42.0
+    );
+    assert_eq!(sample(&m, "spillway_dropped_packets_total", &[("reason", "tx_full")]), 0.0);
+    assert_eq!(sample(&m, "spillway_worker_rx_packets_total", &[("worker", "1")]), 999.0);
+    assert_eq!(sample(&m, "spillway_worker_tx_packets_total", &[("worker", "1")]), 990.0);
+    assert_eq!(sample(&m, "spillway_conntrack_entries", &[("worker", "2")]), 17.0);
+    assert_eq!(sample(&m, "spillway_conntrack_evictions_total", &[("worker", "2")]), 4.0);
+    // Every reason has its sample (NX-2: every drop is counted somewhere).
+    let reasons = m
+        .samples
+        .iter()
+        .filter(|s| {
+            s.metric == "spillway_dropped_packets_total"
+                || s.metric == "spillway_forwarded_packets_total"
+        })
+        .count();
+    assert_eq!(reasons, Reason::all().count());
+    assert_eq!(sample(&m, "spillway_service_failover_active", &web_l), 0.0);
+    assert_eq!(sample(&m, "spillway_service_eligible_backends", &web_l), 4.0);
+    assert_eq!(
+        sample(
+            &m,
+            "spillway_service_zone_eligible_backends",
+            &[("service", "web"), ("zone", "zone-a")]
+        ),
+        2.0
+    );
+    let spill = |m: &prometheus_parse::Scrape, zone: &str| {
+        sample(m, "spillway_service_zonal_spill_active", &[("service", "web"), ("zone", zone)])
+    };
+    assert_eq!((spill(&m, "zone-a"), spill(&m, "zone-b")), (0.0, 0.0));
+    assert_eq!(sample(&m, "spillway_backend_healthy", &[("backend", "10.0.1.1")]), 1.0);
+
+    // ZA-5: with 10.0.1.1 unhealthy, zone-a keeps 1 of 2 (0.5 < 0.6): zone-a spills.
+    f.set_health("10.0.1.1", "unhealthy").await;
+    let m = f.metrics().await;
+    assert_eq!((spill(&m, "zone-a"), spill(&m, "zone-b")), (1.0, 0.0));
+    assert_eq!(sample(&m, "spillway_backend_healthy", &[("backend", "10.0.1.1")]), 0.0);
+    assert_eq!(
+        sample(
+            &m,
+            "spillway_backend_health_override",
+            &[("backend", "10.0.1.1"), ("override", "unhealthy")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "spillway_service_zone_eligible_backends",
+            &[("service", "web"), ("zone", "zone-a")]
+        ),
+        3.0
+    );
+
+    // FO-2: every primary unhealthy -> the healthy failover backends: failover active.
+    for a in ["10.0.1.2", "10.0.2.1", "10.0.2.2"] {
+        f.set_health(a, "unhealthy").await;
+    }
+    let m = f.metrics().await;
+    assert_eq!(sample(&m, "spillway_service_failover_active", &web_l), 1.0);
+    assert_eq!(
+        sample(
+            &m,
+            "spillway_service_eligible_kind",
+            &[("service", "web"), ("kind", "HealthyFailover")]
+        ),
+        1.0
+    );
+    assert_eq!(sample(&m, "spillway_service_eligible_backends", &web_l), 1.0);
+    assert_eq!(sample(&m, "spillway_service_failover_active", &[("service", "dns")]), 0.0);
+    let gen = f.controller.lock().unwrap().snapshot().generation;
+    assert_eq!(sample(&m, "spillway_snapshot_generation", &[]), gen as f64);
+
+    // Health checks: the dns backend's probes to a closed port are refused; wait for some.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let dns = [("service", "dns"), ("check", "tcp-closed"), ("result", "refused")];
+    let m = loop {
+        let m = f.metrics().await;
+        if sample(&m, "spillway_health_check_probes_total", &dns) >= 2.0 {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no refused probe counted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let count = sample(&m, "spillway_health_check_duration_seconds_count", &dns[..2]);
+    let sum = sample(&m, "spillway_health_check_duration_seconds_sum", &dns[..2]);
+    assert!(count >= 2.0 && sum >= 0.0 && sum < count, "count {count} sum {sum}");
+    assert_eq!(
+        sample(
+            &m,
+            "spillway_health_check_probes_total",
+            &[("service", "dns"), ("result", "success")]
+        ),
+        0.0
+    );
+}
+
+#[tokio::test]
+async fn spillwayctl_talks_to_the_server() {
+    let f = fixture(true).await;
+    let out = f.ctl(&["status"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("backends") && text.contains("6/6 healthy"), "{text}");
+    let generation = f.controller.lock().unwrap().snapshot().generation;
+    assert!(
+        text.lines().any(|l| l.split_whitespace().eq(["generation", &generation.to_string()])),
+        "{text}"
+    );
+
+    let out = f.ctl(&["backends", "--json"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let r: BackendsReply = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r.backends.len(), 6);
+
+    let out = f.ctl(&["set-health", "10.0.1.2", "unhealthy", "--service", "web"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let row = text.lines().find(|l| l.contains("10.0.1.2")).expect("row for the backend");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        &cells[..8],
+        ["web", "10.0.1.2", "web-a", "zone-a", "primary", "healthy", "unhealthy", "unhealthy"]
+    );
+    let b = f.backend("10.0.1.2").await;
+    assert_eq!((b.health_override.as_str(), b.healthy), ("unhealthy", false));
+
+    // The table: one header, aligned columns.
+    let out = f.ctl(&["backends"]).await;
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("SERVICE  BACKEND"), "{text}");
+    assert_eq!(lines.len(), 7);
+    let col = lines[0].find("GROUP").unwrap();
+    assert!(lines[1..].iter().all(|l| l[col - 2..col].trim().is_empty()), "{text}");
+
+    // An error reply: non-zero, the daemon's message.
+    let out = f.ctl(&["drain", "10.9.9.9"]).await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("no backend 10.9.9.9") && err.contains("404"), "{err}");
+
+    let out = f
+        .ctl(&[
+            "explain",
+            "--src",
+            "192.0.2.7",
+            "--dst",
+            "198.51.100.10",
+            "--sport",
+            "1",
+            "--dport",
+            "80",
+        ])
+        .await;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("zone-a") && text.contains("new_connection"), "{text}");
+
+    let out = f.ctl(&["metrics"]).await;
+    assert!(out.status.success());
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("spillway_service_packets_total{service=\"web\"} 0"));
+    drop(f.dir);
+}
+
+#[tokio::test]
+async fn spillwayctl_reports_an_unreachable_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = format!("unix:{}", dir.path().join("none.sock").display());
+    let out = ctl(&sock, &["status"]).await;
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("cannot reach the spillway daemon at unix:") && err.contains("SPILLWAY_ADMIN"),
+        "{err}"
+    );
+
+    let out = ctl(&format!("127.0.0.1:{}", closed_port()), &["backends"]).await;
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(String::from_utf8(out.stderr).unwrap().contains("Connection refused"));
+
+    let out = ctl("not an address", &["status"]).await;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+
+    // A client error from the library too.
+    let c = Client::new(&sock, Duration::from_secs(1)).unwrap();
+    assert!(matches!(c.get("/v1/status").await, Err(ClientError::Unreachable { .. })));
+}
+
+#[tokio::test]
+async fn bind_errors_name_admin_listen_and_a_stale_socket_is_replaced() {
+    let f = fixture(true).await;
+    let Listen::Unix(path) = f.server.local_addr().clone() else { panic!() };
+    // In use by a live server.
+    let e =
+        api::spawn(&format!("unix:{}", path.display()), Arc::clone(&f.controller), f.view.clone())
+            .unwrap_err();
+    assert!(e.to_string().starts_with("cannot listen on `unix:/"), "{e}");
+    let e = api::spawn("localhost", Arc::clone(&f.controller), f.view.clone()).unwrap_err();
+    assert!(e.to_string().contains("`localhost` is neither"), "{e}");
+    // A stale socket file (no process behind it) is removed and rebound; dropping the server
+    // removes its socket.
+    let stale: &Path = &f.dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(stale).unwrap());
+    assert!(stale.exists());
+    let s =
+        api::spawn(&format!("unix:{}", stale.display()), Arc::clone(&f.controller), f.view.clone())
+            .expect("stale socket replaced");
+    let c = Client::new(&s.local_addr().to_string(), Duration::from_secs(5)).unwrap();
+    assert_eq!(c.get("/v1/status").await.unwrap().0, 200);
+    drop(s);
+    assert!(!stale.exists());
+}

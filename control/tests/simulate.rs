@@ -1,0 +1,423 @@
+//! `spillwayctl simulate` scenarios: every rule of SPEC sections 2 and 3 (CT, CP, CD, FO) and
+//! the worked examples of section 4 (ZA-E1..ZA-E3), run through `simulate::run` against real
+//! configuration files, with the expected output written by hand next to each scenario.
+//!
+//! Layout: `tests/scenarios/NAME.yaml` is a scenario, `tests/scenarios/NAME.expected` its
+//! expected output, `tests/scenarios/configs/` the configurations (each says what it holds).
+//!
+//! An `.expected` file holds one JSON line per packet step, in order; blank lines and lines
+//! starting with `#` are comments. Lines are compared as JSON values, so every key must be
+//! there with its exact value, except that `backend` may be written as:
+//!
+//! - `"$N"`: the same backend as the output line of step N (not null);
+//! - `"a|b|c"`: one of these backends (for new connections over a set of several, where the
+//!   hash decides and only the set can be written down by hand).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use spillway_control::config::ConfigError;
+use spillway_control::simulate::{run, SimulateError};
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios")
+}
+
+/// Runs scenario `name` on `configs/<config>` and returns stdout.
+fn output(config: &str, name: &str) -> String {
+    let d = dir();
+    let mut out = Vec::new();
+    if let Err(e) = run(&d.join("configs").join(config), &d.join(format!("{name}.yaml")), &mut out)
+    {
+        panic!("scenario {name} failed: {e}");
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// Runs scenario `name` and compares its output with `NAME.expected`.
+fn check(config: &str, name: &str) {
+    let actual = output(config, name);
+    let expected_path = dir().join(format!("{name}.expected"));
+    let expected_text = std::fs::read_to_string(&expected_path).unwrap();
+    compare(name, &actual, &expected_text);
+}
+
+fn compare(name: &str, actual: &str, expected_text: &str) {
+    let actual: Vec<Value> = actual
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: bad output {l}: {e}")))
+        .collect();
+    let expected: Vec<(usize, &str)> = expected_text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let dump = || actual.iter().map(Value::to_string).collect::<Vec<_>>().join("\n");
+    assert_eq!(
+        actual.len(),
+        expected.len(),
+        "{name}: {} output lines, {} expected; output:\n{}",
+        actual.len(),
+        expected.len(),
+        dump()
+    );
+    let backend_of_step = |n: u64| -> Value {
+        let line = actual
+            .iter()
+            .find(|v| v["step"].as_u64() == Some(n))
+            .unwrap_or_else(|| panic!("{name}: no output line for step {n}"));
+        assert!(line["backend"].is_string(), "{name}: step {n} has no backend");
+        line["backend"].clone()
+    };
+    for (got, (lineno, text)) in actual.iter().zip(&expected) {
+        let mut want: Value = serde_json::from_str(text)
+            .unwrap_or_else(|e| panic!("{name}.expected:{lineno}: not JSON: {e}"));
+        let where_ = format!("{name}.expected:{lineno}\n  expected {text}\n  got      {got}");
+        if let Some(b) = want["backend"].as_str().map(str::to_owned) {
+            if let Some(n) = b.strip_prefix('$') {
+                let n: u64 = n.parse().unwrap_or_else(|_| panic!("{where_}: bad placeholder"));
+                want["backend"] = backend_of_step(n);
+            } else if b.contains('|') {
+                let one_of: Vec<&str> = b.split('|').collect();
+                let g = got["backend"].as_str();
+                assert!(g.is_some_and(|g| one_of.contains(&g)), "{where_}: backend not one of");
+                want["backend"] = got["backend"].clone();
+            }
+        }
+        assert_eq!(got, &want, "{where_}");
+    }
+}
+
+// ---- section 2: connection tracking ----
+
+#[test]
+fn ct_2_syn_skips_lookup_and_replaces_entry() {
+    check("two.yaml", "ct_2_syn");
+}
+
+#[test]
+fn ct_2_syn_looked_up_with_per_session_client_ip() {
+    check("session_ip.yaml", "ct_2_session");
+}
+
+#[test]
+fn ct_3_hit_or_selection_and_ct_7_fin_rst_keep_entry() {
+    check("two.yaml", "ct_3_7");
+}
+
+#[test]
+fn ct_8_idle_timeout_exact_restart_default_and_reload() {
+    check("idle.yaml", "ct_8_idle");
+}
+
+#[test]
+fn ct_12_replacement_entry_is_ordinary() {
+    check("two.yaml", "ct_12");
+}
+
+#[test]
+fn ct_13_first_reason_wins() {
+    check("ct13.yaml", "ct_13");
+}
+
+// ---- section 2: persistence and draining ----
+
+#[test]
+fn cp_1_to_4_persistence_table() {
+    check("cp.yaml", "cp_1_4");
+}
+
+#[test]
+fn cp_5_entries_made_on_unhealthy_backends() {
+    check("cp5.yaml", "cp_5");
+}
+
+#[test]
+fn cd_1_to_5_removal_draining_readding() {
+    check("cd_a.yaml", "cd");
+}
+
+// ---- section 3: eligible backends and failover ----
+
+#[test]
+fn fo_1_no_failover_groups() {
+    check("two.yaml", "fo_1");
+}
+
+#[test]
+fn fo_2_each_of_the_five_sets() {
+    check("fo.yaml", "fo_2");
+}
+
+#[test]
+fn fo_3_and_fo_6_nothing_healthy() {
+    check("fo3.yaml", "fo_3_6");
+}
+
+#[test]
+fn fo_9_flip_and_flip_back() {
+    check("fo9.yaml", "fo_9");
+}
+
+// ---- section 4: zonal affinity, worked examples ----
+
+#[test]
+fn za_e1_failover_side_has_no_match_in_client_zone() {
+    check("za_e1.yaml", "za_e1");
+}
+
+#[test]
+fn za_e2_spill_ratio_point_eight() {
+    check("za_e2.yaml", "za_e2");
+}
+
+#[test]
+fn za_e3_ratio_one_and_zero() {
+    check("za_e3.yaml", "za_e3");
+}
+
+#[test]
+fn za_3_stay_within_zone_and_za_1() {
+    check("za_3.yaml", "za_3");
+}
+
+// ---- packets ----
+
+#[test]
+fn packet_shapes_ipv6_fragments_and_malformed() {
+    check("packets.yaml", "packets");
+}
+
+// ---- reproducibility (CH-4: no hash_seed -> the built-in key, never a random one) ----
+
+#[test]
+fn same_scenario_twice_gives_identical_output() {
+    let first = output("two.yaml", "many");
+    let second = output("two.yaml", "many");
+    assert_eq!(first, second);
+    assert_eq!(first.lines().count(), 40, "{first}");
+    // Both backends get some of the 32 new flows (not a degenerate hash).
+    for b in ["\"198.18.1.1\"", "\"198.18.1.2\""] {
+        assert!(first.contains(b), "{first}");
+    }
+    // Setting hash_seed to the built-in key changes nothing.
+    assert_eq!(first, output("two_seeded.yaml", "many"));
+}
+
+// ---- errors ----
+
+fn tmp_scenario(name: &str, text: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("simulate");
+    std::fs::create_dir_all(&d).unwrap();
+    let p = d.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn run_text(name: &str, config: &str, text: &str) -> (String, Result<(), SimulateError>) {
+    let scenario = tmp_scenario(name, text);
+    let mut out = Vec::new();
+    let r = run(&dir().join("configs").join(config), &scenario, &mut out);
+    (String::from_utf8(out).unwrap(), r)
+}
+
+#[test]
+fn bad_config_is_rejected_with_every_validation_error() {
+    let d = dir();
+    let mut out = Vec::new();
+    let e = run(&d.join("configs/bad.yaml"), &d.join("ct_12.yaml"), &mut out).unwrap_err();
+    assert!(out.is_empty());
+    let SimulateError::Config(ConfigError::Invalid { errors, .. }) = &e else {
+        panic!("expected the validation errors, got {e}");
+    };
+    assert_eq!(errors.len(), 2, "{e}");
+    let text = e.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].contains("configs/bad.yaml:19:"), "{text}");
+    assert!(lines[0].contains("connection_persistence_on_unhealthy_backends"), "{text}");
+    assert!(lines[1].contains("configs/bad.yaml:22:"), "{text}");
+    assert!(lines[1].contains("zone-q"), "{text}");
+}
+
+#[test]
+fn bad_scenarios_name_file_line_and_field() {
+    let head = "health: {198.18.1.2: unhealthy}\nsteps:\n  - advance: 1\n";
+    let pkt = "src: 198.18.10.5, dst: 198.18.0.100";
+    // (step text on line 4, field, part of the message)
+    let cases: &[(&str, &str, &str)] = &[
+        ("- pakcet: {}", "steps[1].pakcet", "unknown field `pakcet`"),
+        (
+            &format!("- packet: {{{pkt}, proto: TCP, sprot: 1}}"),
+            "steps[1].packet.sprot",
+            "unknown field `sprot`",
+        ),
+        (
+            "- packet: {src: 198.18.10, dst: 198.18.0.100, proto: TCP}",
+            "steps[1].packet.src",
+            "`198.18.10` is not an IP address",
+        ),
+        (
+            "- packet: {src: 198.18.10.5, dst: nowhere, proto: TCP}",
+            "steps[1].packet.dst",
+            "`nowhere` is not an IP address",
+        ),
+        (
+            &format!("- packet: {{{pkt}, proto: SCTP}}"),
+            "steps[1].packet.proto",
+            "`SCTP` is not a protocol",
+        ),
+        (
+            &format!("- packet: {{{pkt}, proto: 256}}"),
+            "steps[1].packet.proto",
+            "256 is not a protocol",
+        ),
+        (
+            &format!("- packet: {{{pkt}, proto: TCP, flags: SYN}}"),
+            "steps[1].packet.flags",
+            "`Y` in `SYN` is not a TCP flag",
+        ),
+        (
+            &format!("- packet: {{{pkt}, proto: TCP, sport: 65536}}"),
+            "steps[1].packet.sport",
+            "65536",
+        ),
+        (&format!("- packet: {{{pkt}}}"), "steps[1].packet", "missing field `proto`"),
+        ("- advance: -5", "steps[1].advance", "negative"),
+        ("- advance: 0.0001", "steps[1].advance", "at most 3 decimals"),
+        ("- advance: soon", "steps[1].advance", "non-negative number of seconds"),
+        ("- health: {198.18.1.1: sick}", "steps[1].health.198.18.1.1", "unknown variant `sick`"),
+        ("- health: {198.18.1: healthy}", "steps[1].health.198.18.1", "not an IP address"),
+        ("- {advance: 1, reload: x.yaml}", "steps[1]", "exactly one of"),
+        ("- {}", "steps[1]", "exactly one of"),
+        // Found while running: the lines of the steps before were written.
+        (
+            "- health: {198.18.9.9: healthy}",
+            "steps[1].health.198.18.9.9",
+            "198.18.9.9 is not a configured backend",
+        ),
+        ("- reload: does-not-exist.yaml", "steps[1].reload", "cannot read"),
+    ];
+    for (i, (step, field, message)) in cases.iter().enumerate() {
+        let text = format!("{head}  {step}\n");
+        let (_, r) = run_text(&format!("bad{i}.yaml"), "two.yaml", &text);
+        let e = r.expect_err(step);
+        let shown = e.to_string();
+        assert_eq!(e.line(), Some(4), "{step}: {shown}");
+        assert_eq!(e.field(), Some(*field), "{step}: {shown}");
+        assert!(
+            shown.starts_with(&format!("{}:4:", tmp_scenario_path(&format!("bad{i}.yaml")))),
+            "{shown}"
+        );
+        assert!(shown.contains(&format!("field `{field}`: ")), "{shown}");
+        assert!(shown.contains(message), "{step}: {shown}");
+    }
+}
+
+fn tmp_scenario_path(name: &str) -> String {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("simulate").join(name).display().to_string()
+}
+
+#[test]
+fn bad_scenario_file_level_errors() {
+    // Unknown top-level key, on line 1.
+    let (_, r) = run_text("top.yaml", "two.yaml", "helth: {}\nsteps: []\n");
+    let e = r.unwrap_err();
+    assert_eq!((e.line(), e.field()), (Some(1), Some("helth")), "{e}");
+    // Initial health of an address that is no backend.
+    let (_, r) = run_text("init.yaml", "two.yaml", "steps: []\nhealth: {198.18.9.9: unhealthy}\n");
+    let e = r.unwrap_err();
+    assert_eq!((e.line(), e.field()), (Some(2), Some("health.198.18.9.9")), "{e}");
+    // Broken YAML.
+    let (_, r) = run_text("syntax.yaml", "two.yaml", "steps:\n  - packet: {src: [\n");
+    assert!(matches!(r, Err(SimulateError::Scenario { location: Some(_), .. })), "{r:?}");
+    // No steps at all.
+    let (_, r) = run_text("nosteps.yaml", "two.yaml", "health: {}\n");
+    assert!(r.unwrap_err().to_string().contains("missing field `steps`"));
+    // A missing scenario file.
+    let mut out = Vec::new();
+    let e = run(&dir().join("configs/two.yaml"), Path::new("/nonexistent/s.yaml"), &mut out)
+        .unwrap_err();
+    assert!(e.to_string().starts_with("/nonexistent/s.yaml: cannot read"), "{e}");
+}
+
+#[test]
+fn runtime_errors_keep_the_lines_already_written() {
+    let text = "steps:\n  - packet: {src: 198.18.10.5, dst: 198.18.0.100, proto: ICMP}\n  \
+                - health: {198.18.9.9: healthy}\n  \
+                - packet: {src: 198.18.10.5, dst: 198.18.0.100, proto: ICMP}\n";
+    let (out, r) = run_text("partial.yaml", "two.yaml", text);
+    assert_eq!(r.unwrap_err().line(), Some(3));
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.starts_with("{\"step\": 0, \"verdict\": \"forward\""), "{out}");
+}
+
+#[test]
+fn reload_of_an_invalid_config_names_the_scenario_line_and_the_config_errors() {
+    let bad = dir().join("configs/bad.yaml");
+    let text = format!(
+        "steps:\n  - packet: {{src: 198.18.10.5, dst: 198.18.0.100, proto: ICMP}}\n  \
+         - reload: {}\n",
+        bad.display()
+    );
+    let (out, r) = run_text("reload.yaml", "two.yaml", &text);
+    // Reloads are validated before the first step: nothing was printed.
+    assert!(out.is_empty(), "{out}");
+    let e = r.unwrap_err();
+    assert!(matches!(e, SimulateError::Reload { .. }), "{e}");
+    assert_eq!((e.line(), e.field()), (Some(3), Some("steps[1].reload")), "{e}");
+    let shown = e.to_string();
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines.len(), 3, "{shown}");
+    assert!(lines[0].ends_with("field `steps[1].reload`: cannot reload:"), "{shown}");
+    assert!(lines[1].contains("bad.yaml:19:"), "{shown}");
+    assert!(lines[2].contains("bad.yaml:22:"), "{shown}");
+}
+
+#[test]
+fn compare_rejects_a_wrong_expectation() {
+    let got = "{\"step\": 0, \"verdict\": \"forward\", \"backend\": \"198.18.1.1\", \"reason\": \
+               \"new_connection\", \"service\": \"web\", \"eligible\": null}\n";
+    let same = got.replace("198.18.1.1", "198.18.1.2|198.18.1.1");
+    compare("ok", got, &same);
+    for wrong in [
+        got.replace("new_connection", "conntrack_hit"),
+        got.replace("198.18.1.1", "198.18.1.2|198.18.1.3"),
+        got.replace("\"eligible\": null", "\"eligible\": null, \"extra\": 1"),
+        format!("{got}{got}"),
+    ] {
+        let r = std::panic::catch_unwind(|| compare("wrong", got, &wrong));
+        assert!(r.is_err(), "accepted {wrong}");
+    }
+}
+
+// ---- the spillwayctl binary ----
+
+#[test]
+fn spillwayctl_simulate_prints_the_expected_lines() {
+    let d = dir();
+    let run = |config: &str, scenario: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_spillwayctl"))
+            .arg("simulate")
+            .arg("--config")
+            .arg(d.join("configs").join(config))
+            .arg("--scenario")
+            .arg(d.join(scenario))
+            .output()
+            .unwrap()
+    };
+    let ok = run("ct13.yaml", "ct_13.yaml");
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let stdout = String::from_utf8(ok.stdout).unwrap();
+    let expected = std::fs::read_to_string(d.join("ct_13.expected")).unwrap();
+    // Byte for byte: the expected file's JSON lines are the exact output format.
+    let want: Vec<&str> = expected.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), want);
+    // A bad config: non-zero exit, every validation error on stderr, nothing on stdout.
+    let bad = run("bad.yaml", "ct_13.yaml");
+    assert!(!bad.status.success());
+    assert!(bad.stdout.is_empty());
+    let stderr = String::from_utf8(bad.stderr).unwrap();
+    assert!(stderr.contains("bad.yaml:19:") && stderr.contains("bad.yaml:22:"), "{stderr}");
+}
