@@ -13,8 +13,11 @@
 use crate::config::{self, Config, ConfigError};
 use crate::health::{HealthChecker, HealthEvent, TargetStatus};
 use crate::publish::{Publisher, SnapshotReader};
+use crate::view::DataplaneView;
 use hashbrown::HashMap;
 use spillway_shared::addr::Addr;
+use spillway_shared::advanced::Load;
+use spillway_shared::counters::MAX_ZONES;
 use spillway_shared::maglev::slots_moved;
 use spillway_shared::model::BackendKey;
 use spillway_shared::snapshot::Snapshot;
@@ -83,6 +86,17 @@ pub struct Controller {
     events: Option<UnboundedReceiver<HealthEvent>>,
     next_deadline: Option<Time>,
     config_generation: u64,
+    last_load: Option<LoadSample>,
+}
+
+/// Cumulative new-connection counts at one instant, to turn into rates (advanced LB).
+#[derive(Debug, Clone)]
+struct LoadSample {
+    at: Time,
+    /// By backend slot.
+    backends: Vec<u64>,
+    /// By (service id, zone slot).
+    zones: HashMap<(u16, usize), u64>,
 }
 
 impl Controller {
@@ -92,6 +106,7 @@ impl Controller {
     pub fn start(path: &Path, config: Config, origin: Instant) -> Result<Controller, ControlError> {
         let (tx, events) = unbounded_channel();
         let mut state = PolicyState::new(false);
+        state.set_topology(config.advanced_topology());
         state.apply_model(config.to_model(), Time::ZERO)?;
         let first = state.snapshot(Time::ZERO);
         let mut c = Controller {
@@ -106,6 +121,7 @@ impl Controller {
             events: Some(events),
             next_deadline: None,
             config_generation: 1,
+            last_load: None,
         };
         c.start_probes();
         c.publish("start");
@@ -227,6 +243,7 @@ impl Controller {
     /// so their connections keep their entries).
     pub fn apply_config(&mut self, config: Config) -> Result<ReloadReport, ControlError> {
         let now = self.now();
+        self.state.set_topology(config.advanced_topology());
         let change = self.state.apply_model(config.to_model(), now)?;
         self.config = config;
         self.config_generation += 1;
@@ -308,6 +325,64 @@ impl Controller {
         if self.next_deadline.is_some_and(|d| self.now() >= d) {
             self.publish("drain deadline");
         }
+    }
+
+    /// Advanced load balancing (SPEC section 7): turn the workers' counters into measured load
+    /// (new connections per second per group, offered load per client zone), fold it into the
+    /// smoothed estimates and republish. The daemon calls it every second; it does nothing when
+    /// no service is advanced. Tracked-connection counts per group are not measured yet: the
+    /// daemon steers by new-connection rate.
+    pub fn feed_load(&mut self, view: &dyn DataplaneView) {
+        if !self.state.has_advanced() {
+            self.last_load = None;
+            return;
+        }
+        let now = self.now();
+        let snap = self.publisher.current();
+        let mut sample =
+            LoadSample { at: now, backends: vec![0; snap.backends.len()], zones: HashMap::new() };
+        let zones = snap.zone_names.len().min(MAX_ZONES);
+        for w in 0..view.workers() {
+            let c = view.counters(w);
+            for (slot, n) in sample.backends.iter_mut().enumerate() {
+                *n += c.backends.get(slot).map_or(0, |t| t.new_connections.get());
+            }
+            for svc in snap.services().filter(|s| s.advanced.is_some()) {
+                for z in (0..zones).chain([MAX_ZONES]) {
+                    let zone = (z < MAX_ZONES).then(|| u16::try_from(z).unwrap_or(u16::MAX));
+                    *sample.zones.entry((svc.id, z)).or_insert(0) += c.zone_new(svc.id, zone).get();
+                }
+            }
+        }
+        if let Some(prev) = self.last_load.take() {
+            let secs = now.as_millis().saturating_sub(prev.at.as_millis()) as f64 / 1000.0;
+            if secs > 0.0 {
+                let rate = |now: u64, before: u64| now.saturating_sub(before) as f64 / secs;
+                let mut groups: HashMap<(u16, Arc<str>), f64> = HashMap::new();
+                for (slot, b) in snap.backends.iter().enumerate() {
+                    let before = prev.backends.get(slot).copied().unwrap_or(0);
+                    *groups.entry((b.service, Arc::clone(&b.group))).or_insert(0.0) +=
+                        rate(sample.backends[slot], before);
+                }
+                for svc in snap.services().filter(|s| s.advanced.is_some()) {
+                    for ((sid, group), r) in groups.iter().filter(|((sid, _), _)| *sid == svc.id) {
+                        let _ = sid;
+                        let load = Load { rate: *r, connections: 0.0 };
+                        self.state.set_group_load(&svc.name, group, load);
+                    }
+                    for z in (0..zones).chain([MAX_ZONES]) {
+                        let now_n = sample.zones.get(&(svc.id, z)).copied().unwrap_or(0);
+                        let before = prev.zones.get(&(svc.id, z)).copied().unwrap_or(0);
+                        let zone = snap.zone_names.get(z).map(String::as_str);
+                        let load = Load { rate: rate(now_n, before), connections: 0.0 };
+                        self.state.set_client_load(&svc.name, zone, load);
+                    }
+                }
+            }
+        }
+        self.last_load = Some(sample);
+        self.state.advance_load(now);
+        self.publish("load");
     }
 
     /// Build and publish a snapshot, logging what changed.

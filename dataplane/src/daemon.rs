@@ -206,14 +206,14 @@ pub fn run_config(
         .map(|(i, ((q, c), &lcore))| Worker::new(i, lcore, q, params, c, balancers[i].take()))
         .collect();
     // What the admin API and metrics see of the workers; the API serves on this runtime.
-    let view = crate::view::DaemonView {
+    let view: Arc<dyn spillway_control::view::DataplaneView> = Arc::new(crate::view::DaemonView {
         counters: Arc::clone(&counters),
         mailboxes: if balance { mailboxes.clone() } else { Vec::new() },
         neighbours: resolver.cell(),
-    };
+    });
     let api = match &control {
         Some((c, _)) => Some(
-            spillway_control::api::spawn(&config.admin.listen, Arc::clone(c), Arc::new(view))
+            spillway_control::api::spawn(&config.admin.listen, Arc::clone(c), Arc::clone(&view))
                 .map_err(|e| DaemonError::Setting {
                     field: "admin.listen".to_owned(),
                     message: e.to_string(),
@@ -252,6 +252,7 @@ pub fn run_config(
             signals,
             ControlPlane {
                 control: ctl,
+                view: Arc::clone(&view),
                 node: control.as_ref().map(|(_, n)| n),
                 resolver: &mut resolver,
                 sender,
@@ -378,6 +379,7 @@ fn log_port(port: &Port<'_>) {
 /// What the main loop drives besides printing counters (all `None` in io-forward mode).
 struct ControlPlane<'a> {
     control: Option<Arc<Mutex<Controller>>>,
+    view: Arc<dyn spillway_control::view::DataplaneView>,
     node: Option<&'a Node>,
     resolver: &'a mut Resolver,
     sender: Option<&'a mut dyn RequestSender>,
@@ -394,7 +396,8 @@ async fn monitor(
     signals: &Signals<'_>,
     plane: ControlPlane<'_>,
 ) -> Duration {
-    let ControlPlane { control, node, resolver, mut sender } = plane;
+    let ControlPlane { control, view, node, resolver, mut sender } = plane;
+    let mut last_load = Instant::now();
     const TICK: Duration = Duration::from_millis(20);
     let start = Instant::now();
     let mut last_print = start;
@@ -442,6 +445,10 @@ async fn monitor(
                 }
             }
             c.tick();
+            if now - last_load >= Duration::from_secs(1) {
+                last_load = now;
+                c.feed_load(&*view);
+            }
         }
         if let Some(s) = sender.as_mut() {
             resolver.tick(now, &mut **s);

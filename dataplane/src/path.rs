@@ -308,12 +308,15 @@ fn forward<B: PacketBuf>(
     if icmp_error {
         c.icmp_errors_forwarded.inc();
     }
-    for t in
-        [&c.services[usize::from(d.service) % c.services.len()], &c.backends[usize::from(slot)]]
-    {
+    let new = reason.is_new() && !icmp_error;
+    if new {
+        c.zone_new(d.service, d.client_zone).inc();
+    }
+    let service = c.services.get(usize::from(d.service));
+    for t in service.into_iter().chain(c.backends.get(usize::from(slot))) {
         t.packets.inc();
         t.bytes.add(inner_len as u64);
-        if reason.is_new() && !icmp_error {
+        if new {
             t.new_connections.inc();
         }
     }

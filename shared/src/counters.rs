@@ -149,6 +149,11 @@ pub struct TrafficCounters {
 
 /// Highest number of service ids a worker counts (ids are never reused within a process).
 pub const MAX_SERVICES: usize = 4096;
+/// Client zones counted per service for advanced load balancing (zone ids above are not).
+pub const MAX_ZONES: usize = 64;
+/// Slots per service in [`WorkerCounters::zone_new_connections`]: one per zone, then one for
+/// clients without a zone.
+pub const ZONE_SLOTS: usize = MAX_ZONES + 1;
 /// Number of backend slots a worker counts (slots are `u16`).
 pub const MAX_BACKENDS: usize = 1 << 16;
 
@@ -182,6 +187,10 @@ pub struct WorkerCounters {
     pub services: Box<[TrafficCounters]>,
     /// Per backend slot.
     pub backends: Box<[TrafficCounters]>,
+    /// New connections per (service id, client zone): index `service * ZONE_SLOTS + zone`,
+    /// zone `MAX_ZONES` for clients without a (compatible) zone. The offered load per client
+    /// zone that advanced load balancing (SPEC section 7) steers by.
+    pub zone_new_connections: Box<[Counter]>,
 }
 
 impl WorkerCounters {
@@ -201,7 +210,17 @@ impl WorkerCounters {
             ct_capacity: Counter::default(),
             services: (0..MAX_SERVICES).map(|_| TrafficCounters::default()).collect(),
             backends: (0..MAX_BACKENDS).map(|_| TrafficCounters::default()).collect(),
+            zone_new_connections: (0..MAX_SERVICES * ZONE_SLOTS)
+                .map(|_| Counter::default())
+                .collect(),
         }
+    }
+
+    /// The new-connection counter of (service, client zone).
+    #[inline]
+    pub fn zone_new(&self, service: u16, zone: Option<u16>) -> &Counter {
+        let z = zone.map_or(MAX_ZONES, |z| usize::from(z).min(MAX_ZONES));
+        &self.zone_new_connections[(usize::from(service) % MAX_SERVICES) * ZONE_SLOTS + z]
     }
 
     /// The counter of one reason.

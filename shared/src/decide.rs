@@ -12,6 +12,7 @@
 
 use crate::conntrack::{EntryValue, Shard};
 use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowHasher, PacketInfo};
+use crate::model::ZoneId;
 use crate::snapshot::{BackendRef, ServiceView, Snapshot};
 use crate::time::Time;
 
@@ -67,6 +68,9 @@ pub struct Decision {
     pub service: u16,
     /// A per-flow hash (of the tracking key), e.g. for the GUE source port.
     pub flow_hash: u64,
+    /// The client's zone, when a backend was selected for a new connection and the client is
+    /// zonally compatible (the per-zone demand advanced load balancing measures).
+    pub client_zone: Option<ZoneId>,
 }
 
 impl ForwardReason {
@@ -140,11 +144,13 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
             verdict: Verdict::Drop(DropReason::NoMatchingRule),
             service: 0,
             flow_hash: 0,
+            client_zone: None,
         };
     };
     let key = tracking_key(p, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id);
     let key_hash = CONNTRACK_HASHER.hash(&key);
-    let decision = |verdict| Decision { verdict, service: svc.id, flow_hash: key_hash };
+    let decision =
+        |verdict| Decision { verdict, service: svc.id, flow_hash: key_hash, client_zone: None };
 
     // CT-2 / CT-3: look up unless this is a new-connection SYN.
     let mut stale = None;
@@ -166,7 +172,8 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
         }
     }
 
-    let Some(backend) = select(p, svc, snap) else {
+    let client_zone = snap.client_zone(p.src);
+    let Some(backend) = select_in(p, svc, snap, client_zone) else {
         return decision(Verdict::Drop(DropReason::NoEligibleBackend)); // FO-6
     };
     let reason = stale.map_or(ForwardReason::NewConnection, |(_, r)| r);
@@ -187,14 +194,24 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
             }
         }
     }
-    decision(Verdict::Forward { backend, reason })
+    Decision { client_zone, ..decision(Verdict::Forward { backend, reason }) }
 }
 
 /// Backend selection for a new connection: client zone -> the service's choice for it ->
 /// consistent hash of the selection tuple (CH-1). `None` when the final set is empty (FO-6).
 #[inline]
 pub fn select(p: &PacketInfo, svc: &ServiceView, snap: &Snapshot) -> Option<u16> {
-    let choice = svc.choice(snap.client_zone(p.src));
+    select_in(p, svc, snap, snap.client_zone(p.src))
+}
+
+#[inline]
+fn select_in(
+    p: &PacketInfo,
+    svc: &ServiceView,
+    snap: &Snapshot,
+    client_zone: Option<ZoneId>,
+) -> Option<u16> {
+    let choice = svc.choice(client_zone);
     let tuple = selection_tuple(p, svc.affinity, svc.symmetric_hashing);
     choice.table.lookup(snap.hasher.hash(&tuple))
 }

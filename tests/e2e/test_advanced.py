@@ -1,0 +1,78 @@
+"""Advanced load balancing on real traffic (SPEC section 7, AL-4 WATERFALL_BY_ZONE).
+
+Each backend endpoint may take 20 new connections per second; zone-a has two endpoints, so
+40/s. A zone-a client opens new UDP flows at twice that (80/s). With WATERFALL_BY_ZONE the
+zone's groups fill up to capacity first and only the excess overflows to zone-b: about half
+of the client's new connections stay in zone-a. The control loop measures load every second
+and smooths it (5 s time constant), so the split is measured after a warm-up.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from balancer import Spillway, make_config, service
+from topo import VIP4, Topology, UDP_PORT
+
+CAPACITY_PER_ENDPOINT = 20  # new connections per second
+RATE = 80                   # twice zone-a's capacity (2 endpoints x 20)
+WARMUP_S = 15
+MEASURE_S = 12
+TOLERANCE = 0.15            # the in-zone share must be 0.5 +- 0.15
+
+
+def open_flows(client, rate: int, seconds: float) -> list[str]:
+    """Open `rate` new UDP flows per second (a fresh socket each), return the answering
+    backends' names in order."""
+    names: list[str] = []
+    interval = 1.0 / rate
+    deadline = time.monotonic() + seconds
+    next_at = time.monotonic()
+    while time.monotonic() < deadline:
+        s = client.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(0.3)
+        try:
+            s.sendto(b"x", (VIP4, UDP_PORT))
+            reply, _ = s.recvfrom(256)
+            names.append(reply.split()[0].decode())
+        except OSError:
+            names.append("-")
+        finally:
+            s.close()
+        next_at += interval
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    return names
+
+
+def test_waterfall_by_zone_overflows_only_the_excess():
+    with Topology() as topo:
+        groups = [
+            {
+                "group": f"web-{z.name}",
+                "zone": f"zone-{z.name}",
+                "endpoints": [b.ipv4 for b in topo.backends_in(z.name)],
+                "capacity": {"max_rate_per_endpoint": CAPACITY_PER_ENDPOINT},
+            }
+            for z in topo.zones
+        ]
+        svc = service(topo, vips=(VIP4,), groups=groups,
+                      backend_service={"advanced": {"algorithm": "WATERFALL_BY_ZONE"}})
+        with Spillway(topo, make_config(topo, [svc])) as lb:
+            c1 = topo.client("c1")
+            lb.wait_ready(c1)
+            lb.wait_neighbours()
+            zone_of = {b.short: b.zone.name for b in topo.backends}
+            # Below capacity (10/s) everything stays in zone-a.
+            calm = open_flows(c1, 10, 4)
+            assert calm and all(zone_of.get(n) == "a" for n in calm), calm
+            open_flows(c1, RATE, WARMUP_S)
+            names = open_flows(c1, RATE, MEASURE_S)
+        answered = [n for n in names if n in zone_of]
+        assert len(answered) >= 0.9 * len(names), f"{len(names) - len(answered)} lost"
+        in_zone = sum(zone_of[n] == "a" for n in answered) / len(answered)
+        print(f"zone-a kept {in_zone:.3f} of {len(answered)} new connections at {RATE}/s")
+        assert abs(in_zone - 0.5) <= TOLERANCE, (
+            f"zone-a kept {in_zone:.2f} of {len(answered)} new connections at twice its capacity"
+        )
+        assert lb.final.get("forward.new_connection", 0) >= len(answered)
