@@ -2,10 +2,14 @@
 //!
 //! It loads a real configuration (with all its validation, NX-3), then runs the steps of a
 //! scenario file through the decision core's [`Simulator`] on a virtual clock: packets,
-//! advances of the clock, health changes and reloads. Every packet step prints one JSON
-//! object on its own line: the verdict, the backend, the reason, the service and the
-//! eligible set the packet saw. The reference of the scenario format and of the output is
-//! `docs/simulate.md`.
+//! advances of the clock, health changes, reloads and traffic. Every packet step prints one
+//! JSON object on its own line: the verdict, the backend, the reason, the service and the
+//! eligible set the packet saw. A traffic step (new connections per second from client zones,
+//! over whole virtual seconds, through [`Simulator::run_traffic`] and its control loop)
+//! prints one line per second with the new and live connections of every backend group, by
+//! client zone (SPEC section 7). The configuration's locality (`Config::advanced_topology`)
+//! is given to the simulator at the start and with every reload. The reference of the
+//! scenario format and of the output is `docs/simulate.md`.
 //!
 //! Scenario problems are errors that name the scenario file, the line and column and the
 //! field (`scenario.yaml:7:12: field `steps[2].packet.proto`: ...`), never panics. Parsing
@@ -27,8 +31,10 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize};
 use spillway_shared::addr::Addr;
 use spillway_shared::flow::{proto, tcp_flags, PacketInfo};
-use spillway_shared::model::{BackendKey, Endpoint};
-use spillway_shared::simulator::{Outcome, Simulator};
+use spillway_shared::model::{BackendKey, Endpoint, Model};
+use spillway_shared::simulator::{
+    Outcome, SimError, Simulator, TrafficPlan, TrafficReport, TrafficSource,
+};
 
 use crate::config::locate::Locations;
 use crate::config::{self, ConfigError};
@@ -83,25 +89,36 @@ pub fn run(config: &Path, scenario: &Path, out: &mut dyn Write) -> Result<(), Si
         message,
     };
 
-    // Every reload is loaded and validated before the first step runs.
+    // Every reload is loaded and validated before the first step runs, and every traffic
+    // step is checked against the model in force when it runs.
     let base = scenario.parent().unwrap_or(Path::new(""));
     let mut reloads = BTreeMap::new();
+    let mut model_at = cfg.to_model();
     for (i, step) in parsed.steps.iter().enumerate() {
-        if let Step::Reload(file) = step {
-            let field = format!("steps[{i}].reload");
-            let path = base.join(file);
-            let c = config::load(&path).map_err(|e| SimulateError::Reload {
-                path: scenario.to_owned(),
-                location: locations.get(&field),
-                field: field.clone(),
-                config: Box::new(e),
-            })?;
-            reloads.insert(i, c.to_model());
+        match step {
+            Step::Reload(file) => {
+                let field = format!("steps[{i}].reload");
+                let path = base.join(file);
+                let c = config::load(&path).map_err(|e| SimulateError::Reload {
+                    path: scenario.to_owned(),
+                    location: locations.get(&field),
+                    field: field.clone(),
+                    config: Box::new(e),
+                })?;
+                model_at = c.to_model();
+                reloads.insert(i, (c.to_model(), c.advanced_topology()));
+            }
+            Step::Traffic(t) => {
+                check_traffic(t, &model_at).map_err(|(f, m)| at(traffic_field(i, t, &f), m))?;
+            }
+            _ => {}
         }
     }
 
     let mut sim = Simulator::new(cfg.to_model())
         .map_err(|e| SimulateError::Model { path: config.to_owned(), message: e.to_string() })?;
+    // Section 7 locality (region order, latencies) of the configuration.
+    sim.set_topology(cfg.advanced_topology());
     apply_health(&mut sim, &parsed.health).map_err(|a| {
         let field = format!("health.{a}");
         at(field, format!("{a} is not a configured backend"))
@@ -124,14 +141,78 @@ pub fn run(config: &Path, scenario: &Path, out: &mut dyn Write) -> Result<(), Si
                 at(format!("steps[{i}].health.{a}"), format!("{a} is not a configured backend"))
             })?,
             Step::Reload(_) => {
-                let Some(model) = reloads.remove(&i) else { continue };
+                let Some((model, topology)) = reloads.remove(&i) else { continue };
                 sim.replace_model(model).map_err(|e| {
                     at(format!("steps[{i}].reload"), format!("cannot apply the configuration: {e}"))
                 })?;
+                sim.set_topology(topology);
+            }
+            Step::Traffic(t) => {
+                let plan = t.plan(sim.state().model());
+                let report = sim.run_traffic(&plan).map_err(|e| {
+                    let f = match &e {
+                        SimError::UnknownZone(_) | SimError::NoClientSubnet(_) => "from_zone",
+                        SimError::NoService(_) => "service",
+                    };
+                    at(traffic_field(i, t, f), e.to_string())
+                })?;
+                for line in TrafficLine::from_report(i, &report) {
+                    write_line(out, &line).map_err(SimulateError::Output)?;
+                }
             }
         }
     }
     Ok(())
+}
+
+/// The scenario field path of a traffic step's `field`: empty for the step itself,
+/// `[k].name` for an item of a list, `name` for the step's (the first item's, for a list).
+fn traffic_field(step: usize, t: &TrafficStep, field: &str) -> String {
+    let step_path = format!("steps[{step}].traffic");
+    if field.is_empty() || field.starts_with('[') {
+        format!("{step_path}{field}")
+    } else if t.list {
+        format!("{step_path}[0].{field}")
+    } else {
+        format!("{step_path}.{field}")
+    }
+}
+
+/// Checks a traffic step against the model in force when it runs: known zones with a client
+/// subnet, a service with a forwarding rule. Returns (field relative to the step, message).
+fn check_traffic(t: &TrafficStep, model: &Model) -> Result<(), (String, String)> {
+    let item = |k: usize, f: &str| if t.list { format!("[{k}].{f}") } else { f.to_owned() };
+    for (k, src) in t.sources.iter().enumerate() {
+        let Some(zid) = model.zone_id(&src.from_zone) else {
+            let known: Vec<&str> = model.zones.iter().map(|z| z.name.as_str()).collect();
+            return Err((
+                item(k, "from_zone"),
+                format!("zone `{}` is not in topology.zones ({})", src.from_zone, known.join(", ")),
+            ));
+        };
+        if !model.client_subnets.iter().any(|c| c.zone == Some(zid)) {
+            return Err((
+                item(k, "from_zone"),
+                format!(
+                    "zone `{}` has no client subnet in topology.client_subnets to send from",
+                    src.from_zone
+                ),
+            ));
+        }
+    }
+    match &t.service {
+        Some(name) => match model.services.iter().find(|s| &s.name == name) {
+            None => Err((item(0, "service"), format!("no service `{name}`"))),
+            Some(s) if s.rules.is_empty() => {
+                Err((item(0, "service"), format!("service `{name}` has no forwarding rule")))
+            }
+            Some(_) => Ok(()),
+        },
+        None if model.services.is_empty() => {
+            Err((String::new(), "the configuration has no service to send to".to_owned()))
+        }
+        None => Ok(()),
+    }
 }
 
 /// Why a simulation could not run (to the end).
@@ -266,6 +347,8 @@ enum Step {
     Health(HealthMap),
     /// Load another configuration (relative to the scenario file) and apply it.
     Reload(PathBuf),
+    /// Run new connections from client zones over virtual time (section 7 load).
+    Traffic(TrafficStep),
 }
 
 /// A step as written: a mapping with exactly one of these keys (serde_yaml reads enums only
@@ -277,6 +360,7 @@ struct StepSpec {
     advance: Option<Seconds>,
     health: Option<HealthMap>,
     reload: Option<PathBuf>,
+    traffic: Option<TrafficStep>,
 }
 
 impl TryFrom<StepSpec> for Step {
@@ -300,13 +384,160 @@ impl TryFrom<StepSpec> for Step {
             found.push("reload");
             step = Some(Step::Reload(r));
         }
+        if let Some(t) = s.traffic {
+            found.push("traffic");
+            step = Some(Step::Traffic(t));
+        }
         match (step, found.len()) {
             (Some(step), 1) => Ok(step),
             _ => Err(format!(
-                "a step has exactly one of `packet`, `advance`, `health`, `reload` (found {})",
+                "a step has exactly one of `packet`, `advance`, `health`, `reload`, `traffic` \
+                 (found {})",
                 if found.is_empty() { "none".to_owned() } else { found.join(", ") }
             )),
         }
+    }
+}
+
+/// Longest `seconds` of one traffic step.
+pub const MAX_TRAFFIC_SECONDS: u32 = 3600;
+/// Largest `new_connections_per_sec` of one source.
+pub const MAX_TRAFFIC_RATE: u32 = 1_000_000;
+
+/// One source of a `traffic` step as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrafficSpec {
+    /// Client zone (source addresses from its first client subnet).
+    from_zone: String,
+    /// New connections per second.
+    new_connections_per_sec: u32,
+    /// Duration, whole seconds (one control interval each).
+    seconds: u32,
+    /// How long each connection stays open.
+    #[serde(default)]
+    hold_sec: u32,
+    /// The service (default: the first with `advanced`, else the first).
+    #[serde(default)]
+    service: Option<String>,
+}
+
+/// A `traffic` step: one source (a mapping) or several at once (a list of mappings that
+/// agree on `seconds`, `hold_sec` and `service`).
+#[derive(Debug)]
+struct TrafficStep {
+    /// Written as a list.
+    list: bool,
+    sources: Vec<TrafficSpec>,
+    seconds: u32,
+    hold_sec: u32,
+    service: Option<String>,
+}
+
+impl TrafficStep {
+    fn from_specs(list: bool, sources: Vec<TrafficSpec>) -> Result<TrafficStep, String> {
+        let Some(first) = sources.first() else {
+            return Err("a traffic list needs at least one source".to_owned());
+        };
+        for (k, s) in sources.iter().enumerate() {
+            let at = if list { format!("traffic[{k}].") } else { String::new() };
+            if s.seconds == 0 || s.seconds > MAX_TRAFFIC_SECONDS {
+                return Err(format!(
+                    "{at}seconds: {} is out of range 1..={MAX_TRAFFIC_SECONDS}",
+                    s.seconds
+                ));
+            }
+            if s.new_connections_per_sec > MAX_TRAFFIC_RATE {
+                return Err(format!(
+                    "{at}new_connections_per_sec: {} is above {MAX_TRAFFIC_RATE}",
+                    s.new_connections_per_sec
+                ));
+            }
+            if s.hold_sec > MAX_TRAFFIC_SECONDS {
+                return Err(format!(
+                    "{at}hold_sec: {} is out of range 0..={MAX_TRAFFIC_SECONDS}",
+                    s.hold_sec
+                ));
+            }
+            for (field, same) in [
+                ("seconds", s.seconds == first.seconds),
+                ("hold_sec", s.hold_sec == first.hold_sec),
+                ("service", s.service == first.service),
+            ] {
+                if !same {
+                    return Err(format!(
+                        "{at}{field}: the sources of one traffic step run together: `{field}` \
+                         must be the same as in traffic[0]"
+                    ));
+                }
+            }
+        }
+        Ok(TrafficStep {
+            list,
+            seconds: first.seconds,
+            hold_sec: first.hold_sec,
+            service: first.service.clone(),
+            sources,
+        })
+    }
+
+    /// The simulator's plan; the default service is the first with `advanced`, else the
+    /// first.
+    fn plan(&self, model: &Model) -> TrafficPlan {
+        let service = self.service.clone().or_else(|| {
+            model
+                .services
+                .iter()
+                .find(|s| s.advanced.is_some())
+                .or(model.services.first())
+                .map(|s| s.name.clone())
+        });
+        TrafficPlan {
+            service,
+            sources: self
+                .sources
+                .iter()
+                .map(|s| TrafficSource {
+                    zone: s.from_zone.clone(),
+                    rate: s.new_connections_per_sec,
+                })
+                .collect(),
+            seconds: self.seconds,
+            hold_secs: self.hold_sec,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TrafficStep {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = TrafficStep;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a traffic source `{from_zone, new_connections_per_sec, seconds, hold_sec}` \
+                     or a list of them",
+                )
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<TrafficStep, A::Error> {
+                let one =
+                    TrafficSpec::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                TrafficStep::from_specs(false, vec![one]).map_err(serde::de::Error::custom)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<TrafficStep, A::Error> {
+                let many = Vec::<TrafficSpec>::deserialize(
+                    serde::de::value::SeqAccessDeserializer::new(seq),
+                )?;
+                TrafficStep::from_specs(true, many).map_err(serde::de::Error::custom)
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -633,6 +864,70 @@ impl OutputLine {
     }
 }
 
+/// One output line per interval (virtual second) of a traffic step.
+#[derive(Debug, Serialize)]
+struct TrafficLine {
+    step: usize,
+    interval: usize,
+    /// Virtual time at the start of the interval, in seconds.
+    t: f64,
+    service: String,
+    groups: Vec<GroupLine>,
+    dropped: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct GroupLine {
+    group: String,
+    zone: String,
+    new_connections: u64,
+    live_connections: u64,
+    from_zones: ZoneCounts,
+}
+
+/// Client zone -> count, as a JSON object in the model's zone order.
+#[derive(Debug)]
+struct ZoneCounts(Vec<(String, u64)>);
+
+impl Serialize for ZoneCounts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl TrafficLine {
+    fn from_report(step: usize, r: &TrafficReport) -> Vec<TrafficLine> {
+        r.intervals
+            .iter()
+            .enumerate()
+            .map(|(interval, i)| TrafficLine {
+                step,
+                interval,
+                #[allow(clippy::cast_precision_loss)] // milliseconds of virtual time
+                t: i.start.as_millis() as f64 / 1000.0,
+                service: r.service.clone(),
+                groups: i
+                    .groups
+                    .iter()
+                    .map(|g| GroupLine {
+                        group: g.group.clone(),
+                        zone: g.zone.clone(),
+                        new_connections: g.new_connections,
+                        live_connections: g.live_connections,
+                        from_zones: ZoneCounts(g.from_zones.clone()),
+                    })
+                    .collect(),
+                dropped: i.dropped,
+            })
+            .collect()
+    }
+}
+
 /// `198.18.1.1`, `fd00::1`, or with a port `198.18.1.1:8080` / `[fd00::1]:8080`.
 fn endpoint_text(e: Endpoint) -> String {
     match (e.port, e.addr.is_v4()) {
@@ -642,7 +937,8 @@ fn endpoint_text(e: Endpoint) -> String {
     }
 }
 
-/// serde_json's compact output with a space after `:` and `,`, as in the documentation.
+/// serde_json's compact output with a space after `:` and `,` (in objects and arrays), as in
+/// the documentation.
 struct Spaced;
 
 impl serde_json::ser::Formatter for Spaced {
@@ -661,9 +957,21 @@ impl serde_json::ser::Formatter for Spaced {
     fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         w.write_all(b": ")
     }
+
+    fn begin_array_value<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
 }
 
-fn write_line(out: &mut dyn Write, line: &OutputLine) -> std::io::Result<()> {
+fn write_line(out: &mut dyn Write, line: &impl Serialize) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(160);
     let mut ser = serde_json::Serializer::with_formatter(&mut buf, Spaced);
     line.serialize(&mut ser).map_err(std::io::Error::other)?;

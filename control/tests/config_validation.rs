@@ -760,6 +760,200 @@ fn dataplane_checks_are_collected_with_the_rest() {
     rejects(&t, "dataplane.burst_size", "burst_size");
 }
 
+// ---- section 7: advanced load balancing ----
+
+/// `HEAD` + `WEB` with `advanced` (a flow mapping, or `None` for none) in the backend service
+/// and `group` (lines of YAML at group level, e.g. `capacity_scaler: 2`) in its group.
+fn advanced(advanced: Option<&str>, group: &[&str]) -> String {
+    let mut web = WEB.to_owned();
+    if let Some(a) = advanced {
+        web = web.replace("      backends:\n", &format!("      advanced: {a}\n      backends:\n"));
+    }
+    let extra: String = group.iter().map(|l| format!("          {l}\n")).collect();
+    web = web
+        .replace("          health_check: hc\n", &format!("          health_check: hc\n{extra}"));
+    format!("{HEAD}{web}")
+}
+
+const ADV: &str = "services[0].backend_service.advanced";
+const GRP: &str = "services[0].backend_service.backends[0]";
+
+#[test]
+fn al_advanced_block_parses_with_every_field_and_with_none() {
+    accepts(&advanced(Some("{}"), &[]));
+    accepts(&advanced(
+        Some(
+            "{algorithm: SPRAY_TO_WORLD, failover_health_threshold: 80, auto_capacity_drain: true}",
+        ),
+        &["capacity: {max_rate_per_endpoint: 100}", "capacity_scaler: 0.5", "preferred: true"],
+    ));
+    accepts(&advanced(Some("{}"), &["capacity: {max_connections_per_endpoint: 2.5}"]));
+    let e = parse(&advanced(Some("{algoritm: SPRAY_TO_WORLD}"), &[])).unwrap_err();
+    assert!(matches!(e, ConfigError::Parse { .. }), "{e}");
+    assert_eq!(e.field(), Some(&*format!("{ADV}.algoritm")));
+    let e = parse(&advanced(Some("{}"), &["capacity: {max_rps: 1}"])).unwrap_err();
+    assert_eq!(e.field(), Some(&*format!("{GRP}.capacity.max_rps")));
+}
+
+#[test]
+fn al_unknown_algorithm_names_the_four() {
+    let t = advanced(Some("{algorithm: ROUND_ROBIN}"), &[]);
+    let m = rejects(&t, &format!("{ADV}.algorithm"), "ROUND_ROBIN");
+    assert!(
+        m.contains(
+            "`WATERFALL_BY_REGION`, `SPRAY_TO_REGION`, `SPRAY_TO_WORLD`, `WATERFALL_BY_ZONE`"
+        ),
+        "{m}"
+    );
+}
+
+#[test]
+fn al_7_failover_health_threshold_outside_1_to_99() {
+    for t in [0, 100, -5, 1000] {
+        let text = advanced(Some(&format!("{{failover_health_threshold: {t}}}")), &[]);
+        let m = rejects(&text, &format!("{ADV}.failover_health_threshold"), "failover_health");
+        assert!(m.contains(&format!("{t} is out of range 1..=99")), "{m}");
+    }
+    for t in [1, 70, 99] {
+        accepts(&advanced(Some(&format!("{{failover_health_threshold: {t}}}")), &[]));
+    }
+}
+
+#[test]
+fn capacity_scaler_outside_zero_one() {
+    for x in ["-0.1", "1.5", "2"] {
+        let text = advanced(Some("{}"), &[&format!("capacity_scaler: {x}")]);
+        let m = rejects(&text, &format!("{GRP}.capacity_scaler"), "capacity_scaler");
+        assert!(m.contains("is outside [0, 1]"), "{m}");
+    }
+    for x in ["0", "0.25", "1"] {
+        accepts(&advanced(Some("{}"), &[&format!("capacity_scaler: {x}")]));
+    }
+}
+
+#[test]
+fn capacity_must_be_positive_and_of_one_kind() {
+    for (cap, field) in [
+        ("{max_rate_per_endpoint: 0}", "max_rate_per_endpoint"),
+        ("{max_rate_per_endpoint: -10}", "max_rate_per_endpoint"),
+        ("{max_connections_per_endpoint: 0}", "max_connections_per_endpoint"),
+        ("{max_connections_per_endpoint: .nan}", "max_connections_per_endpoint"),
+    ] {
+        let text = advanced(Some("{}"), &[&format!("capacity: {cap}")]);
+        let m = rejects(&text, &format!("{GRP}.capacity.{field}"), "capacity:");
+        assert!(m.contains("must be a number > 0"), "{m}");
+    }
+    let both = advanced(
+        Some("{}"),
+        &["capacity: {max_rate_per_endpoint: 10, max_connections_per_endpoint: 10}"],
+    );
+    let m = rejects(&both, &format!("{GRP}.capacity.max_connections_per_endpoint"), "capacity:");
+    assert!(m.contains("either `max_rate_per_endpoint` or `max_connections_per_endpoint`"), "{m}");
+    let none = advanced(Some("{}"), &["capacity: {}"]);
+    let m = rejects(&none, &format!("{GRP}.capacity"), "capacity:");
+    assert!(m.contains("needs `max_rate_per_endpoint` or `max_connections_per_endpoint`"), "{m}");
+}
+
+#[test]
+fn advanced_with_zonal_affinity_is_rejected() {
+    for spill in ["ZONAL_AFFINITY_STAY_WITHIN_ZONE", "ZONAL_AFFINITY_SPILL_CROSS_ZONE"] {
+        let text = advanced(Some("{}"), &[]).replace(
+            "      backends:\n",
+            &format!("      zonal_affinity: {{spillover: {spill}}}\n      backends:\n"),
+        );
+        let m = rejects(&text, "services[0].backend_service.zonal_affinity.spillover", spill);
+        assert!(m.contains("cannot be combined with `advanced`"), "{m}");
+        assert!(m.contains("replaces zonal affinity"), "{m}");
+    }
+    accepts(&advanced(Some("{}"), &[]).replace(
+        "      backends:\n",
+        "      zonal_affinity: {spillover: ZONAL_AFFINITY_DISABLED}\n      backends:\n",
+    ));
+}
+
+#[test]
+fn group_advanced_fields_need_an_advanced_service() {
+    let text = advanced(
+        None,
+        &["capacity: {max_rate_per_endpoint: 10}", "capacity_scaler: 1", "preferred: false"],
+    );
+    for (field, at) in [
+        ("capacity", "capacity:"),
+        ("capacity_scaler", "capacity_scaler"),
+        ("preferred", "preferred"),
+    ] {
+        let m = rejects(&text, &format!("{GRP}.{field}"), at);
+        assert!(m.contains("only applies to a service with `backend_service.advanced`"), "{m}");
+    }
+    assert_eq!(parse(&text).unwrap_err().invalid_fields().len(), 3);
+}
+
+/// `HEAD` with a zone `zone-e` in region r2 and `extra` appended to `topology:`, plus an
+/// advanced service.
+fn with_locality(extra: &str) -> String {
+    advanced(Some("{}"), &[]).replace(
+        "    - name: zone-b\n",
+        &format!("    - name: zone-b\n    - name: zone-e\n      region: r2\n{extra}"),
+    )
+}
+
+#[test]
+fn region_order_names_known_regions_once() {
+    accepts(&with_locality("  region_order: [r2, r1]\n"));
+    let t = with_locality("  region_order: [r1, r9]\n");
+    let m = rejects(&t, "topology.region_order[1]", "region_order");
+    assert!(m.contains("region `r9` is not the region of any zone (r1, r2)"), "{m}");
+    let t = with_locality("  region_order: [r1, r2, r1]\n");
+    let m = rejects(&t, "topology.region_order[2]", "region_order");
+    assert!(m.contains("already listed at topology.region_order[0]"), "{m}");
+}
+
+#[test]
+fn latencies_between_known_zones_of_a_region_or_regions() {
+    let ok = "  latencies:\n    - {from: r1, to: r2, ms: 30}\n    - {from: zone-a, to: zone-b, ms: 0.5}\n";
+    accepts(&with_locality(ok));
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "{from: r1, to: r7, ms: 1}",
+            "to",
+            "`r7` is neither a zone of topology.zones nor a region (r1, r2)",
+        ),
+        ("{from: zone-q, to: zone-a, ms: 1}", "from", "`zone-q` is neither"),
+        (
+            "{from: zone-a, to: zone-e, ms: 1}",
+            "to",
+            "are in different regions: give the latency between their regions",
+        ),
+        ("{from: zone-a, to: r2, ms: 1}", "to", "a zone and a region"),
+        ("{from: r1, to: r1, ms: 1}", "to", "a latency from `r1` to itself"),
+        ("{from: r1, to: r2, ms: -1}", "ms", "-1 is out of range 0..=1000"),
+        ("{from: r1, to: r2, ms: 1001}", "ms", "1001 is out of range 0..=1000"),
+    ];
+    for (item, field, message) in cases {
+        let t = with_locality(&format!("  latencies:\n    - {item}\n"));
+        let m = rejects(&t, &format!("topology.latencies[0].{field}"), item);
+        assert!(m.contains(message), "{item}: {m}");
+    }
+    let dup = "  latencies:\n    - {from: r1, to: r2, ms: 30}\n    - {from: r2, to: r1, ms: 40}\n";
+    let t = with_locality(dup);
+    let m = rejects(&t, "topology.latencies[1]", "ms: 40");
+    assert!(m.contains("already given at topology.latencies[0]"), "{m}");
+}
+
+#[test]
+fn locality_without_an_advanced_service_is_rejected() {
+    let t = format!("{HEAD}{WEB}").replace(
+        "    - name: zone-b\n",
+        "    - name: zone-b\n  region_order: [r1]\n  latencies: [{from: zone-a, to: zone-b, ms: 1}]\n",
+    );
+    for (field, at) in
+        [("topology.region_order", "region_order"), ("topology.latencies", "latencies")]
+    {
+        let m = rejects(&t, field, at);
+        assert!(m.contains("no service sets `backend_service.advanced`"), "{m}");
+    }
+}
+
 // ---- all at once ----
 
 #[test]
@@ -826,7 +1020,7 @@ fn shipped(name: &str) -> Config {
 fn example_loads_and_compiles() {
     let c = shipped("example.yaml");
     let m = c.to_model();
-    assert_eq!(m.services.len(), 3);
+    assert_eq!(m.services.len(), 4);
     assert_eq!(m.hash_seed, 0x243f_6a88_85a3_08d3);
     assert_eq!(m.table_size, 65537);
     assert_eq!(m.region, "us-central1");
@@ -872,9 +1066,10 @@ fn example_loads_and_compiles() {
     assert_eq!(fw.persistence, Persistence::AlwaysPersist);
     assert_eq!(fw.idle_timeout_secs, 600, "the CT-9 default");
 
-    // 5 web endpoints (HTTP), 2 dns (UDP), 2 fw-a (TCP); fw-b has no check.
+    // 5 web endpoints (HTTP), 2 dns (UDP), 2 fw-a (TCP), 5 api (HTTP); fw-b has no check.
+    // (The advanced `api` service is checked in tests/advanced_config.rs.)
     let targets = c.health_targets();
-    assert_eq!(targets.len(), 9);
+    assert_eq!(targets.len(), 14);
     let http = &targets[0].check;
     assert_eq!(http.name, "web-http");
     assert_eq!(

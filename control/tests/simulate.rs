@@ -421,3 +421,244 @@ fn spillwayctl_simulate_prints_the_expected_lines() {
     let stderr = String::from_utf8(bad.stderr).unwrap();
     assert!(stderr.contains("bad.yaml:19:") && stderr.contains("bad.yaml:22:"), "{stderr}");
 }
+
+// ---- traffic steps (SPEC section 7) ----
+//
+// The output of a traffic step depends on the hash of every flow, so it cannot be written by
+// hand: these tests read the JSON lines and assert ranges. Steady state is intervals 5..20
+// (the first interval runs on the weights of an idle service, the next few while the smoothed
+// load settles).
+
+const STEADY: std::ops::Range<u64> = 5..20;
+
+/// The JSON lines of scenario `name` on `configs/<config>`.
+fn traffic_lines(config: &str, name: &str) -> Vec<Value> {
+    output(config, name)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: bad output {l}: {e}")))
+        .collect()
+}
+
+/// New connections from `zone` to `group` (any zone when `None`) in the intervals `range` of
+/// step `step`.
+fn sent(
+    lines: &[Value],
+    step: u64,
+    group: &str,
+    zone: Option<&str>,
+    range: &std::ops::Range<u64>,
+) -> u64 {
+    lines
+        .iter()
+        .filter(|l| l["step"] == step && l["interval"].as_u64().is_some_and(|i| range.contains(&i)))
+        .flat_map(|l| l["groups"].as_array().unwrap().iter())
+        .filter(|g| g["group"] == group)
+        .map(|g| match zone {
+            Some(z) => g["from_zones"][z].as_u64().unwrap_or(0),
+            None => g["new_connections"].as_u64().unwrap(),
+        })
+        .sum()
+}
+
+/// The share of `zone`'s new connections that went to `group` over the steady intervals.
+fn share_of(lines: &[Value], step: u64, zone: &str, group: &str, groups: &[&str]) -> f64 {
+    let total: u64 = groups.iter().map(|g| sent(lines, step, g, Some(zone), &STEADY)).sum();
+    assert!(total > 0, "no connections from {zone} in step {step}");
+    sent(lines, step, group, Some(zone), &STEADY) as f64 / total as f64
+}
+
+#[test]
+fn traffic_lines_have_the_documented_shape() {
+    let lines = traffic_lines("adv_zone.yaml", "traffic_waterfall_by_zone");
+    assert_eq!(lines.len(), 20, "one line per second of the step");
+    let first = output("adv_zone.yaml", "traffic_waterfall_by_zone");
+    let first = first.lines().next().unwrap();
+    assert!(
+        first.starts_with(
+            "{\"step\": 0, \"interval\": 0, \"t\": 0.0, \"service\": \"web\", \"groups\": \
+             [{\"group\": \"web-a\", \"zone\": \"zone-a\", \"new_connections\": "
+        ),
+        "{first}"
+    );
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["interval"], i as u64);
+        assert_eq!(l["t"].as_f64(), Some(i as f64));
+        assert_eq!(l["dropped"], 0);
+        let groups = l["groups"].as_array().unwrap();
+        let names: Vec<&str> = groups.iter().map(|g| g["group"].as_str().unwrap()).collect();
+        assert_eq!(names, ["web-a", "web-b", "web-c"]);
+        // 400 new connections every second, all from zone-a.
+        let new: u64 = groups.iter().map(|g| g["new_connections"].as_u64().unwrap()).sum();
+        let from_a: u64 =
+            groups.iter().map(|g| g["from_zones"]["zone-a"].as_u64().unwrap_or(0)).sum();
+        assert_eq!((new, from_a), (400, 400), "{l}");
+        // Held 2 s: two seconds' worth are live at the end of each second (one after the first).
+        let live: u64 = groups.iter().map(|g| g["live_connections"].as_u64().unwrap()).sum();
+        let want = if i == 0 { 400 } else { 800 };
+        assert!(live.abs_diff(want) <= 1, "interval {i}: {live} live");
+    }
+    // The same scenario gives the same output, byte for byte (CH-1, CH-4).
+    assert_eq!(
+        output("adv_zone.yaml", "traffic_waterfall_by_zone"),
+        output("adv_zone.yaml", "traffic_waterfall_by_zone")
+    );
+}
+
+/// AL-4: zone-a offers twice its group's capacity (400/s for 200/s). In steady state half of
+/// its new connections stay in zone-a (50% +- 5 points), the other half fills the next group
+/// in order, web-b (50% +- 5 points); web-c, not needed, gets less than 1%.
+#[test]
+fn al_4_waterfall_by_zone_at_twice_capacity_keeps_half_in_zone() {
+    let lines = traffic_lines("adv_zone.yaml", "traffic_waterfall_by_zone");
+    let groups = ["web-a", "web-b", "web-c"];
+    let own = share_of(&lines, 0, "zone-a", "web-a", &groups);
+    let next = share_of(&lines, 0, "zone-a", "web-b", &groups);
+    let last = share_of(&lines, 0, "zone-a", "web-c", &groups);
+    assert!((own - 0.5).abs() <= 0.05, "in zone: {own}");
+    assert!((next - 0.5).abs() <= 0.05, "web-b: {next}");
+    assert!(last <= 0.01, "web-c: {last}");
+    // Per second too: web-a never runs far above its capacity of 200/s (+- 15%).
+    for i in STEADY {
+        let n = sent(&lines, 0, "web-a", None, &(i..i + 1));
+        assert!((170..=230).contains(&n), "second {i}: {n} to web-a");
+    }
+}
+
+/// AL-2: zone-a (300/s) and zone-b (150/s) send at the same time (a list of sources); every
+/// client spreads evenly over the region's three equal groups: each group gets 1/3 +- 4 points
+/// of each zone's new connections, and 150/s +- 10% in total per second on average.
+#[test]
+fn al_2_spray_to_region_splits_every_zone_evenly() {
+    let lines = traffic_lines("adv_spray.yaml", "traffic_spray_to_region");
+    assert_eq!(lines.len(), 20);
+    let groups = ["web-a", "web-b", "web-c"];
+    for zone in ["zone-a", "zone-b"] {
+        for g in groups {
+            let s = share_of(&lines, 0, zone, g, &groups);
+            assert!((s - 1.0 / 3.0).abs() <= 0.04, "{zone} -> {g}: {s}");
+        }
+    }
+    for g in groups {
+        let per_sec = sent(&lines, 0, g, None, &STEADY) as f64 / (STEADY.end - STEADY.start) as f64;
+        assert!((per_sec - 150.0).abs() <= 15.0, "{g}: {per_sec}/s");
+    }
+}
+
+/// The configuration's locality reaches the simulator: with latencies r1-r3 10 ms and r1-r2
+/// 50 ms, r1-a's excess (it offers 400/s for 200/s) goes to r3 (40%..60% of its connections,
+/// none to r2); after a reload without latencies, to r2, first in configuration order (and
+/// none to r3). Steady intervals 5..15 of each 15 s step.
+#[test]
+fn traffic_uses_the_configured_topology_and_reloads_it() {
+    let lines = traffic_lines("adv_regions.yaml", "traffic_topology");
+    assert_eq!(lines.len(), 30);
+    let steady = 5..15;
+    let total = |step| -> u64 {
+        ["g-r1", "g-r2", "g-r3"].iter().map(|g| sent(&lines, step, g, Some("r1-a"), &steady)).sum()
+    };
+    let frac = |step, g| sent(&lines, step, g, Some("r1-a"), &steady) as f64 / total(step) as f64;
+    assert!((0.4..=0.6).contains(&frac(0, "g-r3")), "latency order: {}", frac(0, "g-r3"));
+    assert_eq!(sent(&lines, 0, "g-r2", None, &steady), 0);
+    assert!((0.4..=0.6).contains(&frac(2, "g-r2")), "configuration order: {}", frac(2, "g-r2"));
+    assert_eq!(sent(&lines, 2, "g-r3", None, &steady), 0);
+    // The second step starts where the first ended on the virtual clock.
+    let t: Vec<f64> =
+        lines.iter().filter(|l| l["step"] == 2).map(|l| l["t"].as_f64().unwrap()).collect();
+    assert_eq!(t.first(), Some(&15.0));
+}
+
+#[test]
+fn bad_traffic_steps_name_line_and_field() {
+    let head = "steps:\n  - advance: 1\n";
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "- traffic: {from_zone: zone-a, new_connections_per_sec: 10}",
+            "steps[1].traffic",
+            "missing field `seconds`",
+        ),
+        (
+            "- traffic: {from_zone: zone-a, new_connections_per_sec: 10, seconds: 1, hold: 2}",
+            "steps[1].traffic.hold",
+            "unknown field `hold`",
+        ),
+        (
+            "- traffic: {from_zone: zone-a, new_connections_per_sec: -1, seconds: 1}",
+            "steps[1].traffic.new_connections_per_sec",
+            "-1",
+        ),
+        (
+            "- traffic: {from_zone: zone-a, new_connections_per_sec: 10, seconds: 0}",
+            "steps[1].traffic",
+            "seconds: 0 is out of range 1..=3600",
+        ),
+        (
+            "- traffic: [{from_zone: zone-a, new_connections_per_sec: 1, seconds: 2}, \
+             {from_zone: zone-b, new_connections_per_sec: 1, seconds: 3}]",
+            "steps[1].traffic",
+            "traffic[1].seconds: the sources of one traffic step run together",
+        ),
+        ("- traffic: []", "steps[1].traffic", "at least one source"),
+        ("- traffic: 5", "steps[1].traffic", "a traffic source"),
+        // Checked against the model before the first step.
+        (
+            "- traffic: {from_zone: zone-q, new_connections_per_sec: 10, seconds: 1}",
+            "steps[1].traffic.from_zone",
+            "zone `zone-q` is not in topology.zones (zone-a, zone-b, zone-c)",
+        ),
+        (
+            "- traffic: [{from_zone: zone-a, new_connections_per_sec: 1, seconds: 1}, \
+             {from_zone: zone-x, new_connections_per_sec: 1, seconds: 1}]",
+            "steps[1].traffic[1].from_zone",
+            "zone `zone-x`",
+        ),
+        (
+            "- traffic: {from_zone: zone-a, new_connections_per_sec: 10, seconds: 1, service: x}",
+            "steps[1].traffic.service",
+            "no service `x`",
+        ),
+        (
+            "- {advance: 1, traffic: {from_zone: zone-a, new_connections_per_sec: 1, seconds: 1}}",
+            "steps[1]",
+            "`traffic` (found advance, traffic)",
+        ),
+    ];
+    for (i, (step, field, message)) in cases.iter().enumerate() {
+        let text = format!("{head}  {step}\n");
+        let (out, r) = run_text(&format!("badtraffic{i}.yaml"), "adv_zone.yaml", &text);
+        let e = r.expect_err(step);
+        let shown = e.to_string();
+        assert!(out.is_empty(), "{step}: checked before the first step");
+        assert_eq!(e.line(), Some(3), "{step}: {shown}");
+        assert_eq!(e.field(), Some(*field), "{step}: {shown}");
+        assert!(shown.contains(message), "{step}: {shown}");
+    }
+    // A zone without a client subnet has no sources to send from.
+    let (_, r) = run_text(
+        "nosubnet.yaml",
+        "two.yaml",
+        "steps:\n  - traffic: {from_zone: zone-b, new_connections_per_sec: 1, seconds: 1}\n",
+    );
+    let e = r.unwrap_err();
+    assert_eq!(e.field(), Some("steps[0].traffic.from_zone"), "{e}");
+    assert!(e.to_string().contains("has no client subnet"), "{e}");
+}
+
+/// Traffic steps mix with packet steps: a service without `advanced` (two.yaml, one group)
+/// takes the traffic too (the first service is the default), and the clock moves on.
+#[test]
+fn traffic_and_packets_in_one_scenario() {
+    let (out, r) = run_text(
+        "mixed.yaml",
+        "two.yaml",
+        "steps:\n  - traffic: {from_zone: zone-a, new_connections_per_sec: 50, seconds: 2}\n  \
+         - packet: {src: 198.18.10.5, dst: 198.18.0.100, proto: ICMP}\n",
+    );
+    r.unwrap();
+    let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[1]["t"].as_f64(), Some(1.0));
+    assert_eq!(lines[1]["groups"][0]["new_connections"], 50);
+    assert_eq!(lines[1]["groups"][0]["live_connections"], 0, "hold_sec defaults to 0");
+    assert_eq!(lines[2]["step"], 1);
+    assert_eq!(lines[2]["verdict"], "forward");
+}

@@ -19,10 +19,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spillway_shared::addr::{Addr, Prefix};
+use spillway_shared::advanced::{Latency, Topology};
 use spillway_shared::flow::DEFAULT_HASH_SEED;
 use spillway_shared::model::{
-    BackendKey, ClientSubnet, Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol,
-    Service, Zone,
+    AdvancedPolicy, Algorithm, BackendKey, Capacity, ClientSubnet, Damping, Encap, Endpoint, Group,
+    GroupAdvanced, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
+    DEFAULT_FAILOVER_HEALTH_THRESHOLD,
 };
 use spillway_shared::policy::{
     idle_timeout_bounds, Affinity, FailoverPolicy, Persistence, TrackingMode, ZonalAffinity,
@@ -52,6 +54,8 @@ pub const DEFAULT_HTTP_PATH: &str = "/";
 pub const DEFAULT_UDP_REQUEST: &str = "ping";
 /// Group weight when absent.
 pub const DEFAULT_WEIGHT: u32 = 1;
+/// `capacity_scaler` when absent (section 7).
+pub const DEFAULT_CAPACITY_SCALER: f64 = 1.0;
 
 /// `health_checks.*.type` values.
 pub const CHECK_TYPES: &[&str] = &["TCP", "HTTP", "UDP"];
@@ -148,6 +152,24 @@ impl Config {
         }
     }
 
+    /// The locality topology of advanced load balancing (section 7): `topology.region_order`
+    /// and `topology.latencies` (in microseconds). The daemon (and `spillwayctl simulate`)
+    /// passes it to `PolicyState::set_topology` / `Simulator::set_topology` with every model
+    /// built by [`Config::to_model`], at start and on every reload. Empty (the default) when
+    /// neither is set: regions in configuration order, every zone of a region at the same
+    /// distance.
+    pub fn advanced_topology(&self) -> Topology {
+        let t = &self.topology;
+        Topology {
+            region_order: t.region_order.clone(),
+            latencies: t
+                .latencies
+                .iter()
+                .map(|l| Latency { a: l.from.clone(), b: l.to.clone(), latency: latency_us(l.ms) })
+                .collect(),
+        }
+    }
+
     /// The health checks by name, compiled with their defaults.
     pub fn check_specs(&self) -> BTreeMap<String, Arc<CheckSpec>> {
         self.health_checks
@@ -232,6 +254,32 @@ fn compile_service(s: &ServiceConfig, zone_id: &dyn Fn(&str) -> Option<u16>) -> 
         })
         .unwrap_or_default();
     out.zonal = compile_zonal(b);
+    out.advanced = b.advanced.as_ref().map(|a| AdvancedPolicy {
+        algorithm: a.algorithm.as_deref().and_then(Algorithm::parse).unwrap_or_default(),
+        failover_health_threshold: a
+            .failover_health_threshold
+            .and_then(|t| u8::try_from(t).ok())
+            .filter(|t| (1..=99).contains(t))
+            .unwrap_or(DEFAULT_FAILOVER_HEALTH_THRESHOLD),
+        auto_capacity_drain: a.auto_capacity_drain,
+        groups: b
+            .backends
+            .iter()
+            .map(|g| GroupAdvanced {
+                group: g.group.clone(),
+                capacity: g.capacity.as_ref().map_or(Capacity::Unbounded, |c| {
+                    match (c.max_rate_per_endpoint, c.max_connections_per_endpoint) {
+                        (Some(r), _) => Capacity::RatePerEndpoint(r),
+                        (None, Some(n)) => Capacity::ConnectionsPerEndpoint(n),
+                        (None, None) => Capacity::Unbounded,
+                    }
+                }),
+                capacity_scaler: g.capacity_scaler.unwrap_or(DEFAULT_CAPACITY_SCALER),
+                preferred: g.preferred.unwrap_or(false),
+            })
+            .collect(),
+        damping: Damping::default(),
+    });
     out.encap = match s.encapsulation.kind.as_str() {
         "GUE" => Encap::Gue { port: s.encapsulation.port.unwrap_or(DEFAULT_GUE_PORT) },
         "L2" => Encap::L2,
@@ -251,6 +299,19 @@ fn compile_service(s: &ServiceConfig, zone_id: &dyn Fn(&str) -> Option<u16>) -> 
         })
         .collect();
     out
+}
+
+/// `topology.latencies[].ms` in whole microseconds (what the decision core compares).
+fn latency_us(ms: f64) -> u32 {
+    let us = (ms * 1000.0).round();
+    if us.is_finite() && us > 0.0 {
+        // In range after validation (at most 1 000 000).
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let v = us.min(f64::from(u32::MAX)) as u32;
+        v
+    } else {
+        0
+    }
 }
 
 fn compile_zonal(b: &BackendServiceConfig) -> ZonalAffinity {

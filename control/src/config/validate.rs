@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use spillway_shared::addr::Addr;
 use spillway_shared::maglev::TABLE_SIZES;
-use spillway_shared::model::{Encap, Endpoint, Ports, RuleDest, RuleProtocol};
+use spillway_shared::model::{Algorithm, Encap, Endpoint, Ports, RuleDest, RuleProtocol};
 use spillway_shared::policy::{idle_timeout_bounds, Affinity, Persistence, TrackingMode};
 
 use super::compile::{
@@ -23,7 +23,7 @@ use super::compile::{
     parse_protocol, parse_unicast, NodeAddrs, CHECK_TYPES, DEFAULT_CHECK_INTERVAL_SEC,
     DEFAULT_CHECK_TIMEOUT_SEC, ENCAPSULATIONS, INITIAL_VERDICTS, SPILLOVERS,
 };
-use super::{Config, HealthCheckConfig, PortsConfig, ServiceConfig};
+use super::{BackendGroupConfig, Config, HealthCheckConfig, PortsConfig, ServiceConfig};
 
 /// One problem with one field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +55,11 @@ pub const IPV6_MIN_MTU: u32 = 1280;
 pub const MIN_CONNTRACK_CAPACITY: u32 = 1024;
 /// Longest health check interval or timeout, in seconds.
 pub const MAX_CHECK_SECS: f64 = 3600.0;
+/// `advanced.failover_health_threshold` range (AL-7), in percent.
+pub const THRESHOLD_RANGE: std::ops::RangeInclusive<i64> = 1..=99;
+/// Largest `topology.latencies[].ms` (the decision core orders latencies up to about 1 s in
+/// microseconds).
+pub const MAX_LATENCY_MS: f64 = 1000.0;
 
 /// Every problem of `config`, in no particular order (the caller sorts them by position).
 pub fn validate(config: &Config) -> Vec<FieldError> {
@@ -63,6 +68,7 @@ pub fn validate(config: &Config) -> Vec<FieldError> {
     v.dataplane(config);
     v.admin(config);
     v.topology(config);
+    v.locality(config);
     v.health_checks(config);
     v.services(config);
     v.errors
@@ -222,6 +228,120 @@ impl Checker {
                     self.err(format!("{path}.zone"), unknown_zone(z, c))
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// Section 7 locality: `topology.region_order` and `topology.latencies`.
+    fn locality(&mut self, c: &Config) {
+        let t = &c.topology;
+        if t.region_order.is_empty() && t.latencies.is_empty() {
+            return;
+        }
+        let any_advanced = c.services.iter().any(|s| s.backend_service.advanced.is_some());
+        if !any_advanced {
+            for (field, set) in [
+                ("topology.region_order", !t.region_order.is_empty()),
+                ("topology.latencies", !t.latencies.is_empty()),
+            ] {
+                if set {
+                    self.err(
+                        field,
+                        "only used by advanced load balancing (section 7), and no service sets \
+                         `backend_service.advanced`",
+                    );
+                }
+            }
+            return;
+        }
+        let regions = known_regions(c);
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, r) in t.region_order.iter().enumerate() {
+            let path = format!("topology.region_order[{i}]");
+            if !regions.contains(&r.as_str()) {
+                self.err(path, unknown_region(r, &regions));
+            } else if let Some(j) = seen.insert(r, i) {
+                self.err(
+                    path,
+                    format!("region `{r}` is already listed at topology.region_order[{j}]"),
+                );
+            }
+        }
+        // Zone name -> its region (first definition wins; duplicates are reported above).
+        let mut zone_region: HashMap<&str, &str> = HashMap::new();
+        for z in &t.zones {
+            zone_region.entry(&z.name).or_insert(z.region.as_deref().unwrap_or(&t.region));
+        }
+        let mut pairs: HashMap<(&str, &str), usize> = HashMap::new();
+        for (i, l) in t.latencies.iter().enumerate() {
+            let path = format!("topology.latencies[{i}]");
+            if !(l.ms.is_finite() && (0.0..=MAX_LATENCY_MS).contains(&l.ms)) {
+                self.err(
+                    format!("{path}.ms"),
+                    format!("{} is out of range 0..={MAX_LATENCY_MS} (milliseconds)", l.ms),
+                );
+            }
+            // What each end names: Some(Some(region)) a zone, Some(None) a region.
+            let kind = |name: &str| match zone_region.get(name) {
+                Some(r) => Some(Some(*r)),
+                None => regions.contains(&name).then_some(None),
+            };
+            let (from, to) = (kind(&l.from), kind(&l.to));
+            for (field, name, k) in [("from", &l.from, from), ("to", &l.to, to)] {
+                if k.is_none() {
+                    self.err(
+                        format!("{path}.{field}"),
+                        format!(
+                            "`{name}` is neither a zone of topology.zones nor a region ({})",
+                            regions.join(", ")
+                        ),
+                    );
+                }
+            }
+            let (Some(from), Some(to)) = (from, to) else { continue };
+            if l.from == l.to {
+                self.err(format!("{path}.to"), format!("a latency from `{}` to itself", l.to));
+                continue;
+            }
+            match (from, to) {
+                (Some(rf), Some(rt)) if rf != rt => {
+                    self.err(
+                        format!("{path}.to"),
+                        format!(
+                            "zones `{}` ({rf}) and `{}` ({rt}) are in different regions: give \
+                             the latency between their regions",
+                            l.from, l.to
+                        ),
+                    );
+                    continue;
+                }
+                (Some(_), None) | (None, Some(_)) => {
+                    self.err(
+                        format!("{path}.to"),
+                        format!(
+                            "`{}` and `{}` are a zone and a region: a latency is between two \
+                             zones of one region or between two regions",
+                            l.from, l.to
+                        ),
+                    );
+                    continue;
+                }
+                _ => {}
+            }
+            let key = if l.from <= l.to {
+                (l.from.as_str(), l.to.as_str())
+            } else {
+                (l.to.as_str(), l.from.as_str())
+            };
+            if let Some(j) = pairs.insert(key, i) {
+                self.err(
+                    path,
+                    format!(
+                        "the latency between `{}` and `{}` is already given at \
+                         topology.latencies[{j}]",
+                        l.from, l.to
+                    ),
+                );
             }
         }
     }
@@ -499,7 +619,90 @@ impl Checker {
                 ),
             );
         }
+        if let Some(a) = &b.advanced {
+            let ap = format!("{path}.advanced");
+            if let Some(alg) = &a.algorithm {
+                if let Err(e) =
+                    parse_enum(alg, Algorithm::parse, &Algorithm::ALL, Algorithm::as_str)
+                {
+                    self.err(format!("{ap}.algorithm"), e);
+                }
+            }
+            if let Some(t) = a.failover_health_threshold {
+                if !THRESHOLD_RANGE.contains(&t) {
+                    self.err(
+                        format!("{ap}.failover_health_threshold"),
+                        format!(
+                            "{t} is out of range {}..={} (AL-7: an integer percent)",
+                            THRESHOLD_RANGE.start(),
+                            THRESHOLD_RANGE.end()
+                        ),
+                    );
+                }
+            }
+            if spill_known && z.spillover != "ZONAL_AFFINITY_DISABLED" {
+                self.err(
+                    format!("{zp}.spillover"),
+                    format!(
+                        "{} cannot be combined with `advanced`: advanced load balancing \
+                         (section 7) replaces zonal affinity (section 4); remove one of them",
+                        z.spillover
+                    ),
+                );
+            }
+        }
         self.groups(path, s, c, encap_kind);
+    }
+
+    /// Section 7 settings of one group: only with `advanced`, each in range.
+    fn group_advanced(&mut self, gp: &str, grp: &BackendGroupConfig, advanced: bool) {
+        if !advanced {
+            for (field, set) in [
+                ("capacity", grp.capacity.is_some()),
+                ("capacity_scaler", grp.capacity_scaler.is_some()),
+                ("preferred", grp.preferred.is_some()),
+            ] {
+                if set {
+                    self.err(
+                        format!("{gp}.{field}"),
+                        "only applies to a service with `backend_service.advanced` (section 7), \
+                         which this service does not set",
+                    );
+                }
+            }
+            return;
+        }
+        if let Some(cap) = &grp.capacity {
+            let cp = format!("{gp}.capacity");
+            match (cap.max_rate_per_endpoint, cap.max_connections_per_endpoint) {
+                (None, None) => {
+                    self.err(cp, "needs `max_rate_per_endpoint` or `max_connections_per_endpoint`")
+                }
+                (Some(_), Some(_)) => self.err(
+                    format!("{cp}.max_connections_per_endpoint"),
+                    "a capacity is either `max_rate_per_endpoint` or \
+                     `max_connections_per_endpoint`, not both",
+                ),
+                (Some(v), None) | (None, Some(v)) => {
+                    let field = if cap.max_rate_per_endpoint.is_some() {
+                        "max_rate_per_endpoint"
+                    } else {
+                        "max_connections_per_endpoint"
+                    };
+                    if !(v.is_finite() && v > 0.0) {
+                        self.err(
+                            format!("{cp}.{field}"),
+                            format!("{v} must be a number > 0 (use capacity_scaler: 0 to drain)"),
+                        );
+                    }
+                }
+            }
+        }
+        if let Some(x) = grp.capacity_scaler {
+            if !unit_range(x) {
+                self.err(format!("{gp}.capacity_scaler"), format!("{x} is outside [0, 1]"));
+            }
+        }
     }
 
     fn groups(&mut self, path: &str, s: &ServiceConfig, c: &Config, encap_kind: Option<&str>) {
@@ -542,6 +745,7 @@ impl Checker {
             if !zones.contains(grp.zone.as_str()) {
                 self.err(format!("{gp}.zone"), unknown_zone(&grp.zone, c));
             }
+            self.group_advanced(&gp, grp, b.advanced.is_some());
             if let Some(w) = grp.weight {
                 if !WEIGHT_RANGE.contains(&w) {
                     self.err(
@@ -686,6 +890,28 @@ fn describe_ports(p: &Ports) -> String {
     match p {
         Ports::All => "ports ALL".to_owned(),
         Ports::List(_) => "overlapping port lists".to_owned(),
+    }
+}
+
+/// Every region: `topology.region` (when set) and the regions of the zones, in the order they
+/// first appear.
+fn known_regions(c: &Config) -> Vec<&str> {
+    let t = &c.topology;
+    let mut out: Vec<&str> = Vec::new();
+    let zones = t.zones.iter().map(|z| z.region.as_deref().unwrap_or(&t.region));
+    for r in zones.chain(std::iter::once(t.region.as_str())) {
+        if !r.trim().is_empty() && !out.contains(&r) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+fn unknown_region(region: &str, known: &[&str]) -> String {
+    if known.is_empty() {
+        format!("region `{region}` is not the region of any zone (none are defined)")
+    } else {
+        format!("region `{region}` is not the region of any zone ({})", known.join(", "))
     }
 }
 
