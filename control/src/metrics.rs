@@ -32,6 +32,8 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 #[derive(Clone, Copy, Debug)]
 enum Value {
     Int(u64),
+    /// A gauge with a fractional value.
+    Float(f64),
     /// A histogram from a sum and a count only (one `+Inf` bucket).
     Histogram {
         sum: f64,
@@ -68,12 +70,18 @@ impl Family {
         self.samples.push((labels, Value::Int(v)));
         self
     }
+
+    fn add_f(&mut self, labels: Labels, v: f64) -> &mut Family {
+        self.samples.push((labels, Value::Float(v)));
+        self
+    }
 }
 
 fn encode_value(kind: MetricType, v: Value, mut m: MetricEncoder<'_>) -> fmt::Result {
     match (kind, v) {
         (MetricType::Counter, Value::Int(n)) => m.encode_counter::<NoLabelSet, u64, u64>(&n, None),
         (_, Value::Int(n)) => m.encode_gauge(&n),
+        (_, Value::Float(x)) => m.encode_gauge(&x),
         (_, Value::Histogram { sum, count }) => {
             m.encode_histogram::<NoLabelSet>(sum, count, &[], None)
         }
@@ -323,6 +331,9 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
     for sv in &services {
         f.add(svc(&sv.name), u64::from(sv.epoch));
     }
+    // Advanced load balancing (SPEC section 7): per group and per client zone.
+    advanced(&mut s, snap);
+
     // Per (service, zone).
     let zone_families: [(&'static str, &'static str, ChoicePick); 3] = [
         (
@@ -450,4 +461,96 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
         ));
     }
     s
+}
+
+/// Per-group capacity, load, drain and failover share, and per-client-zone demand and split,
+/// for services with `advanced:` (the unit is the service's: new connections per second, or
+/// tracked connections).
+fn advanced(s: &mut Scrape, snap: &Snapshot) {
+    use MetricType::Gauge;
+    let zone_name = |z: Option<u16>| match z {
+        Some(z) => snap.zone_names.get(usize::from(z)).cloned().unwrap_or_else(|| z.to_string()),
+        None => "none".to_owned(),
+    };
+    let advanced: Vec<_> =
+        snap.services().filter_map(|sv| sv.advanced.as_ref().map(|a| (sv, a))).collect();
+    type GroupPick = fn(&spillway_shared::snapshot::AdvancedGroupView) -> f64;
+    let per_group: [(&'static str, &'static str, GroupPick); 6] = [
+        (
+            "spillway_group_capacity",
+            "Group capacity now (per-endpoint capacity x healthy endpoints x scaler; 0 drained).",
+            |g| if g.capacity.is_finite() { g.capacity } else { -1.0 },
+        ),
+        (
+            "spillway_group_expected_load",
+            "Load the algorithm assigns the group (new connections/s or connections).",
+            |g| g.expected_load,
+        ),
+        (
+            "spillway_group_auto_drained",
+            "1 while AL-6 auto capacity drain holds the group drained.",
+            |g| f64::from(u8::from(g.auto_drained)),
+        ),
+        (
+            "spillway_group_retained_share",
+            "AL-7: share of its traffic the group keeps (h/T, 1 at or above the threshold).",
+            |g| g.retained,
+        ),
+        ("spillway_group_healthy_endpoints", "Healthy endpoints of the group.", |g| {
+            g.healthy as f64
+        }),
+        ("spillway_group_preferred", "1 for a preferred group (AL-5).", |g| {
+            f64::from(u8::from(g.preferred))
+        }),
+    ];
+    for (name, help, pick) in per_group {
+        let f = s.family(name, help, Gauge);
+        for (sv, a) in &advanced {
+            for g in &a.groups {
+                f.add_f(
+                    vec![("service", sv.name.to_string()), ("group", g.name.to_string())],
+                    pick(g),
+                );
+            }
+        }
+    }
+    let f = s.family(
+        "spillway_group_measured_load",
+        "Smoothed measured load of the group, in the service's unit.",
+        Gauge,
+    );
+    for (sv, a) in &advanced {
+        for g in &a.groups {
+            let labels = vec![("service", sv.name.to_string()), ("group", g.name.to_string())];
+            f.add_f(labels, g.measured.get(a.unit));
+        }
+    }
+    let f = s.family(
+        "spillway_client_zone_demand",
+        "Smoothed offered load of a client zone, in the service's unit.",
+        Gauge,
+    );
+    for (sv, a) in &advanced {
+        for c in &a.clients {
+            let labels = vec![("service", sv.name.to_string()), ("client_zone", zone_name(c.zone))];
+            f.add_f(labels, c.demand);
+        }
+    }
+    let f = s.family(
+        "spillway_client_zone_group_share",
+        "Share of a client zone's new connections each group gets (the published weights).",
+        Gauge,
+    );
+    for (sv, a) in &advanced {
+        for c in &a.clients {
+            for (g, w) in a.groups.iter().zip(&c.weights) {
+                let labels = vec![
+                    ("service", sv.name.to_string()),
+                    ("client_zone", zone_name(c.zone)),
+                    ("group", g.name.to_string()),
+                ];
+                f.add_f(labels, *w);
+            }
+        }
+    }
 }

@@ -10,6 +10,7 @@ and smooths it (5 s time constant), so the split is measured after a warm-up.
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 
 from balancer import Spillway, make_config, service
@@ -45,6 +46,24 @@ def open_flows(client, rate: int, seconds: float) -> list[str]:
     return names
 
 
+def scrape(topo: Topology) -> dict:
+    """The advanced-LB gauges from /metrics, parsed by the reference Prometheus parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = subprocess.run(
+        ["curl", "-sf", "--unix-socket", f"{topo.state_dir}/admin.sock", "http://spillway/metrics"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "spillway_group_capacity":
+                out[(s.name, s.labels["group"])] = s.value
+            if s.name == "spillway_client_zone_group_share":
+                out[(s.name, s.labels["client_zone"], s.labels["group"])] = s.value
+    return out
+
+
 def test_waterfall_by_zone_overflows_only_the_excess():
     with Topology() as topo:
         groups = [
@@ -68,6 +87,12 @@ def test_waterfall_by_zone_overflows_only_the_excess():
             assert calm and all(zone_of.get(n) == "a" for n in calm), calm
             open_flows(c1, RATE, WARMUP_S)
             names = open_flows(c1, RATE, MEASURE_S)
+            gauges = scrape(topo)
+        # The steering is visible: zone-a's capacity and its clients' split (SPEC section 7).
+        assert gauges[("spillway_group_capacity", "web-a")] == 2 * CAPACITY_PER_ENDPOINT
+        share_a = gauges[("spillway_client_zone_group_share", "zone-a", "web-a")]
+        share_b = gauges[("spillway_client_zone_group_share", "zone-a", "web-b")]
+        assert abs(share_a - 0.5) <= TOLERANCE and abs(share_a + share_b - 1) < 0.01, gauges
         answered = [n for n in names if n in zone_of]
         assert len(answered) >= 0.9 * len(names), f"{len(names) - len(answered)} lost"
         in_zone = sum(zone_of[n] == "a" for n in answered) / len(answered)
