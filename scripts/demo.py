@@ -12,8 +12,12 @@ Builds (with tests/e2e/topo.py) one L2 segment with:
 
 Then it sends real requests through the VIPs from both zones and prints which backend answered
 each one, takes backends down and back up (their health checks fail and recover) and shows the
-traffic move and return, and prints the balancer's counters. Everything it created is removed
-at the end, also on Ctrl-C.
+traffic move and return, and prints the balancer's counters. At each stage it also prints the
+control plane's gauges from the balancer's Prometheus endpoint (``/metrics`` on the admin Unix
+socket): each backend's effective health, the eligible set sizes (per client zone for a
+service with zonal affinity), whether a service is on its failover backends and whether a
+zone's clients spill over to other zones. Everything it created is removed at the end, also
+on Ctrl-C.
 
 Run it through scripts/demo.sh (installs dependencies, builds the release binary). Directly:
 ``SPILLWAY_BIN=target/release/spillway python3 scripts/demo.py [--requests N] [--show-config]``
@@ -91,6 +95,35 @@ class LogTail:
             seen += self.new()
             time.sleep(0.1)
         return seen
+
+
+def show_gauges(lb: B.Spillway, t: T.Topology, cfg: dict) -> None:
+    """The control plane's gauges, read from the balancer's /metrics (Prometheus text, parsed with
+    prometheus_client): effective health per backend, eligible set sizes, failover and zonal
+    spill-over per service."""
+    try:
+        m = lb.metrics()
+    except Exception as e:  # noqa: BLE001 - the demo goes on without its gauges
+        say(f" (gauges unavailable: {e})")
+        return
+    short = {b.ipv4: b.short for b in t.backends}
+    say(" Gauges from the balancer's /metrics:")
+    for svc in cfg["services"]:
+        name = svc["name"]
+        health = m.by("spillway_backend_healthy", "backend", service=name)
+        named = sorted((short.get(ip, ip), v) for ip, v in health.items())
+        hs = " ".join(f"{b}={int(v)}" for b, v in named)
+        eligible = f"{int(m.value('spillway_service_eligible_backends', service=name))}"
+        zonal = "zonal_affinity" in svc["backend_service"]
+        if zonal:
+            sizes = m.by("spillway_service_zone_eligible_backends", "zone", service=name)
+            eligible += " (" + ", ".join(f"{z} {int(v)}" for z, v in sorted(sizes.items())) + ")"
+        say(f"   {name:4} backend healthy  {hs:22}  eligible set {eligible}")
+        line = f"        failover active  {int(m.value('spillway_service_failover_active', service=name)):<22}"
+        if zonal:
+            spill = m.by("spillway_service_zonal_spill_active", "zone", service=name)
+            line += "  zonal spill  " + " ".join(f"{z}={int(v)}" for z, v in sorted(spill.items()))
+        say(line.rstrip())
 
 
 def show_log(lines: list[str]) -> None:
@@ -218,7 +251,8 @@ def round_of_traffic(t: T.Topology, n: int, note: str = "", with_dns: bool = Fal
 
 
 # ---- the story ----------------------------------------------------------------------------------------
-def wait_health(tail: LogTail, backends: list[T.Backend], healthy: bool, what: str) -> None:
+def wait_health(tail: LogTail, backends: list[T.Backend], healthy: bool, what: str,
+                gauges=None) -> None:
     want = "true" if healthy else "false"
     t0 = time.time()
     lines = tail.wait_for([rf"verdict changed backend=\S*{re.escape(b.ipv4)}\b.* healthy={want}" for b in backends])
@@ -226,6 +260,8 @@ def wait_health(tail: LogTail, backends: list[T.Backend], healthy: bool, what: s
     lines += tail.new()
     say(f" {what}: the health checks noticed after {time.time() - t0:.1f} s. What the balancer logged:")
     show_log(lines)
+    if gauges is not None:
+        gauges()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -249,12 +285,13 @@ def run(args: argparse.Namespace) -> int:
         lb = B.Spillway(t, cfg)
         try:
             tail = LogTail(lb)
+            gauges = lambda: show_gauges(lb, t, cfg)  # noqa: E731
             lb.wait_ready(t.clients[0], addr=VIP_WEB)
             lb.wait_neighbours()
             say(f" running: port MAC {lb.port_mac}, answering ARP and ping for {VIP_WEB}, {VIP_DNS} "
                 f"and {T.LB_NODE_V4}")
             say(" health checks start pessimistic (every backend unhealthy until 2 probes pass) ...")
-            wait_health(tail, t.backends, True, "all four backends healthy")
+            wait_health(tail, t.backends, True, "all four backends healthy", gauges)
 
             banner("1. All backends healthy")
             round_of_traffic(
@@ -267,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
             b1, b2 = t.backend("b1"), t.backend("b2")
             banner("2. b1 goes down (its HTTP and UDP servers stop)")
             t.stop_server(b1)
-            wait_health(tail, [b1], False, "b1 unhealthy")
+            wait_health(tail, [b1], False, "b1 unhealthy", gauges)
             round_of_traffic(
                 t, args.requests,
                 f"zone-a has 1 of 2 backends healthy: 0.5 >= spillover ratio {SPILL_RATIO}, so zone-a's\n"
@@ -275,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
 
             banner("3. b2 goes down too")
             t.stop_server(b2)
-            wait_health(tail, [b2], False, "b2 unhealthy")
+            wait_health(tail, [b2], False, "b2 unhealthy", gauges)
             round_of_traffic(
                 t, args.requests,
                 f"zone-a has no healthy backend: 0 < {SPILL_RATIO}, so zone-a's clients spill over to\n"
@@ -284,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
             banner("4. b1 and b2 come back (servers restarted)")
             t.start_server(b1)
             t.start_server(b2)
-            wait_health(tail, [b1, b2], True, "b1 and b2 healthy again")
+            wait_health(tail, [b1, b2], True, "b1 and b2 healthy again", gauges)
             round_of_traffic(t, args.requests, "Each zone's traffic is back in its own zone.")
 
             banner("Backends: packets each one decapsulated")

@@ -152,6 +152,7 @@ pub fn run_config(
     let params = WorkerParams {
         burst_size: dp.burst_size,
         drain_ticks: (eal.tsc_hz() / 1_000_000).max(1) * u64::from(dp.tx_drain_us),
+        tsc_hz: eal.tsc_hz(),
     };
     let mut queues: Vec<Vec<PortQueues<'_>>> = lcores.iter().map(|_| Vec::new()).collect();
     for port in &ports {

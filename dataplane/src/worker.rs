@@ -7,7 +7,9 @@
 //! In [`Mode::LoadBalance`] it loads the current snapshot and neighbour table once per burst
 //! and runs every packet through [`crate::path::process`]; in [`Mode::IoForward`] (the
 //! baseline for benchmarks and the foundation tests) every packet goes back out unchanged.
-//! When idle it sweeps a few conntrack buckets (memory reclamation only).
+//! It sweeps its connection table at a steady pace, one bucket at a time, so that every bucket
+//! is visited once per [`SWEEP_PERIOD_SECS`] (memory reclamation only: an entry invalid for
+//! every packet is removed; until then its next packet reports why it was replaced).
 //!
 //! It must never allocate, lock, log, or do a shared atomic read-modify-write per packet. Its
 //! counters ([`WorkerCounters`]) are written only by itself, with relaxed loads and stores,
@@ -100,6 +102,8 @@ pub struct WorkerParams {
     pub burst_size: u16,
     /// TSC ticks a buffered TX packet may wait before the buffers are flushed.
     pub drain_ticks: u64,
+    /// TSC ticks per second.
+    pub tsc_hz: u64,
 }
 
 /// Frames the control thread gives a worker to transmit (ARP/ND requests).
@@ -135,9 +139,9 @@ pub struct Balancer<'e> {
     pub origin: Instant,
 }
 
-/// Conntrack buckets swept per idle poll, and per busy burst.
-const SWEEP_IDLE: usize = 16;
-const SWEEP_BUSY: usize = 1;
+/// Every conntrack bucket is swept once per this many seconds (the sweep also bounds how long
+/// an untouched entry can sit, which keeps its 32-bit idle clock exact).
+pub const SWEEP_PERIOD_SECS: u64 = 10;
 
 /// One poll-mode worker. Build it on the main thread, move it to its lcore, call
 /// [`Worker::run`].
@@ -182,17 +186,19 @@ impl<'p, 'c> Worker<'p, 'c> {
     /// Polls until `stop` is set, then flushes its TX buffers.
     pub fn run(&mut self, stop: &AtomicBool) {
         let mut last_drain = dpdk::tsc();
+        let buckets = self.balancer.as_ref().map_or(1, |b| b.shard.bucket_count()).max(1) as u64;
+        let sweep_every = (self.params.tsc_hz * SWEEP_PERIOD_SECS / buckets).max(1);
+        let mut next_sweep = last_drain;
         while !stop.load(Ordering::Relaxed) {
-            let mut idle = true;
             for port in 0..self.ports.len() {
                 let burst = self.ports[port].rx.rx_burst(self.params.burst_size);
                 if !burst.is_empty() {
-                    idle = false;
                     self.process(port, burst);
                 }
             }
-            if idle {
-                self.sweep(SWEEP_IDLE);
+            if dpdk::tsc() >= next_sweep {
+                self.sweep(1);
+                next_sweep = next_sweep.wrapping_add(sweep_every).max(dpdk::tsc());
             }
             self.send_outbox();
             self.answer_mailbox();
@@ -242,7 +248,6 @@ impl<'p, 'c> Worker<'p, 'c> {
         c.ct_inserts.set(stats.inserts);
         c.ct_evictions.set(stats.evictions);
         publish_tx(c, tally);
-        self.sweep(SWEEP_BUSY);
     }
 
     /// Answers the control thread's conntrack queries (rare; one atomic load when empty).

@@ -23,6 +23,53 @@ from pathlib import Path
 from topo import LB_NODE_V4, LB_NODE_V6, REPO, VIP4, VIP6, Topology
 
 BIN = Path(os.environ.get("SPILLWAY_BIN", REPO / "target" / "debug" / "spillway"))
+# spillwayctl: next to the daemon's binary unless given.
+CTL = Path(os.environ.get("SPILLWAYCTL_BIN", BIN.parent / "spillwayctl"))
+
+
+class CtlError(RuntimeError):
+    """`spillwayctl` exited non-zero: `code`, `stdout`, `stderr` (the daemon's error, as JSON
+    with `--json`)."""
+
+    def __init__(self, args, code: int, stdout: str, stderr: str):
+        super().__init__(f"spillwayctl {' '.join(args)} -> {code}: {stderr.strip() or stdout.strip()}")
+        self.code, self.stdout, self.stderr = code, stdout, stderr
+
+
+class Metrics:
+    """One scrape of `/metrics`, parsed by `prometheus_client`'s text parser.
+
+    `families` maps a family name (without `_total`, as the parser names counters) to its
+    `Metric`; :meth:`value` / :meth:`values` read samples by sample name and labels."""
+
+    def __init__(self, text: str):
+        from prometheus_client.parser import text_string_to_metric_families
+
+        self.text = text
+        self.families = {f.name: f for f in text_string_to_metric_families(text)}
+        self.samples = [s for f in self.families.values() for s in f.samples]
+
+    def values(self, name: str, **labels) -> dict[tuple, float]:
+        """Samples called `name` whose labels include `labels`: {sorted label items: value}."""
+        out = {}
+        for s in self.samples:
+            if s.name == name and all(s.labels.get(k) == str(v) for k, v in labels.items()):
+                out[tuple(sorted(s.labels.items()))] = s.value
+        return out
+
+    def value(self, name: str, default: float | None = None, **labels) -> float:
+        """The one sample `name` with exactly these labels (`default` when absent)."""
+        want = tuple(sorted((k, str(v)) for k, v in labels.items()))
+        for s in self.samples:
+            if s.name == name and tuple(sorted(s.labels.items())) == want:
+                return s.value
+        if default is None:
+            raise KeyError(f"no sample {name}{dict(want)}")
+        return default
+
+    def by(self, name: str, label: str, **labels) -> dict[str, float]:
+        """Samples `name` matching `labels`, keyed by the value of `label`."""
+        return {dict(k)[label]: v for k, v in self.values(name, **labels).items()}
 
 
 def zones_topology(topo: Topology) -> dict:
@@ -194,6 +241,65 @@ class Spillway:
 
     def reload(self) -> None:
         self.proc.send_signal(signal.SIGHUP)
+
+    # -- admin API ----------------------------------------------------------------------------
+    @property
+    def admin(self) -> str:
+        """`admin.listen` of the configuration (`unix:/path` or `host:port`)."""
+        return self.config.get("admin", {}).get("listen", "127.0.0.1:9090")
+
+    def ctl_run(self, *args, json_out: bool = True, timeout: float = 15) -> subprocess.CompletedProcess:
+        """Run `spillwayctl --admin ADMIN [--json] args...` (from the host: the admin socket
+        is a file; a TCP admin address runs it in the balancer namespace)."""
+        argv = [str(CTL), "--admin", self.admin, *(["--json"] if json_out else []), *map(str, args)]
+        if not self.admin.startswith("unix:"):
+            argv = self.topo.lb.cmd(argv)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+    def ctl(self, *args, timeout: float = 15):
+        """`spillwayctl --json args...`: the parsed JSON reply; raises :class:`CtlError` on a
+        non-zero exit."""
+        r = self.ctl_run(*args, timeout=timeout)
+        if r.returncode != 0:
+            raise CtlError(args, r.returncode, r.stdout, r.stderr)
+        return json.loads(r.stdout)
+
+    def metrics_text(self, timeout: float = 10) -> str:
+        """`GET /metrics` as text (curl over the Unix socket, or in the balancer namespace)."""
+        if self.admin.startswith("unix:"):
+            argv = ["curl", "-sS", "--fail", "-m", str(timeout), "--unix-socket", self.admin[5:],
+                    "http://localhost/metrics"]
+        else:
+            argv = self.topo.lb.cmd(["curl", "-sS", "--fail", "-m", str(timeout), f"http://{self.admin}/metrics"])
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 5)
+        if r.returncode != 0:
+            raise RuntimeError(f"GET /metrics failed ({r.returncode}): {r.stderr.strip()}")
+        return r.stdout
+
+    def metrics(self) -> Metrics:
+        """`GET /metrics`, parsed with `prometheus_client.parser` (raises on bad syntax)."""
+        return Metrics(self.metrics_text())
+
+    def backends(self, service: str | None = None) -> dict[str, dict]:
+        """`spillwayctl backends --json`, keyed by `service/address` (`/address:port` with a port)."""
+        reply = self.ctl("backends", *(["--service", service] if service else []))
+        return {f"{b['service']}/{b['address']}" + (f":{b['port']}" if b["port"] else ""): b
+                for b in reply["backends"]}
+
+    def wait_health(self, want: dict[str, bool], timeout: float = 20, poll: float = 0.05) -> float:
+        """Wait until each `service/address` in `want` has that effective health (API); returns
+        the seconds it took. Raises TimeoutError with the last state."""
+        t0 = time.monotonic()
+        while True:
+            got = self.backends()
+            if all(k in got and got[k]["healthy"] == v for k, v in want.items()):
+                return time.monotonic() - t0
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"spillway exited {self.proc.returncode}:\n{self.output()}")
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"health not {want} after {timeout}s: "
+                                   f"{ {k: (b['healthy'], b['probe'], b['last_result']) for k, b in got.items()} }")
+            time.sleep(poll)
 
     def output(self) -> str:
         try:

@@ -1,0 +1,549 @@
+"""Control plane, end to end: the real ``spillway`` daemon in the balancer namespace with real
+health checks (HTTP probes from the balancer host's kernel to the backends' servers), its admin
+API on a Unix socket (``spillwayctl --json``) and its Prometheus metrics (parsed with
+``prometheus_client``'s reference text parser), and real traffic from client namespaces.
+
+What is shown:
+
+1. Health (HC-1, HC-3, CP-1): a backend whose HTTP server stops is reported unhealthy within
+   ``interval x unhealthy_threshold + interval`` (plus a stated margin), not before
+   ``unhealthy_threshold`` failed probes; new connections avoid it while an established TCP
+   connection keeps going to it (its packets are still decapsulated there, and only there);
+   restarted, it is healthy again within ``healthy_threshold x interval + interval`` and gets
+   new connections again. ``spillway_backend_healthy`` goes 1 -> 0 -> 1, probe counters grow.
+2. Reload that removes a backend with ``draining_timeout_sec`` (CD-1, CD-3, NX-4), through the
+   API and through SIGHUP: its pinned UDP flows keep reaching it until the deadline, then move
+   (``replaced_drained``); new flows never reach it; flows of backends that stay keep their
+   backend even when the reload moved their hash to another backend.
+3. Reload with an invalid file (NX-3): ``spillwayctl reload`` fails naming the field, line and
+   column; the snapshot generation, the backends and the traffic are exactly as before; a
+   SIGHUP with the same file is logged as rejected and changes nothing either.
+4. ``/metrics`` parsed by ``prometheus_client``: forwarded packets by reason and per-backend new
+   connections equal the traffic sent; ``spillway_service_failover_active`` 0 -> 1 when every
+   primary is overridden unhealthy (and traffic goes to the failover backends);
+   ``spillway_service_zonal_spill_active`` 0 -> 1 for a zone whose backends fail their health
+   checks under ``ZONAL_AFFINITY_SPILL_CROSS_ZONE`` (and that zone's clients go cross-zone).
+
+Timing margins: the machine has 2 cores and the daemon busy-polls one of them, so every bound
+on a health transition gets ``MARGIN`` seconds on top of what the thresholds allow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import re
+import socket
+import time
+from collections import Counter
+
+import pytest
+
+import topo as T
+from balancer import BIN, CTL, Spillway, make_config, service
+
+pytestmark = pytest.mark.skipif(
+    not (BIN.exists() and CTL.exists()),
+    reason=f"{BIN} / {CTL} not built (cargo build -p spillway-dataplane -p spillway-control)")
+
+HTTP_RE = re.compile(r"(b\d+) (\S+):(\d+)\n")
+UDP_RE = re.compile(r"(b\d+) len=(\d+) sha256=[0-9a-f]{64}")
+
+# Health check of test 1 (and of the zonal service of test 4).
+INTERVAL, TIMEOUT, UNHEALTHY_T, HEALTHY_T = 1.0, 0.5, 2, 2
+HC = {"web-http": {"type": "HTTP", "port": T.HTTP_PORT, "path": "/", "check_interval_sec": INTERVAL,
+                   "timeout_sec": TIMEOUT, "healthy_threshold": HEALTHY_T, "unhealthy_threshold": UNHEALTHY_T}}
+# Extra seconds allowed on a health transition: a loaded 2-core machine (one core busy-polled by
+# the daemon, the other shared by the probes' runtime, spillwayctl and the test).
+MARGIN = 1.5
+# Probes start every interval +-5 % (health.rs); a probe in flight as the server stops may fail
+# just before the clock starts: the least time `n` consecutive failures can take is about
+# (n - 1) x interval x (1 - LOW).
+LOW = 0.15
+
+DRAIN_SEC = 6
+VIP_FO = "198.18.0.101"
+VIP_ZA = "198.18.0.102"
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def started(t: T.Topology, services: list[dict], health_checks: dict | None = None):
+    """The daemon with `services`, answering on its first VIP, every backend resolved."""
+    lb = Spillway(t, make_config(t, services, health_checks=health_checks))
+    with lb:
+        lb.wait_ready(t.clients[0])
+        lb.wait_neighbours()
+        yield lb
+
+
+def with_check(svc: dict, check: str = "web-http") -> dict:
+    for g in svc["backend_service"]["backends"]:
+        g["health_check"] = check
+    return svc
+
+
+def curl(c: T.Client, vip: str = T.VIP4) -> str:
+    """GET / through the VIP with curl (a new TCP connection): the backend that answered."""
+    r = c.run(["curl", "-sS", "-m", "5", "--connect-timeout", "3", f"http://{vip}/"], check=False)
+    m = HTTP_RE.fullmatch(r.stdout)
+    assert m and m[2] == c.ipv4, f"curl from {c.short} to {vip}: {r.stdout!r} {r.stderr!r}"
+    return m[1]
+
+
+def udp_flow(c: T.Client) -> socket.socket:
+    """A UDP socket in `c` bound to a fixed source port: one flow for as long as it is open."""
+    s = c.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((c.ipv4, 0))
+    s.settimeout(3)
+    return s
+
+
+def udp_ask(s: socket.socket, vip: str = T.VIP4, payload: bytes = b"ping") -> str:
+    """One datagram on the flow `s` to VIP:5353; the backend named in the reply (from the VIP)."""
+    s.sendto(payload, (vip, T.UDP_PORT))
+    data, addr = s.recvfrom(2048)
+    assert addr == (vip, T.UDP_PORT), f"reply from {addr}"
+    m = UDP_RE.fullmatch(data.decode())
+    assert m and int(m[2]) == len(payload), data
+    return m[1]
+
+
+def decaps(t: T.Topology) -> dict[str, dict]:
+    return {b.short: t.decap_stats(b) for b in t.backends}
+
+
+def settled_decaps(t: T.Topology) -> dict[str, dict]:
+    """The decap counters once they stop moving (the agents write them every 50 ms)."""
+    prev = decaps(t)
+    while True:
+        time.sleep(0.15)
+        cur = decaps(t)
+        if cur == prev:
+            return cur
+        prev = cur
+
+
+def delta(before: dict, after: dict, key: str) -> dict[str, int]:
+    return {b: after[b][key] - before[b][key] for b in before}
+
+
+def holders(t: T.Topology, client_ip: str, port: int, timeout: float = 2.0) -> list[str]:
+    """Backends with an established TCP socket VIP:80 <-> client_ip:port (`ss`)."""
+    peers = {f"{client_ip}:{port}", f"[::ffff:{client_ip}]:{port}"}
+    deadline = time.monotonic() + timeout
+    while True:
+        out = [b.short for b in t.backends
+               if peers & set(b.run(["ss", "-Htn", "state", "established"]).stdout.split())]
+        if out or time.monotonic() > deadline:
+            return out
+        time.sleep(0.02)
+
+
+def flow_args(src: str, sport: int, proto: str, dst: str = T.VIP4, dport: int | None = None) -> list[str]:
+    dport = dport or (T.HTTP_PORT if proto == "tcp" else T.UDP_PORT)
+    return ["--src", src, "--dst", dst, "--proto", proto, "--sport", str(sport), "--dport", str(dport)]
+
+
+def entry_backends(lb: Spillway, *flow) -> list[str]:
+    """The backends of the flow's conntrack entries on every worker (`spillwayctl lookup`)."""
+    reply = lb.ctl("lookup", *flow_args(*flow))
+    return [w["entry"]["backend"] for w in reply["workers"] if w["state"] == "found"]
+
+
+def fwd(m) -> dict[str, float]:
+    return m.by("spillway_forwarded_packets_total", "reason")
+
+
+def wait_metrics(lb: Spillway, cond, timeout: float = 3.0):
+    """Scrape until `cond(metrics)` holds (worker counters are read, not pushed); the last scrape."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = lb.metrics()
+        if cond(m) or time.monotonic() > deadline:
+            return m
+        time.sleep(0.05)
+
+
+def raw_tcp(c: T.Client, sport: int, n: int, dst: str = T.VIP4) -> None:
+    """`n` ACK segments with a byte of data each on the connection c:sport -> dst:80, from a raw
+    socket (the client's own socket may already be reset)."""
+    with c.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP) as raw:
+        raw.bind((c.ipv4, 0))
+        for i in range(n):
+            seg = T.tcp(c.ipv4, dst, sport, T.HTTP_PORT, flags=T.TCP_ACK | T.TCP_PSH, seq=50_000 + i, ack=1,
+                        payload=b"z")
+            raw.sendto(seg, (dst, 0))
+
+
+# ---- 1: health checks, CP-1 ---------------------------------------------------------------------
+def test_health_check_takes_a_dead_backend_out_and_back():
+    with T.Topology(clients_per_zone=2) as t, \
+            started(t, [with_check(service(t, vips=(T.VIP4,)))], health_checks=HC) as lb:
+        key = {b.short: f"web/{b.ipv4}" for b in t.backends}
+        # HC-3: pessimistic start; every backend passes its two probes.
+        lb.wait_health({k: True for k in key.values()}, timeout=15)
+        states = lb.backends()
+        assert all(b["probe"] == "healthy" and b["check"] == "web-http" and b["eligible"] for b in states.values())
+
+        # A long connection (half an HTTP request: the server waits for the rest).
+        c1 = t.client("c1")
+        long = c1.socket(socket.AF_INET, socket.SOCK_STREAM)
+        long.settimeout(5)
+        long.connect((T.VIP4, T.HTTP_PORT))
+        port = long.getsockname()[1]
+        long.sendall(b"GET / HTTP/1.1\r\nHost: vip\r\n")
+        owners = holders(t, c1.ipv4, port)
+        assert len(owners) == 1, owners
+        owner = t.backend(owners[0])
+        assert entry_backends(lb, c1.ipv4, port, "tcp") == [owner.ipv4]
+        m0 = lb.metrics()
+        assert m0.value("spillway_backend_healthy", service="web", backend=owner.ipv4) == 1
+
+        # Its server stops: probes are refused; two in a row make it unhealthy.
+        t.stop_server(owner)
+        down = lb.wait_health({key[owner.short]: False}, timeout=15)
+        bound = INTERVAL * UNHEALTHY_T + INTERVAL
+        assert (UNHEALTHY_T - 1) * INTERVAL * (1 - LOW) <= down <= bound + MARGIN, \
+            f"unhealthy after {down:.2f} s (allowed {bound} s + {MARGIN} s)"
+        st = lb.backends()[key[owner.short]]
+        assert (st["probe"], st["healthy"], st["eligible"], st["last_result"]) == \
+            ("unhealthy", False, False, "refused"), st
+        assert sum(b["healthy"] for b in lb.backends().values()) == 3
+        m1 = lb.metrics()
+        assert m1.value("spillway_backend_healthy", service="web", backend=owner.ipv4) == 0
+        assert m1.value("spillway_backend_probe_healthy", service="web", backend=owner.ipv4) == 0
+        assert m1.value("spillway_service_eligible_backends", service="web") == 3
+        probes = "spillway_health_check_probes_total"
+        lbl = dict(service="web", backend=owner.ipv4, check="web-http")
+        assert m1.value(probes, result="refused", **lbl) - m0.value(probes, result="refused", **lbl) >= UNHEALTHY_T
+        for b in t.backends:
+            if b is not owner:
+                assert m1.value("spillway_backend_healthy", service="web", backend=b.ipv4) == 1
+
+        # New connections avoid it: 40 curls from four clients in two zones.
+        answers = Counter(curl(c) for _ in range(10) for c in t.clients)
+        assert sum(answers.values()) == 40 and owner.short not in answers, answers
+        assert len(answers) == 3, f"new connections not spread over the 3 healthy backends: {answers}"
+
+        # CP-1 (DEFAULT_FOR_PROTOCOL, PER_CONNECTION): the established TCP connection persists on
+        # the unhealthy backend. Its next bytes (and 5 more segments of the same connection) are
+        # decapsulated by the owner only (whose kernel answers with RST: nothing listens now).
+        before, mb = settled_decaps(t), lb.metrics()
+        long.sendall(b"X-Later: yes\r\n\r\n")
+        raw_tcp(c1, port, 5)
+        with contextlib.suppress(TimeoutError):  # the assertion below says where they went
+            t.wait_decap(owner, {"inner_tcp": before[owner.short]["inner_tcp"] + 6})
+        after = settled_decaps(t)
+        d = delta(before, after, "inner_tcp")
+        assert d[owner.short] == 6 and all(n == 0 for b, n in d.items() if b != owner.short), \
+            f"segments of the connection held by {owner.short} were decapsulated by {d}"
+        ma = wait_metrics(lb, lambda m: fwd(m)["conntrack_hit"] - fwd(mb)["conntrack_hit"] >= 6)
+        assert fwd(ma)["conntrack_hit"] - fwd(mb)["conntrack_hit"] == 6
+        assert fwd(ma)["replaced_unhealthy"] == fwd(mb)["replaced_unhealthy"] == 0
+        assert fwd(ma)["new_connection"] == fwd(mb)["new_connection"]
+        pk = {b.short: ma.value("spillway_backend_packets_total", service="web", backend=b.ipv4)
+              - mb.value("spillway_backend_packets_total", service="web", backend=b.ipv4) for b in t.backends}
+        assert pk == {b: (6 if b == owner.short else 0) for b in pk}, pk
+        assert entry_backends(lb, c1.ipv4, port, "tcp") == [owner.ipv4]
+        long.close()
+
+        # The server comes back: two successful probes make it healthy again.
+        t.start_server(owner)
+        up = lb.wait_health({key[owner.short]: True}, timeout=15)
+        bound = HEALTHY_T * INTERVAL + INTERVAL
+        assert (HEALTHY_T - 1) * INTERVAL * (1 - LOW) <= up <= bound + MARGIN, \
+            f"healthy after {up:.2f} s (allowed {bound} s + {MARGIN} s)"
+        m2 = lb.metrics()
+        assert m2.value("spillway_backend_healthy", service="web", backend=owner.ipv4) == 1
+        assert m2.value("spillway_backend_probe_healthy", service="web", backend=owner.ipv4) == 1
+        assert m2.value(probes, result="success", **lbl) - m1.value(probes, result="success", **lbl) >= HEALTHY_T
+        assert m2.value("spillway_health_check_duration_seconds_count", **lbl) > \
+            m1.value("spillway_health_check_duration_seconds_count", **lbl)
+        assert m2.value("spillway_service_eligible_backends", service="web") == 4
+        answers = Counter(curl(c) for _ in range(10) for c in t.clients)
+        assert sum(answers.values()) == 40 and owner.short in answers, answers
+        final = lb.stop()
+    print(f"\nhealth: unhealthy after {down:.2f} s, healthy again after {up:.2f} s")
+    assert final.get("drop.neighbour_unresolved", 0) == 0, final
+
+
+# ---- 2: reload removing a backend, connection draining --------------------------------------------
+def without(cfg: dict, addr: str) -> dict:
+    cfg = copy.deepcopy(cfg)
+    bs = cfg["services"][0]["backend_service"]
+    for g in bs["backends"]:
+        g["endpoints"] = [e for e in g["endpoints"] if e != addr]
+    bs["backends"] = [g for g in bs["backends"] if g["endpoints"]]
+    return cfg
+
+
+@pytest.mark.parametrize("how", ["api", "sighup"])
+def test_reload_removing_a_backend_drains_its_flows(how):
+    with T.Topology() as t:
+        svc = service(t, vips=(T.VIP4,), backend_service={"connection_draining": {"draining_timeout_sec": DRAIN_SEC}})
+        with started(t, [svc]) as lb, contextlib.ExitStack() as stack:
+            # 24 UDP flows (fixed source ports), each pinned to the backend that answered it.
+            socks = [stack.enter_context(udp_flow(c)) for _ in range(12) for c in t.clients]
+            pinned = {s: udp_ask(s) for s in socks}
+            x = t.backend(pinned[socks[0]])  # the backend to remove
+            gone = [s for s in socks if pinned[s] == x.short]
+            stay = [s for s in socks if pinned[s] != x.short]
+            assert stay, pinned
+            gen0 = lb.ctl("status")["generation"]
+
+            # The new file: without x, and the backend left in x's group weighs 4 (CH-3), which
+            # moves much of the hash space between the backends that stay: their flows must not move.
+            cfg = without(lb.config, x.ipv4)
+            other = next(g for g in cfg["services"][0]["backend_service"]["backends"]
+                         if g["zone"] == f"zone-{x.zone.name}")
+            other["weight"] = 4
+            lb.write(cfg)
+            m0 = lb.metrics()
+            if how == "api":
+                reply = lb.ctl("reload")
+                assert [r["backend"] for r in reply["removed"]] == [f"web/{x.ipv4}"], reply
+                assert reply["added"] == [] and reply["generation"] > gen0, reply
+            else:
+                mark = len(lb.output())
+                lb.reload()
+                deadline = time.monotonic() + 10
+                while "configuration reloaded" not in lb.output()[mark:]:
+                    assert time.monotonic() < deadline, lb.output()[mark:]
+                    time.sleep(0.05)
+                assert f"backend removed, draining backend=web/{x.ipv4}" in lb.output()[mark:]
+                assert lb.ctl("status")["generation"] > gen0
+            st = lb.backends()
+            assert st[f"web/{x.ipv4}"]["status"] == "draining" and not st[f"web/{x.ipv4}"]["eligible"], st
+            remaining = st[f"web/{x.ipv4}"]["draining_remaining_ms"] / 1000
+            assert DRAIN_SEC - 1.5 < remaining <= DRAIN_SEC, remaining
+            t_deadline = time.monotonic() + remaining
+            m = lb.metrics()
+            assert m.value("spillway_backend_draining", service="web", backend=x.ipv4) == 1
+            assert m.value("spillway_service_eligible_backends", service="web") == 3
+
+            # Before the deadline: every flow still reaches its backend, x included (CD-3, NX-4).
+            assert {s: udp_ask(s) for s in socks} == pinned
+            assert entry_backends(lb, t.clients[0].ipv4, socks[0].getsockname()[1], "udp") == [x.ipv4]
+            # NX-4 is not just consistent hashing: some flows of staying backends now hash elsewhere.
+            moved = [s for s in stay if lb.ctl("explain", *flow_args(s.getsockname()[0], s.getsockname()[1], "udp"))
+                     ["hashed_backend"] != t.backend(pinned[s]).ipv4]
+            assert moved, "the reload moved no staying flow's hash: NX-4 not exercised"
+            # CD-1: new flows never select x.
+            new = Counter()
+            for _ in range(20):
+                for c in t.clients:
+                    with udp_flow(c) as s:
+                        new[udp_ask(s)] += 1
+            assert sum(new.values()) == 40 and x.short not in new, new
+            m1 = wait_metrics(lb, lambda m: fwd(m)["new_connection"] - fwd(m0)["new_connection"] >= 40)
+            assert fwd(m1)["conntrack_hit"] - fwd(m0)["conntrack_hit"] == len(socks)
+            assert fwd(m1)["new_connection"] - fwd(m0)["new_connection"] == 40
+            assert fwd(m1)["replaced_drained"] == 0
+            # Just before the deadline, x's flows still reach x.
+            time.sleep(max(0.0, t_deadline - 1.0 - time.monotonic()))
+            assert {s: udp_ask(s) for s in gone} == {s: x.short for s in gone}
+            assert time.monotonic() < t_deadline - 0.3, "too late for the before-the-deadline check"
+
+            # After the deadline: x's flows move to other backends, one new entry each; the others
+            # stay. The worker's idle sweep reclaims entries that are invalid for every packet
+            # (decide::is_reclaimable) within about a millisecond of the deadline, so the moved
+            # flows are counted as `new_connection`, not `replaced_drained`, unless a packet beats
+            # the sweep (see the report: `replaced_drained` is all but unobservable).
+            time.sleep(max(0.0, t_deadline + 0.5 - time.monotonic()))
+            swept = entry_backends(lb, gone[0].getsockname()[0], gone[0].getsockname()[1], "udp")
+            assert swept in ([], [x.ipv4]), swept
+            m2 = lb.metrics()
+            after_gone = {s: udp_ask(s) for s in gone}
+            assert x.short not in after_gone.values(), after_gone
+            assert {s: udp_ask(s) for s in stay} == {s: pinned[s] for s in stay}
+            total = len(gone) + len(stay)
+            m3 = wait_metrics(lb, lambda m: sum(fwd(m).values()) - sum(fwd(m2).values()) >= total)
+            d = {k: fwd(m3)[k] - fwd(m2)[k] for k in fwd(m3)}
+            assert d["conntrack_hit"] == len(stay), d
+            assert d["replaced_drained"] + d["new_connection"] == len(gone) and sum(d.values()) == total, d
+            assert m3.value("spillway_service_new_connections_total", service="web") - \
+                m2.value("spillway_service_new_connections_total", service="web") == len(gone)
+            # Re-pinned: the next datagram of a moved flow is a conntrack hit on its new backend.
+            assert {s: udp_ask(s) for s in gone} == after_gone
+            # The slot is freed: x is no longer listed.
+            assert f"web/{x.ipv4}" not in lb.backends()
+            final = lb.stop()
+    print(f"\ndrain ({how}): {len(gone)} flow(s) drained from {x.short}, {len(stay)} stayed, "
+          f"{len(moved)} of them hash elsewhere now; deadline {remaining:.2f} s after the reload; "
+          f"entry after the deadline: {swept or 'swept'}; moved flows counted as {d}")
+    assert final.get("forward.replaced_drained", 0) == d["replaced_drained"], final
+
+
+# ---- 3: a rejected reload changes nothing ---------------------------------------------------------
+def test_invalid_reload_is_rejected_and_changes_nothing():
+    with T.Topology() as t:
+        with started(t, [service(t, vips=(T.VIP4,))]) as lb, contextlib.ExitStack() as stack:
+            socks = [stack.enter_context(udp_flow(c)) for _ in range(8) for c in t.clients]
+            pinned = {s: udp_ask(s) for s in socks}
+            status0, backends0, services0 = lb.ctl("status"), lb.backends(), lb.ctl("services")
+            gen0 = status0["generation"]
+
+            def hashed() -> dict[int, str]:
+                # Where a new flow from each of 12 source ports would go now (Maglev, CH-1).
+                return {p: lb.ctl("explain", *flow_args(t.clients[0].ipv4, p, "udp"))["hashed_backend"]
+                        for p in range(40000, 40012)}
+
+            hashed0 = hashed()
+            assert len(set(hashed0.values())) >= 2, hashed0
+
+            # Only b4 stays (which, if applied, would move every flow) and one invalid value.
+            cfg = without(without(without(lb.config, "198.18.1.1"), "198.18.1.2"), "198.18.2.1")
+            cfg["services"][0]["backend_service"]["connection_draining"] = {"draining_timeout_sec": 7200}
+            lb.write(cfg)
+            text = lb.path.read_text()
+            line = text[:text.index('"draining_timeout_sec": 7200')].count("\n") + 1
+            field = "services[0].backend_service.connection_draining.draining_timeout_sec"
+
+            r = lb.ctl_run("reload")
+            assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+            err = json.loads(r.stderr)
+            assert [(e["field"], e["line"]) for e in err["errors"]] == [(field, line)], err
+            assert "7200" in err["errors"][0]["message"]
+            plain = lb.ctl_run("reload", json_out=False)
+            assert plain.returncode == 1
+            assert re.search(rf"{re.escape(str(lb.path))}:{line}:\d+: field `{re.escape(field)}`", plain.stderr), \
+                plain.stderr
+            assert lb.ctl("status")["generation"] == gen0
+            assert lb.backends() == backends0
+            assert lb.metrics().value("spillway_snapshot_generation") == gen0
+
+            def same_traffic() -> None:
+                # Same snapshot, same hash tables; pinned flows keep their backend; new flows
+                # still spread.
+                assert lb.ctl("status")["generation"] == gen0
+                assert lb.backends() == backends0
+                assert lb.ctl("services") == services0
+                assert hashed() == hashed0
+                assert {s: udp_ask(s) for s in socks} == pinned
+                new = Counter()
+                for _ in range(10):
+                    for c in t.clients:
+                        with udp_flow(c) as s:
+                            new[udp_ask(s)] += 1
+                new += Counter(curl(c) for c in t.clients for _ in range(2))
+                assert len(new) >= 3, f"new flows no longer spread: {new}"
+
+            same_traffic()
+
+            # SIGHUP with the same file: logged as rejected, nothing changes.
+            mark = len(lb.output())
+            lb.reload()
+            deadline = time.monotonic() + 10
+            while "reload rejected" not in lb.output()[mark:]:
+                assert time.monotonic() < deadline, lb.output()[mark:]
+                time.sleep(0.05)
+            logged = lb.output()[mark:]
+            assert "running configuration kept" in logged and field in logged and f":{line}:" in logged, logged
+            assert "configuration reloaded" not in logged
+            assert lb.ctl("status")["generation"] == gen0
+            assert lb.backends() == backends0
+            same_traffic()
+            final = lb.stop()
+    assert final.get("forward.replaced_drained", 0) == final.get("forward.replaced_unhealthy", 0) == 0, final
+
+
+# ---- 4: metrics, failover and zonal spill gauges ----------------------------------------------------
+def test_metrics_parse_and_match_traffic_failover_and_zonal_spill():
+    with T.Topology(vips4=(T.VIP4, VIP_FO, VIP_ZA)) as t:
+        b = {x.short: x.ipv4 for x in t.backends}
+        web = service(t, name="web", vips=(T.VIP4,))
+        fo = service(t, name="fo", vips=(VIP_FO,), groups=[
+            {"group": "fo-primary", "zone": "zone-a", "endpoints": [b["b1"], b["b2"]]},
+            {"group": "fo-failover", "zone": "zone-b", "failover": True, "endpoints": [b["b3"], b["b4"]]},
+        ])
+        za = with_check(service(t, name="za", vips=(VIP_ZA,), backend_service={
+            "zonal_affinity": {"spillover": "ZONAL_AFFINITY_SPILL_CROSS_ZONE"}}))
+        with started(t, [web, fo, za], health_checks=HC) as lb, contextlib.ExitStack() as stack:
+            lb.wait_health({f"za/{ip}": True for ip in b.values()}, timeout=15)
+            m0 = lb.metrics()  # parsed by prometheus_client: raises on anything malformed
+            assert set(fwd(m0)) >= {"new_connection", "conntrack_hit", "replaced_expired", "replaced_drained",
+                                    "replaced_flushed", "replaced_unhealthy"}
+            assert sum(fwd(m0).values()) == 0, fwd(m0)
+            assert m0.value("spillway_snapshot_generation") == lb.ctl("status")["generation"]
+
+            # web: 16 UDP flows of 3 datagrams each -> 16 new_connection + 32 conntrack_hit.
+            flows, per_backend = 16, Counter()
+            for i in range(flows // 2):
+                for c in t.clients:
+                    s = stack.enter_context(udp_flow(c))
+                    got = {udp_ask(s, T.VIP4, b"x" * (k + 1)) for k in range(3)}
+                    assert len(got) == 1, got
+                    per_backend[got.pop()] += 1
+            m1 = wait_metrics(lb, lambda m: sum(fwd(m).values()) >= 3 * flows)
+            assert fwd(m1) == {**{k: 0 for k in fwd(m1)}, "new_connection": flows, "conntrack_hit": 2 * flows}, fwd(m1)
+            nc = m1.by("spillway_backend_new_connections_total", "backend", service="web")
+            assert sum(nc.values()) == flows
+            assert {x: nc[ip] for x, ip in b.items() if nc[ip]} == dict(per_backend), (nc, per_backend)
+            assert m1.value("spillway_service_new_connections_total", service="web") == flows
+            assert m1.value("spillway_service_packets_total", service="web") == 3 * flows
+            pk = m1.by("spillway_backend_packets_total", "backend", service="web")
+            assert {x: pk[ip] for x, ip in b.items() if pk[ip]} == {x: 3 * n for x, n in per_backend.items()}
+            assert sum(m1.by("spillway_conntrack_inserts_total", "worker").values()) == flows
+
+            # fo: primaries healthy -> no failover; traffic on the primaries only.
+            assert m1.value("spillway_service_failover_active", service="fo") == 0
+            assert m1.value("spillway_service_eligible_kind", service="fo", kind="HealthyPrimary") == 1
+            assert m1.value("spillway_service_failover_active", service="web") == 0
+            seen = Counter(udp_ask(stack.enter_context(udp_flow(c)), VIP_FO) for _ in range(8) for c in t.clients)
+            assert set(seen) <= {"b1", "b2"}, seen
+            # Every primary overridden unhealthy (HC-2, this service only) -> HealthyFailover.
+            for ip in (b["b1"], b["b2"]):
+                reply = lb.ctl("set-health", ip, "unhealthy", "--service", "fo")
+                assert [(x["service"], x["override"], x["healthy"]) for x in reply["backends"]] == \
+                    [("fo", "unhealthy", False)], reply
+            m2 = lb.metrics()
+            assert m2.value("spillway_service_failover_active", service="fo") == 1
+            assert m2.value("spillway_service_eligible_kind", service="fo", kind="HealthyFailover") == 1
+            assert m2.value("spillway_service_eligible_kind", service="fo", kind="HealthyPrimary") == 0
+            assert m2.value("spillway_service_eligible_backends", service="fo") == 2
+            assert m2.value("spillway_backend_health_override", service="fo", backend=b["b1"],
+                            override="unhealthy") == 1
+            assert m2.value("spillway_backend_healthy", service="fo", backend=b["b1"]) == 0
+            assert m2.value("spillway_backend_healthy", service="web", backend=b["b1"]) == 1  # other service untouched
+            assert m2.value("spillway_service_failover_active", service="web") == 0
+            seen = Counter(udp_ask(stack.enter_context(udp_flow(c)), VIP_FO) for _ in range(8) for c in t.clients)
+            assert set(seen) == {"b3", "b4"}, f"new flows not on the failover backends: {seen}"
+            for ip in (b["b1"], b["b2"]):
+                lb.ctl("set-health", ip, "auto", "--service", "fo")
+            assert lb.metrics().value("spillway_service_failover_active", service="fo") == 0
+
+            # za: zone-a's clients stay in zone-a while it has a healthy backend.
+            c1 = t.client("c1")  # zone-a
+            assert m2.value("spillway_service_zonal_match", service="za", zone="zone-a") == 1
+            assert m2.value("spillway_service_zonal_spill_active", service="za", zone="zone-a") == 0
+            assert m2.value("spillway_service_zone_eligible_backends", service="za", zone="zone-a") == 2
+            seen = Counter(curl(c1, VIP_ZA) for _ in range(8))
+            assert set(seen) <= {"b1", "b2"}, seen
+            # zone-a's backends fail their health checks: zone-a spills to the whole eligible set.
+            for x in ("b1", "b2"):
+                t.stop_server(x)
+            lb.wait_health({f"za/{b['b1']}": False, f"za/{b['b2']}": False}, timeout=15)
+            m3 = lb.metrics()
+            assert m3.value("spillway_service_zonal_spill_active", service="za", zone="zone-a") == 1
+            assert m3.value("spillway_service_zonal_spill_active", service="za", zone="zone-b") == 0
+            assert m3.value("spillway_service_zone_eligible_backends", service="za", zone="zone-a") == 2
+            assert m3.value("spillway_service_eligible_backends", service="za") == 2
+            za_info = next(s for s in lb.ctl("services")["services"] if s["name"] == "za")
+            zones = {z["zone"]: z for z in za_info["zones"]}
+            assert zones["zone-a"]["spilled"] and not zones["zone-b"]["spilled"], zones
+            seen = Counter(curl(c1, VIP_ZA) for _ in range(8))
+            assert set(seen) <= {"b3", "b4"} and sum(seen.values()) == 8, seen
+            # Back: the servers restart, zone-a stops spilling.
+            for x in ("b1", "b2"):
+                t.start_server(x)
+            lb.wait_health({f"za/{b['b1']}": True, f"za/{b['b2']}": True}, timeout=15)
+            m4 = lb.metrics()
+            assert m4.value("spillway_service_zonal_spill_active", service="za", zone="zone-a") == 0
+            seen = Counter(curl(c1, VIP_ZA) for _ in range(8))
+            assert set(seen) <= {"b1", "b2"}, seen
+            # web and fo have no health check: their backends never changed health.
+            assert all(v == 1 for v in m4.by("spillway_backend_healthy", "backend", service="web").values())
+            final = lb.stop()
+    assert final.get("drop.no_eligible_backend", 0) == 0, final
