@@ -37,7 +37,7 @@ use spillway_shared::simulator::{
 };
 
 use crate::config::locate::Locations;
-use crate::config::{self, ConfigError};
+use crate::config::{self, ConfigError, Field, Loc};
 
 /// Arguments of `spillwayctl simulate`.
 #[derive(clap::Args, Debug)]
@@ -296,28 +296,6 @@ impl SimulateError {
     }
 }
 
-struct Loc(Option<(usize, usize)>);
-
-impl fmt::Display for Loc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some((line, col)) => write!(f, ":{line}:{col}"),
-            None => Ok(()),
-        }
-    }
-}
-
-struct Field<'a>(&'a str);
-
-impl fmt::Display for Field<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            write!(f, "field `{}`: ", self.0)
-        }
-    }
-}
 
 // ---- the scenario file ----
 

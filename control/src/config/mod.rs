@@ -357,7 +357,8 @@ impl ConfigError {
     }
 }
 
-struct Loc(Option<(usize, usize)>);
+/// `:line:col` when known (error messages of the config and of `simulate`).
+pub(crate) struct Loc(pub(crate) Option<(usize, usize)>);
 
 impl fmt::Display for Loc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -368,7 +369,8 @@ impl fmt::Display for Loc {
     }
 }
 
-struct Field<'a>(&'a str);
+/// ``field `path`: `` when the path is not empty.
+pub(crate) struct Field<'a>(pub(crate) &'a str);
 
 impl fmt::Display for Field<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
