@@ -296,7 +296,6 @@ impl SimulateError {
     }
 }
 
-
 // ---- the scenario file ----
 
 /// A whole scenario file.
