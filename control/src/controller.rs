@@ -95,6 +95,8 @@ struct LoadSample {
     at: Time,
     /// By backend slot.
     backends: Vec<u64>,
+    /// Tracked connections by backend slot (a gauge, summed over workers).
+    tracked: Vec<u64>,
     /// By (service id, zone slot).
     zones: HashMap<(u16, usize), u64>,
 }
@@ -330,8 +332,8 @@ impl Controller {
     /// Advanced load balancing (SPEC section 7): turn the workers' counters into measured load
     /// (new connections per second per group, offered load per client zone), fold it into the
     /// smoothed estimates and republish. The daemon calls it every second; it does nothing when
-    /// no service is advanced. Tracked-connection counts per group are not measured yet: the
-    /// daemon steers by new-connection rate.
+    /// no service is advanced. Tracked connections per group are the workers' per-backend
+    /// tracked-entry gauges; per client zone they are apportioned by new-connection share.
     pub fn feed_load(&mut self, view: &dyn DataplaneView) {
         if !self.state.has_advanced() {
             self.last_load = None;
@@ -339,13 +341,22 @@ impl Controller {
         }
         let now = self.now();
         let snap = self.publisher.current();
-        let mut sample =
-            LoadSample { at: now, backends: vec![0; snap.backends.len()], zones: HashMap::new() };
+        let mut sample = LoadSample {
+            at: now,
+            backends: vec![0; snap.backends.len()],
+            tracked: vec![0; snap.backends.len()],
+            zones: HashMap::new(),
+        };
         let zones = snap.zone_names.len().min(MAX_ZONES);
         for w in 0..view.workers() {
             let c = view.counters(w);
-            for (slot, n) in sample.backends.iter_mut().enumerate() {
-                *n += c.backends.get(slot).map_or(0, |t| t.new_connections.get());
+            for (slot, (n, live)) in
+                sample.backends.iter_mut().zip(sample.tracked.iter_mut()).enumerate()
+            {
+                if let Some(t) = c.backends.get(slot) {
+                    *n += t.new_connections.get();
+                    *live = live.wrapping_add(t.tracked.get());
+                }
             }
             for svc in snap.services().filter(|s| s.advanced.is_some()) {
                 for z in (0..zones).chain([MAX_ZONES]) {
@@ -358,23 +369,32 @@ impl Controller {
             let secs = now.as_millis().saturating_sub(prev.at.as_millis()) as f64 / 1000.0;
             if secs > 0.0 {
                 let rate = |now: u64, before: u64| now.saturating_sub(before) as f64 / secs;
-                let mut groups: HashMap<(u16, Arc<str>), f64> = HashMap::new();
+                // Per group: new connections per second, and tracked connections now.
+                let mut groups: HashMap<(u16, Arc<str>), (f64, f64)> = HashMap::new();
                 for (slot, b) in snap.backends.iter().enumerate() {
                     let before = prev.backends.get(slot).copied().unwrap_or(0);
-                    *groups.entry((b.service, Arc::clone(&b.group))).or_insert(0.0) +=
-                        rate(sample.backends[slot], before);
+                    let g = groups.entry((b.service, Arc::clone(&b.group))).or_insert((0.0, 0.0));
+                    g.0 += rate(sample.backends[slot], before);
+                    g.1 += sample.tracked[slot] as f64;
                 }
                 for svc in snap.services().filter(|s| s.advanced.is_some()) {
-                    for ((sid, group), r) in groups.iter().filter(|((sid, _), _)| *sid == svc.id) {
-                        let _ = sid;
-                        let load = Load { rate: *r, connections: 0.0 };
+                    let mut total = (0.0, 0.0);
+                    for ((_, group), (r, live)) in
+                        groups.iter().filter(|((sid, _), _)| *sid == svc.id)
+                    {
+                        total = (total.0 + r, total.1 + live);
+                        let load = Load { rate: *r, connections: *live };
                         self.state.set_group_load(&svc.name, group, load);
                     }
+                    // Tracked connections are not counted per client zone: each zone is given
+                    // the service's connections in proportion to its share of new connections.
                     for z in (0..zones).chain([MAX_ZONES]) {
                         let now_n = sample.zones.get(&(svc.id, z)).copied().unwrap_or(0);
                         let before = prev.zones.get(&(svc.id, z)).copied().unwrap_or(0);
                         let zone = snap.zone_names.get(z).map(String::as_str);
-                        let load = Load { rate: rate(now_n, before), connections: 0.0 };
+                        let r = rate(now_n, before);
+                        let share = if total.0 > 0.0 { r / total.0 } else { 0.0 };
+                        let load = Load { rate: r, connections: share * total.1 };
                         self.state.set_client_load(&svc.name, zone, load);
                     }
                 }

@@ -237,6 +237,16 @@ fn forward<B: PacketBuf>(
     icmp_error: bool,
 ) -> Outcome {
     let d = decide(info, ctx.snap, ctx.shard, ctx.now);
+    // Per-backend tracked-entry gauges follow the table, whatever happens to this packet.
+    let c = ctx.counters;
+    if let (true, Some(b)) = (d.tracked, d.backend()) {
+        if let Some(t) = c.backends.get(usize::from(b)) {
+            t.tracked.inc();
+        }
+    }
+    if let Some(t) = d.released.and_then(|r| c.backends.get(usize::from(r))) {
+        t.tracked.sub(1);
+    }
     let (slot, reason) = match d.verdict {
         Verdict::Forward { backend, reason } => (backend, reason),
         Verdict::Drop(_) if icmp_error => return drop_path(PathDrop::IcmpUnroutable),
@@ -303,7 +313,6 @@ fn forward<B: PacketBuf>(
             Outcome::Transmit
         }
     };
-    let c = ctx.counters;
     c.reason(Reason::Forward(reason)).inc();
     if icmp_error {
         c.icmp_errors_forwarded.inc();
@@ -312,6 +321,7 @@ fn forward<B: PacketBuf>(
     if new {
         c.zone_new(d.service, d.client_zone).inc();
     }
+
     let service = c.services.get(usize::from(d.service));
     for t in service.into_iter().chain(c.backends.get(usize::from(slot))) {
         t.packets.inc();

@@ -273,10 +273,19 @@ impl<'p, 'c> Worker<'p, 'c> {
     /// Reclaims the memory of entries that no packet can use any more.
     fn sweep(&mut self, buckets: usize) {
         let Some(b) = &mut self.balancer else { return };
+        let c = self.counters;
         let snap = b.snapshots.load();
         let now = time_since(b.origin);
-        b.shard
-            .sweep(buckets, now, |e| is_reclaimable(e.key.service, &e.value, e.idle_ms, snap, now));
+        b.shard.sweep(buckets, now, |e| {
+            let dead = is_reclaimable(e.key.service, &e.value, e.idle_ms, snap, now);
+            if dead {
+                let slot = spillway_shared::snapshot::BackendRef::from_u32(e.value.backend).slot;
+                if let Some(t) = c.backends.get(usize::from(slot)) {
+                    t.tracked.sub(1);
+                }
+            }
+            dead
+        });
     }
 
     /// Transmits everything buffered on every port.

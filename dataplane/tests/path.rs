@@ -401,3 +401,26 @@ fn unicast_for_another_host_is_not_ours() {
     assert_eq!(o, Outcome::Drop(Reason::Path(PathDrop::NotForUs)));
     assert_eq!(r.shard.len(), 0, "not decided, not tracked");
 }
+
+#[test]
+fn tracked_gauges_follow_the_table() {
+    let mut r = Rig::new(Encap::Ipip);
+    let total = |r: &Rig| -> u64 { r.counters.backends.iter().map(|t| t.tracked.get()).sum() };
+    for sport in 0..50u16 {
+        let ip = ipv4("198.18.10.5", "198.18.0.100", 6, true, &tcp(1000 + sport, 80, 0x02, b""));
+        r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
+    }
+    assert_eq!((r.shard.len(), total(&r)), (50, 50));
+    // Hits and a SYN that overwrites its own entry change nothing.
+    for flags in [0x10, 0x02, 0x10] {
+        let ip = ipv4("198.18.10.5", "198.18.0.100", 6, true, &tcp(1000, 80, flags, b""));
+        r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
+    }
+    assert_eq!((r.shard.len(), total(&r)), (50, 50));
+    assert_eq!(r.counters.backends[0].tracked.get(), 50, "one backend in this model");
+    // Entries made while the next hop is unresolved are tracked too (the table holds them).
+    r.neighbours = NeighbourTable::default();
+    let ip = ipv4("198.18.10.6", "198.18.0.100", 6, true, &tcp(7, 80, 0x02, b""));
+    r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
+    assert_eq!((r.shard.len(), total(&r)), (51, 51));
+}

@@ -186,8 +186,8 @@ pub struct InsertOutcome {
     /// Where the entry now is.
     pub slot: Slot,
     /// The key was already present: its value and idle clock were overwritten in place
-    /// (e.g. a new-connection SYN replacing an entry, CT-2).
-    pub overwritten: bool,
+    /// (e.g. a new-connection SYN replacing an entry, CT-2); this was its previous value.
+    pub overwritten: Option<EntryValue>,
     /// Both candidate buckets of the key were full and this entry, the least recently seen of
     /// their 16 ways, was evicted to make room. Whether that entry was still valid is for the
     /// caller to judge (e.g. `idle_ms` against the idle timeout): evicting a valid entry loses a
@@ -602,10 +602,11 @@ impl Shard {
         let now32 = stamp(now);
         if let Some(slot) = self.find(key, hash) {
             let bucket = &mut self.buckets[slot.bucket()];
+            let previous = bucket.records[slot.way()].value();
             bucket.records[slot.way()].set_value(value);
             bucket.last_seen[slot.way()] = now32;
             self.stats.updates += 1;
-            return InsertOutcome { slot, overwritten: true, evicted: None };
+            return InsertOutcome { slot, overwritten: Some(previous), evicted: None };
         }
         let (p, s) = self.candidate_buckets(hash);
         let mut evicted = None;
@@ -642,7 +643,7 @@ impl Shard {
         } else {
             self.len += 1;
         }
-        InsertOutcome { slot: Slot::new(b, w), overwritten: false, evicted }
+        InsertOutcome { slot: Slot::new(b, w), overwritten: None, evicted }
     }
 
     /// Both `p` and `s` are full: move the first entry of theirs (`p`'s ways, then `s`'s) whose
@@ -799,7 +800,7 @@ mod tests {
         let mut s = Shard::with_capacity(64);
         let k = key(1);
         let out = s.insert(&k, h.hash(&k), val(3), Time(1000));
-        assert!(!out.overwritten && out.evicted.is_none());
+        assert!(out.overwritten.is_none() && out.evicted.is_none());
         let slot = s.find(&k, h.hash(&k)).unwrap();
         assert_eq!(slot, out.slot);
         let e = s.get(slot, Time(1000));
@@ -817,7 +818,7 @@ mod tests {
         let a = s.insert(&k, h.hash(&k), val(3), Time(0));
         let b = s.insert(&k, h.hash(&k), val(4), Time(900));
         assert_eq!(a.slot, b.slot);
-        assert!(b.overwritten);
+        assert!(b.overwritten.is_some());
         assert_eq!(s.get(b.slot, Time(1000)).value, val(4));
         assert_eq!(s.get(b.slot, Time(1000)).idle_ms, 100);
         assert_eq!(s.len(), 1);
@@ -889,7 +890,7 @@ mod tests {
         assert_eq!(s.buckets[0].overflow, 8);
         // Overwriting a key in its secondary stays in place and does not count it twice.
         let out = s.insert(&key(9), 0, val(99), Time(40));
-        assert!(out.overwritten && out.slot == slots[9]);
+        assert!(out.overwritten.is_some() && out.slot == slots[9]);
         assert_eq!(s.buckets[0].overflow, 8);
         // A sweep of everything brings the counters back to zero.
         assert_eq!(s.sweep(s.bucket_count(), Time(50), |_| true), 16);

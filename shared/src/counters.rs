@@ -22,6 +22,12 @@ impl Counter {
         self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
+    /// Subtract `n` (for up/down gauges; the owner never takes more than it added).
+    #[inline]
+    pub fn sub(&self, n: u64) {
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
+    }
+
     /// Add one.
     #[inline]
     pub fn inc(&self) {
@@ -145,6 +151,9 @@ pub struct TrafficCounters {
     pub bytes: Counter,
     /// New connection entries made (new connections and replacements).
     pub new_connections: Counter,
+    /// Gauge: this worker's connection-table entries that point at it (backends only; entries
+    /// are counted until replaced, evicted or swept).
+    pub tracked: Counter,
 }
 
 /// Highest number of service ids a worker counts (ids are never reused within a process).

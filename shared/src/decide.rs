@@ -71,6 +71,11 @@ pub struct Decision {
     /// The client's zone, when a backend was selected for a new connection and the client is
     /// zonally compatible (the per-zone demand advanced load balancing measures).
     pub client_zone: Option<ZoneId>,
+    /// An entry now points at the chosen backend that did not before (insert or replacement).
+    pub tracked: bool,
+    /// The backend slot of an entry this decision replaced, overwrote or evicted: the worker
+    /// keeps a per-backend count of tracked entries (advanced load balancing's connection load).
+    pub released: Option<u16>,
 }
 
 impl ForwardReason {
@@ -145,12 +150,20 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
             service: 0,
             flow_hash: 0,
             client_zone: None,
+            tracked: false,
+            released: None,
         };
     };
     let key = tracking_key(p, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id);
     let key_hash = CONNTRACK_HASHER.hash(&key);
-    let decision =
-        |verdict| Decision { verdict, service: svc.id, flow_hash: key_hash, client_zone: None };
+    let decision = |verdict| Decision {
+        verdict,
+        service: svc.id,
+        flow_hash: key_hash,
+        client_zone: None,
+        tracked: false,
+        released: None,
+    };
 
     // CT-2 / CT-3: look up unless this is a new-connection SYN.
     let mut stale = None;
@@ -167,7 +180,9 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
                         reason: ForwardReason::ConntrackHit,
                     });
                 }
-                Err(reason) => stale = Some((slot, reason)),
+                Err(reason) => {
+                    stale = Some((slot, reason, BackendRef::from_u32(entry.value.backend).slot))
+                }
             }
         }
     }
@@ -176,7 +191,9 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
     let Some(backend) = select_in(p, svc, snap, client_zone) else {
         return decision(Verdict::Drop(DropReason::NoEligibleBackend)); // FO-6
     };
-    let reason = stale.map_or(ForwardReason::NewConnection, |(_, r)| r);
+    let reason = stale.map_or(ForwardReason::NewConnection, |(_, r, _)| r);
+    let mut released = None;
+    let tracked = !p.icmp_error;
     if !p.icmp_error {
         let Some(b) = snap.backend(backend) else {
             return decision(Verdict::Drop(DropReason::NoEligibleBackend));
@@ -188,13 +205,20 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
         };
         // CT-6, CT-12: a replacement entry is an ordinary entry.
         match stale {
-            Some((slot, _)) => shard.replace(slot, value, now),
+            Some((slot, _, old)) => {
+                shard.replace(slot, value, now);
+                released = Some(old);
+            }
             None => {
-                shard.insert(&key, key_hash, value, now);
+                let out = shard.insert(&key, key_hash, value, now);
+                released = out
+                    .overwritten
+                    .or(out.evicted.map(|e| e.value))
+                    .map(|v| BackendRef::from_u32(v.backend).slot);
             }
         }
     }
-    Decision { client_zone, ..decision(Verdict::Forward { backend, reason }) }
+    Decision { client_zone, tracked, released, ..decision(Verdict::Forward { backend, reason }) }
 }
 
 /// Backend selection for a new connection: client zone -> the service's choice for it ->

@@ -173,7 +173,7 @@ proptest! {
                     let key = key(k);
                     let out = s.insert(&key, real_hash(&key), value(v), Time(now));
                     let old = model.insert(key, (value(v), now));
-                    prop_assert_eq!(out.overwritten, old.is_some());
+                    prop_assert_eq!(out.overwritten.is_some(), old.is_some());
                     prop_assert_eq!(out.evicted, None);
                 }
                 Op::Lookup(k) => {
@@ -270,7 +270,7 @@ proptest! {
                 None
             };
             let out = s.insert(&key, hash(&key), value(u32::from(k)), Time(now));
-            prop_assert_eq!(out.overwritten, present);
+            prop_assert_eq!(out.overwritten.is_some(), present);
             prop_assert_eq!(out.evicted, victim);
             if victim.is_some() {
                 evictions += 1;
@@ -310,7 +310,7 @@ proptest! {
                 Op::Insert(k, v) => {
                     let key = key(k);
                     let out = s.insert(&key, mode.hash(&key), value(v), Time(now));
-                    prop_assert_eq!(out.overwritten, model.contains_key(&key));
+                    prop_assert_eq!(out.overwritten.is_some(), model.contains_key(&key));
                     if let Some(ev) = out.evicted {
                         prop_assert!(ev.key != key);
                         prop_assert_eq!(model.remove(&ev.key), Some(ev.value));
