@@ -25,13 +25,17 @@ use axum::{Json, Router};
 use hashbrown::HashMap;
 use serde::Deserialize;
 use spillway_shared::addr::Addr;
+use spillway_shared::advanced::LoadUnit;
 use spillway_shared::conntrack::Entry;
 use spillway_shared::decide::FLAG_CREATED_UNHEALTHY;
 use spillway_shared::explain::explain;
 use spillway_shared::flow::{proto, tcp_flags, FlowKey, PacketInfo};
 use spillway_shared::model::{BackendKey, Encap, Endpoint, Ports, RuleDest, RuleProtocol};
 use spillway_shared::policy::ZonalAffinity;
-use spillway_shared::snapshot::{BackendRef, BackendStatus, Snapshot};
+use spillway_shared::snapshot::{
+    AdvancedClientView, AdvancedView, BackendRef, BackendStatus, ServiceView, Snapshot,
+};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -364,6 +368,91 @@ fn zone_name(snap: &Snapshot, z: u16) -> String {
     snap.zone_names.get(usize::from(z)).cloned().unwrap_or_default()
 }
 
+/// The API name of a section 7 load unit.
+fn unit_name(u: LoadUnit) -> &'static str {
+    match u {
+        LoadUnit::Rate => "new_connections_per_second",
+        LoadUnit::Connections => "connections",
+    }
+}
+
+/// `v` without a negative zero (smoothing can leave `-0.0`, which JSON would show).
+fn unsigned_zero(v: f64) -> f64 {
+    if v == 0.0 {
+        0.0
+    } else {
+        v
+    }
+}
+
+/// A client zone's published split: `{group: share}`.
+fn group_shares(a: &AdvancedView, c: &AdvancedClientView) -> BTreeMap<String, f64> {
+    a.groups.iter().zip(&c.weights).map(|(g, w)| (g.name.to_string(), unsigned_zero(*w))).collect()
+}
+
+/// Section 7 state of a service, as `GET /v1/services` shows it.
+fn advanced_info(snap: &Snapshot, a: &AdvancedView) -> AdvancedInfo {
+    let groups = a
+        .groups
+        .iter()
+        .map(|g| {
+            let bounded = g.capacity.is_finite();
+            AdvancedGroupInfo {
+                name: g.name.to_string(),
+                zone: zone_name(snap, g.zone),
+                preferred: g.preferred,
+                endpoints: g.endpoints,
+                healthy: g.healthy,
+                capacity: bounded.then_some(g.capacity),
+                utilisation: (bounded && g.capacity > 0.0).then(|| g.utilisation(a.unit)),
+                measured: unsigned_zero(g.measured.get(a.unit)),
+                expected_load: unsigned_zero(g.expected_load),
+                auto_drained: g.auto_drained,
+                retained: g.retained,
+            }
+        })
+        .collect();
+    let clients = a
+        .clients
+        .iter()
+        .map(|c| AdvancedClientInfo {
+            zone: c.zone.map(|z| zone_name(snap, z)),
+            demand: unsigned_zero(c.demand),
+            shares: group_shares(a, c),
+        })
+        .collect();
+    AdvancedInfo {
+        algorithm: a.algorithm.as_str().to_owned(),
+        unit: unit_name(a.unit).to_owned(),
+        failover_health_threshold: a.failover_health_threshold,
+        groups,
+        clients,
+    }
+}
+
+/// Section 7 part of an explanation: the client zone's split and the group of `backend`.
+fn advanced_explain(
+    snap: &Snapshot,
+    svc: &ServiceView,
+    p: &PacketInfo,
+    backend: Option<Endpoint>,
+) -> (Option<BTreeMap<String, f64>>, Option<String>) {
+    let Some(a) = &svc.advanced else { return (None, None) };
+    let zone = snap.client_zone(p.src);
+    let client = a
+        .clients
+        .iter()
+        .find(|c| c.zone == zone)
+        .or_else(|| a.clients.iter().find(|c| c.zone.is_none()));
+    let group = backend.and_then(|e| {
+        snap.backends
+            .iter()
+            .find(|b| b.service == svc.id && b.endpoint == e && b.status != BackendStatus::Free)
+            .map(|b| b.group.to_string())
+    });
+    (client.map(|c| group_shares(a, c)), group)
+}
+
 // ---- status -------------------------------------------------------------------------------
 
 async fn status(State(api): State<Api>) -> Json<StatusReply> {
@@ -391,6 +480,12 @@ async fn status(State(api): State<Api>) -> Json<StatusReply> {
             config: c.path().display().to_string(),
             workers: api.view.workers(),
             services: snap.services().count(),
+            advanced_services: snap.services().filter(|s| s.advanced.is_some()).count(),
+            auto_drained_groups: snap
+                .services()
+                .filter_map(|s| s.advanced.as_ref())
+                .map(|a| a.groups.iter().filter(|g| g.auto_drained).count())
+                .sum(),
             backends: counts,
             conntrack: ConntrackTotals::default(),
         };
@@ -505,6 +600,7 @@ async fn services(State(api): State<Api>) -> Json<ServicesReply> {
                 eligible: members(&svc.eligible.members),
                 default_size: svc.default_choice.members.len(),
                 zones,
+                advanced: svc.advanced.as_deref().map(|a| advanced_info(&snap, a)),
             }
         })
         .collect();
@@ -913,6 +1009,10 @@ async fn explain_flow(
     };
     let x = explain(&p, &snap, best.map(|(_, e)| e), now);
     let endpoint = |e: Option<Endpoint>| e.map(endpoint_str);
+    let (group_shares, backend_group) = match snap.service_for(&p) {
+        Some(svc) => advanced_explain(&snap, svc, &p, x.backend),
+        None => (None, None),
+    };
     let entry = match (best, x.entry_valid) {
         (Some((w, e)), Some(valid)) => Some(ExplainEntry {
             worker: w,
@@ -941,6 +1041,8 @@ async fn explain_flow(
         entry,
         backend: endpoint(x.backend),
         reason: x.reason.to_owned(),
+        group_shares,
+        backend_group,
     }))
 }
 
@@ -956,6 +1058,7 @@ async fn metrics(State(api): State<Api>) -> Response {
 /// Request and reply bodies, shared by the server, `spillwayctl` and the tests.
 pub mod types {
     use serde::{Deserialize, Serialize};
+    use std::collections::BTreeMap;
 
     /// Every error reply.
     #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -993,6 +1096,12 @@ pub mod types {
         pub workers: usize,
         /// Configured services.
         pub services: usize,
+        /// Services with `advanced` (section 7).
+        #[serde(default)]
+        pub advanced_services: usize,
+        /// Groups of those services drained by auto capacity drain (AL-6) now.
+        #[serde(default)]
+        pub auto_drained_groups: usize,
         /// Backend counts.
         pub backends: BackendCounts,
         /// Conntrack totals over the workers.
@@ -1053,6 +1162,65 @@ pub mod types {
         pub default_size: usize,
         /// Per zone of the topology: zonal match (ZA-2), spill and the final set's size.
         pub zones: Vec<ZoneChoiceInfo>,
+        /// Section 7 state, for a service with `advanced` (`null` otherwise).
+        #[serde(default)]
+        pub advanced: Option<AdvancedInfo>,
+    }
+
+    /// A service's advanced load balancing (section 7).
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    pub struct AdvancedInfo {
+        /// AL-1..AL-4: `WATERFALL_BY_REGION`, ...
+        pub algorithm: String,
+        /// Unit of capacities, loads and demand: `new_connections_per_second` or
+        /// `connections`.
+        pub unit: String,
+        /// AL-7 threshold (percent).
+        pub failover_health_threshold: u8,
+        /// Groups, in configuration order.
+        pub groups: Vec<AdvancedGroupInfo>,
+        /// Per client zone of the topology, then clients without a zone (`zone: null`).
+        pub clients: Vec<AdvancedClientInfo>,
+    }
+
+    /// One group's capacity, health and load (in the service's unit).
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    pub struct AdvancedGroupInfo {
+        /// Group name.
+        pub name: String,
+        /// Zone name.
+        pub zone: String,
+        /// AL-5.
+        pub preferred: bool,
+        /// Configured endpoints (operator-drained ones excluded).
+        pub endpoints: usize,
+        /// Healthy endpoints.
+        pub healthy: usize,
+        /// Capacity now (per endpoint x healthy endpoints in the eligible set x scaler; 0
+        /// drained); `null` when unbounded.
+        pub capacity: Option<f64>,
+        /// Measured load / capacity; `null` when the capacity is unbounded or 0.
+        pub utilisation: Option<f64>,
+        /// Smoothed measured load.
+        pub measured: f64,
+        /// Load the published weights send it, from the smoothed demand.
+        pub expected_load: f64,
+        /// AL-6: drained by auto capacity drain.
+        pub auto_drained: bool,
+        /// AL-7: share of its traffic the group keeps (`min(1, h / T)`).
+        pub retained: f64,
+    }
+
+    /// One client zone's demand and split.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    pub struct AdvancedClientInfo {
+        /// Client zone name; `null` for clients without a zone.
+        pub zone: Option<String>,
+        /// Smoothed offered load.
+        pub demand: f64,
+        /// Published share of its new connections per group (sums to 1, or to 0 when no
+        /// group can take traffic and the choice falls back to the eligible set).
+        pub shares: BTreeMap<String, f64>,
     }
 
     /// One forwarding rule.
@@ -1288,7 +1456,7 @@ pub mod types {
     }
 
     /// `GET /v1/explain`.
-    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
     pub struct ExplainReply {
         /// The flow asked about.
         pub flow: String,
@@ -1326,6 +1494,12 @@ pub mod types {
         pub backend: Option<String>,
         /// The reason `decide` would report.
         pub reason: String,
+        /// Section 7: the client zone's split of new connections, `{group: share}`.
+        #[serde(default)]
+        pub group_shares: Option<BTreeMap<String, f64>>,
+        /// Section 7: the group of `backend`.
+        #[serde(default)]
+        pub backend_group: Option<String>,
     }
 
     /// The entry an explanation used.

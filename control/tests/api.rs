@@ -154,10 +154,15 @@ fn closed_port() -> u16 {
 }
 
 async fn fixture(unix: bool) -> Fixture {
+    fixture_with(unix, yaml).await
+}
+
+/// A fixture on the configuration `config(closed_port)`.
+async fn fixture_with(unix: bool, config: fn(u16) -> String) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("api.yaml");
     let closed_port = closed_port();
-    std::fs::write(&path, yaml(closed_port)).unwrap();
+    std::fs::write(&path, config(closed_port)).unwrap();
     let cfg = config::load(&path).expect("test config is valid");
     let controller =
         Arc::new(Mutex::new(Controller::start(&path, cfg, Instant::now()).expect("controller")));
@@ -771,4 +776,170 @@ async fn bind_errors_name_admin_listen_and_a_stale_socket_is_replaced() {
     assert_eq!(c.get("/v1/status").await.unwrap().0, 200);
     drop(s);
     assert!(!stale.exists());
+}
+
+/// Section 7: one advanced service (`WATERFALL_BY_ZONE`), capacity 10 new connections/s per
+/// endpoint, three endpoints in zone-a and two in zone-b, no health checks (healthy).
+fn advanced_yaml(_: u16) -> String {
+    r#"dataplane:
+  ports: [net_null0]
+  workers: 3
+  node:
+    ipv4: 10.0.0.2/8
+    gateway_ipv4: 10.0.0.1
+admin:
+  listen: 127.0.0.1:0
+topology:
+  region: r1
+  zones:
+    - name: zone-a
+    - name: zone-b
+  client_subnets:
+    - prefix: 192.0.2.0/25
+      zone: zone-a
+    - prefix: 192.0.2.128/25
+      zone: zone-b
+services:
+  - name: mesh
+    forwarding_rules:
+      - vip: 198.51.100.20
+        protocol: TCP
+        ports: [443]
+    backend_service:
+      advanced:
+        algorithm: WATERFALL_BY_ZONE
+      backends:
+        - group: mesh-a
+          zone: zone-a
+          capacity:
+            max_rate_per_endpoint: 10
+          endpoints: [10.0.5.1, 10.0.5.2, 10.0.5.3]
+        - group: mesh-b
+          zone: zone-b
+          capacity:
+            max_rate_per_endpoint: 10
+          endpoints: [10.0.6.1, 10.0.6.2]
+"#
+    .to_owned()
+}
+
+fn assert_shares_sum_to_one(c: &AdvancedClientInfo) {
+    let sum: f64 = c.shares.values().sum();
+    assert!((sum - 1.0).abs() < 1e-6, "{c:?}");
+    assert!(c.shares.values().all(|w| (0.0..=1.0).contains(w)), "{c:?}");
+}
+
+/// Section 7 in the API: groups with capacity (per endpoint x healthy endpoints), loads,
+/// client-zone splits; the status counts; explain's split and backend group; spillwayctl's
+/// group table.
+#[tokio::test]
+async fn advanced_services_show_groups_capacity_and_client_splits() {
+    let f = fixture_with(true, advanced_yaml).await;
+    let s: StatusReply = f.get("/v1/status").await;
+    assert_eq!((s.services, s.advanced_services, s.auto_drained_groups), (1, 1, 0));
+
+    let mesh = f.service("mesh").await;
+    let a = mesh.advanced.clone().expect("advanced object");
+    assert_eq!(a.algorithm, "WATERFALL_BY_ZONE");
+    assert_eq!(a.unit, "new_connections_per_second");
+    assert_eq!(a.failover_health_threshold, 70);
+    let names: Vec<&str> = a.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["mesh-a", "mesh-b"]);
+    for g in &a.groups {
+        assert_eq!(g.healthy, g.endpoints, "{g:?}");
+        #[allow(clippy::cast_precision_loss)]
+        let expected = 10.0 * g.healthy as f64;
+        assert_eq!(g.capacity, Some(expected), "{g:?}");
+        assert!(!g.auto_drained && (g.retained - 1.0).abs() < 1e-9, "{g:?}");
+        assert_eq!(g.utilisation, Some(0.0), "{g:?}");
+    }
+    assert_eq!((a.groups[0].zone.as_str(), a.groups[0].endpoints), ("zone-a", 3));
+    assert_eq!((a.groups[1].zone.as_str(), a.groups[1].endpoints), ("zone-b", 2));
+    // One entry per client zone, then clients without a zone.
+    let zones: Vec<Option<&str>> = a.clients.iter().map(|c| c.zone.as_deref()).collect();
+    assert_eq!(zones, [Some("zone-a"), Some("zone-b"), None]);
+    for c in &a.clients {
+        assert_eq!(c.shares.len(), 2, "{c:?}");
+        assert_shares_sum_to_one(c);
+    }
+    // The plain JSON: capacity is a number, a missing zone is null.
+    let (_, body) = f.client.get("/v1/services").await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let adv = &v["services"][0]["advanced"];
+    assert_eq!(adv["groups"][0]["capacity"], serde_json::json!(30.0));
+    assert!(adv["clients"][2]["zone"].is_null(), "{adv}");
+
+    // An unhealthy endpoint leaves the capacity: 10 x 2 healthy.
+    f.set_health("10.0.5.3", "unhealthy").await;
+    let a = f.service("mesh").await.advanced.unwrap();
+    assert_eq!((a.groups[0].healthy, a.groups[0].capacity), (2, Some(20.0)));
+    // AL-7: 2 of 3 healthy (66.7%) is below T = 70: the group keeps (2/3) / 0.7 of its share.
+    assert!((a.groups[0].retained - 2.0 / 3.0 / 0.7).abs() < 1e-9, "{:?}", a.groups[0]);
+    for c in &a.clients {
+        assert_shares_sum_to_one(c);
+    }
+
+    // Explain: the client zone's split and the chosen backend's group.
+    let x: ExplainReply =
+        f.get("/v1/explain?src=192.0.2.7&dst=198.51.100.20&sport=1000&dport=443&syn=1").await;
+    let shares = x.group_shares.clone().expect("split for an advanced service");
+    assert_eq!(shares, a.clients[0].shares);
+    let group = x.backend_group.clone().expect("backend group");
+    assert!(shares.get(&group).is_some_and(|w| *w > 0.0), "{x:?}");
+    let backend = x.backend.clone().unwrap();
+    let prefix = if group == "mesh-a" { "10.0.5." } else { "10.0.6." };
+    assert!(backend.starts_with(prefix), "{x:?}");
+
+    // spillwayctl: the group table and the split per client zone.
+    let out = f.ctl(&["services"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("mesh: advanced WATERFALL_BY_ZONE"), "{text}");
+    let header = text.lines().find(|l| l.starts_with("GROUP")).expect("group table");
+    assert!(
+        header.split_whitespace().eq([
+            "GROUP",
+            "ZONE",
+            "HEALTHY",
+            "CAPACITY",
+            "MEASURED",
+            "EXPECTED",
+            "UTILISATION",
+            "DRAINED",
+            "RETAINED"
+        ]),
+        "{text}"
+    );
+    let row = |name: &str| -> Vec<String> {
+        let l = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{text}"));
+        l.split_whitespace().map(str::to_owned).collect()
+    };
+    assert_eq!(row("mesh-a"), ["mesh-a", "zone-a", "2/3", "20", "0", "0", "0.0%", "no", "95.2%"]);
+    assert_eq!(row("mesh-b")[..4], ["mesh-b", "zone-b", "2/2", "20"]);
+    assert!(text.lines().any(|l| l.starts_with("CLIENT ZONE  DEMAND")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("(no zone)")), "{text}");
+    let out = f
+        .ctl(&[
+            "explain",
+            "--src",
+            "192.0.2.7",
+            "--dst",
+            "198.51.100.20",
+            "--sport",
+            "1000",
+            "--dport",
+            "443",
+            "--syn",
+        ])
+        .await;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("advanced split") && text.contains(&format!("backend group   {group}")),
+        "{text}"
+    );
+    // --json is the API's reply.
+    let out = f.ctl(&["services", "--json"]).await;
+    let r: ServicesReply = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r.services[0].advanced.as_ref().unwrap().groups.len(), 2);
 }

@@ -299,7 +299,17 @@ fn show_status(s: &StatusReply) -> String {
             vec!["generation".into(), s.generation.to_string()],
             vec!["config".into(), s.config.clone()],
             vec!["workers".into(), s.workers.to_string()],
-            vec!["services".into(), s.services.to_string()],
+            vec![
+                "services".into(),
+                if s.advanced_services == 0 {
+                    s.services.to_string()
+                } else {
+                    format!(
+                        "{} ({} advanced, {} group(s) auto-drained)",
+                        s.services, s.advanced_services, s.auto_drained_groups
+                    )
+                },
+            ],
             vec![
                 "backends".into(),
                 format!(
@@ -367,7 +377,95 @@ fn show_services(r: &ServicesReply) -> String {
         out.push('\n');
         out.push_str(&table(&["SERVICE", "CLIENT ZONE", "ZONAL MATCH", "SPILLED", "SIZE"], &zones));
     }
+    for s in &r.services {
+        if let Some(a) = &s.advanced {
+            out.push('\n');
+            out.push_str(&show_advanced(&s.name, a));
+        }
+    }
     out
+}
+
+/// A number with at most 3 decimals, trailing zeros dropped.
+fn num(v: f64) -> String {
+    let t = format!("{v:.3}");
+    let t = t.trim_end_matches('0').trim_end_matches('.');
+    if t == "-0" { "0" } else { t }.to_owned()
+}
+
+fn percent(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+/// Section 7 of one service: its groups, then each client zone's split.
+fn show_advanced(service: &str, a: &AdvancedInfo) -> String {
+    let unit = match a.unit.as_str() {
+        "new_connections_per_second" => "new conn/s",
+        other => other,
+    };
+    let mut out = format!(
+        "{service}: advanced {}, failover threshold {}%, loads in {unit}\n",
+        a.algorithm, a.failover_health_threshold
+    );
+    let rows: Vec<Vec<String>> = a
+        .groups
+        .iter()
+        .map(|g| {
+            vec![
+                format!("{}{}", g.name, if g.preferred { " (preferred)" } else { "" }),
+                g.zone.clone(),
+                format!("{}/{}", g.healthy, g.endpoints),
+                g.capacity.map_or_else(|| "unbounded".to_owned(), num),
+                num(g.measured),
+                num(g.expected_load),
+                g.utilisation.map_or_else(|| "-".to_owned(), percent),
+                yes(g.auto_drained),
+                percent(g.retained),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "GROUP",
+            "ZONE",
+            "HEALTHY",
+            "CAPACITY",
+            "MEASURED",
+            "EXPECTED",
+            "UTILISATION",
+            "DRAINED",
+            "RETAINED",
+        ],
+        &rows,
+    ));
+    let rows: Vec<Vec<String>> = a
+        .clients
+        .iter()
+        .map(|c| {
+            vec![
+                c.zone.clone().unwrap_or_else(|| "(no zone)".to_owned()),
+                num(c.demand),
+                split(a, &c.shares),
+            ]
+        })
+        .collect();
+    out.push_str(&table(&["CLIENT ZONE", "DEMAND", "SPLIT"], &rows));
+    out
+}
+
+/// `{group: share}` as `g1 60.0%, g2 40.0%` in the groups' order (zero shares left out).
+fn split(a: &AdvancedInfo, shares: &std::collections::BTreeMap<String, f64>) -> String {
+    let parts: Vec<String> = a
+        .groups
+        .iter()
+        .filter_map(|g| shares.get(&g.name).filter(|w| **w > 0.0).map(|w| (g, w)))
+        .map(|(g, w)| format!("{} {}", g.name, percent(*w)))
+        .collect();
+    if parts.is_empty() {
+        "none (falls back to the eligible set)".to_owned()
+    } else {
+        parts.join(", ")
+    }
 }
 
 fn backends_table(b: &[BackendInfo]) -> String {
@@ -493,22 +591,34 @@ fn show_explain(x: &ExplainReply) -> String {
         None if x.new_connection_syn => "not looked up (new-connection SYN, CT-2)".to_owned(),
         None => format!("none ({} of {} worker(s) answered)", x.workers_answered, x.workers_asked),
     };
-    table(
-        &["FIELD", "VALUE"],
-        &[
-            vec!["flow".into(), x.flow.clone()],
-            vec!["service".into(), opt(&x.service)],
-            vec!["client zone".into(), opt(&x.client_zone)],
-            vec!["eligible set".into(), opt(&x.eligible_kind)],
-            vec!["zonal match".into(), yes(x.zonal_match)],
-            vec!["spilled".into(), yes(x.spilled)],
-            vec!["final set size".into(), x.eligible_size.to_string()],
-            vec!["tracking key".into(), opt(&x.tracking_key)],
-            vec!["hashed backend".into(), opt(&x.hashed_backend)],
-            vec!["entry".into(), entry],
-            vec!["backend now".into(), opt(&x.backend)],
-            vec!["reason".into(), x.reason.clone()],
-            vec!["generation".into(), x.generation.to_string()],
-        ],
-    )
+    let mut rows = vec![
+        vec!["flow".into(), x.flow.clone()],
+        vec!["service".into(), opt(&x.service)],
+        vec!["client zone".into(), opt(&x.client_zone)],
+        vec!["eligible set".into(), opt(&x.eligible_kind)],
+        vec!["zonal match".into(), yes(x.zonal_match)],
+        vec!["spilled".into(), yes(x.spilled)],
+        vec!["final set size".into(), x.eligible_size.to_string()],
+        vec!["tracking key".into(), opt(&x.tracking_key)],
+        vec!["hashed backend".into(), opt(&x.hashed_backend)],
+        vec!["entry".into(), entry],
+        vec!["backend now".into(), opt(&x.backend)],
+        vec!["reason".into(), x.reason.clone()],
+        vec!["generation".into(), x.generation.to_string()],
+    ];
+    if let Some(shares) = &x.group_shares {
+        let mut parts: Vec<(&String, &f64)> = shares.iter().filter(|(_, w)| **w > 0.0).collect();
+        parts.sort_by(|a, b| b.1.total_cmp(a.1).then_with(|| a.0.cmp(b.0)));
+        let text: Vec<String> =
+            parts.iter().map(|(g, w)| format!("{g} {}", percent(**w))).collect();
+        let text = if text.is_empty() {
+            "none (falls back to the eligible set)".into()
+        } else {
+            text.join(", ")
+        };
+        // After "final set size" and after "backend now".
+        rows.insert(11, vec!["backend group".into(), opt(&x.backend_group)]);
+        rows.insert(7, vec!["advanced split".into(), text]);
+    }
+    table(&["FIELD", "VALUE"], &rows)
 }
