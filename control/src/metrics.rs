@@ -201,7 +201,13 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
 
     // Per worker.
     type Pick = fn(&WorkerCounters) -> u64;
-    let per_worker: [(&'static str, &'static str, MetricType, Pick); 10] = [
+    let per_worker: [(&'static str, &'static str, MetricType, Pick); 11] = [
+        (
+            "spillway_conntrack_bypassed",
+            "New connections the flood guard forwarded by the hash alone, without an entry.",
+            Counter,
+            |c| c.ct_bypassed.get(),
+        ),
         ("spillway_worker_rx_packets", "Packets received by the worker.", Counter, |c| {
             c.rx_packets.get()
         }),

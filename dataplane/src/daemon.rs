@@ -193,7 +193,11 @@ pub fn run_config(
                 outbox: (i == 0).then(|| Arc::clone(&outbox)),
                 neighbours: arc_swap::Cache::new(resolver.cell()),
                 events: resolver.events(),
-                shard: Shard::with_capacity(dp.conntrack_capacity as usize),
+                shard: {
+                    let mut s = Shard::with_capacity(dp.conntrack_capacity as usize);
+                    s.set_flood_guard(Some(dp.conntrack_max_inserts_per_sec).filter(|&r| r > 0));
+                    s
+                },
                 node: *node,
                 origin,
             })

@@ -247,6 +247,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         c.ct_entries.set(stats.entries);
         c.ct_inserts.set(stats.inserts);
         c.ct_evictions.set(stats.evictions);
+        c.ct_bypassed.set(stats.bypassed);
         publish_tx(c, tally);
     }
 

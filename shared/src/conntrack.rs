@@ -213,6 +213,17 @@ pub struct ShardStats {
     pub removals: u64,
     /// Entries removed by [`Shard::sweep`].
     pub swept: u64,
+    /// New connections the flood guard did not admit ([`Shard::admit_new`]): forwarded by the
+    /// hash alone, untracked.
+    pub bypassed: u64,
+}
+
+/// The flood guard's token bucket (milli-tokens, refilled per millisecond).
+#[derive(Clone, Copy, Debug)]
+struct FloodGuard {
+    per_sec: u64,
+    tokens_milli: u64,
+    last: Option<Time>,
 }
 
 /// One stored entry: 56 bytes.
@@ -376,6 +387,7 @@ fn idle_ms(now32: u32, seen: u32) -> u64 {
 pub struct Shard {
     buckets: Box<[Bucket]>,
     len: usize,
+    guard: Option<FloodGuard>,
     cursor: usize,
     stats: ShardStats,
 }
@@ -407,8 +419,40 @@ impl Shard {
         Shard {
             buckets,
             len: 0,
+            guard: None,
             cursor: 0,
             stats: ShardStats { capacity, ..ShardStats::default() },
+        }
+    }
+
+    /// Turn the flood guard on with at most `per_second` new entries per second (a token
+    /// bucket of one second's worth), or off with `None` (the default). With the guard on,
+    /// [`Shard::admit_new`] also refuses while the table is full, instead of letting an insert
+    /// evict an entry: under a SYN flood established connections keep their entries (Katran's
+    /// approach), and the flood's packets are forwarded by the consistent hash alone.
+    pub fn set_flood_guard(&mut self, per_second: Option<u32>) {
+        self.guard = per_second.filter(|&r| r > 0).map(|r| FloodGuard {
+            per_sec: u64::from(r),
+            tokens_milli: u64::from(r) * 1000,
+            last: None,
+        });
+    }
+
+    /// May a new connection get an entry now? Always true without a flood guard; with one,
+    /// false when the table is full or the rate is spent (counted in `bypassed`).
+    pub fn admit_new(&mut self, now: Time) -> bool {
+        let full = self.len >= self.buckets.len() * WAYS;
+        let Some(g) = &mut self.guard else { return true };
+        let cap = g.per_sec * 1000;
+        let elapsed = g.last.map_or(0, |t| now.as_millis().saturating_sub(t.as_millis()));
+        g.tokens_milli = (g.tokens_milli + elapsed.saturating_mul(g.per_sec)).min(cap);
+        g.last = Some(now);
+        if !full && g.tokens_milli >= 1000 {
+            g.tokens_milli -= 1000;
+            true
+        } else {
+            self.stats.bypassed += 1;
+            false
         }
     }
 

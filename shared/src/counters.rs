@@ -192,6 +192,8 @@ pub struct WorkerCounters {
     pub ct_evictions: Counter,
     /// Conntrack: capacity of the shard.
     pub ct_capacity: Counter,
+    /// Conntrack: new connections the flood guard forwarded without an entry.
+    pub ct_bypassed: Counter,
     /// Per service id.
     pub services: Box<[TrafficCounters]>,
     /// Per backend slot.
@@ -217,6 +219,7 @@ impl WorkerCounters {
             ct_inserts: Counter::default(),
             ct_evictions: Counter::default(),
             ct_capacity: Counter::default(),
+            ct_bypassed: Counter::default(),
             services: (0..MAX_SERVICES).map(|_| TrafficCounters::default()).collect(),
             backends: (0..MAX_BACKENDS).map(|_| TrafficCounters::default()).collect(),
             zone_new_connections: (0..MAX_SERVICES * ZONE_SLOTS)

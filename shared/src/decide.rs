@@ -193,7 +193,7 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
     };
     let reason = stale.map_or(ForwardReason::NewConnection, |(_, r, _)| r);
     let mut released = None;
-    let tracked = !p.icmp_error;
+    let mut tracked = !p.icmp_error;
     if !p.icmp_error {
         let Some(b) = snap.backend(backend) else {
             return decision(Verdict::Drop(DropReason::NoEligibleBackend));
@@ -209,6 +209,8 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
                 shard.replace(slot, value, now);
                 released = Some(old);
             }
+            // The flood guard may refuse a new entry: the packet is forwarded by the hash alone.
+            None if !shard.admit_new(now) => tracked = false,
             None => {
                 let out = shard.insert(&key, key_hash, value, now);
                 released = out

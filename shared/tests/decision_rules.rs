@@ -626,3 +626,57 @@ fn explain_tells_what_decide_then_does() {
         assert_eq!(ex.reason, reason(&o));
     }
 }
+
+/// The flood guard (performance issue: SYN floods): over the admitted rate, or with a full
+/// table, new connections are forwarded by the consistent hash without an entry, and the
+/// established flows keep theirs.
+#[test]
+fn flood_guard_keeps_established_entries_and_forwards_the_flood_by_hash() {
+    use spillway_shared::conntrack::Shard;
+    use spillway_shared::decide::decide;
+    use spillway_shared::state::PolicyState;
+    use spillway_shared::time::Time;
+    let mut st = PolicyState::new(true);
+    st.apply_model(three(|_| {}), Time::ZERO).unwrap();
+    let snap = st.snapshot(Time::ZERO);
+    let mut shard = Shard::with_capacity(64);
+    shard.set_flood_guard(Some(10));
+    let t0 = Time::from_secs(1);
+    // Ten established flows fill the bucket of tokens.
+    let established: Vec<_> =
+        (0..10).map(|p| decide(&syn("198.18.10.5", p), &snap, &mut shard, t0)).collect();
+    assert!(established.iter().all(|d| d.tracked));
+    // A flood in the same millisecond: forwarded (by the hash), not tracked.
+    for p in 100..600 {
+        let d = decide(&syn("198.18.20.9", p), &snap, &mut shard, t0);
+        assert!(d.backend().is_some() && !d.tracked);
+        // The same flow's next packet goes to the same backend (consistent hashing).
+        let again = decide(&ack("198.18.20.9", p), &snap, &mut shard, t0);
+        assert_eq!(again.backend(), d.backend());
+    }
+    assert_eq!(shard.len(), 10);
+    assert!(shard.stats().bypassed >= 500);
+    // The established flows were never disturbed.
+    for (p, d) in (0..10).zip(&established) {
+        let hit = decide(&ack("198.18.10.5", p), &snap, &mut shard, t0);
+        assert_eq!((hit.backend(), hit.verdict), (d.backend(), hit.verdict));
+        assert!(matches!(
+            hit.verdict,
+            spillway_shared::decide::Verdict::Forward {
+                reason: spillway_shared::decide::ForwardReason::ConntrackHit,
+                ..
+            }
+        ));
+    }
+    // A second later the bucket is refilled: new connections are tracked again.
+    let later = decide(&syn("198.18.10.7", 1), &snap, &mut shard, Time::from_secs(2));
+    assert!(later.tracked);
+    // A full table refuses new entries instead of evicting established ones.
+    let mut small = Shard::with_capacity(8);
+    small.set_flood_guard(Some(1_000_000));
+    for p in 0..8 {
+        assert!(decide(&syn("198.18.10.5", p), &snap, &mut small, t0).tracked);
+    }
+    let d = decide(&syn("198.18.10.5", 99), &snap, &mut small, t0);
+    assert!(!d.tracked && d.released.is_none() && small.stats().evictions == 0);
+}

@@ -91,6 +91,10 @@ pub struct DataplaneConfig {
     pub node: NodeConfig,
     /// Connection-tracking entries per worker (rounded up to whole buckets; 64 bytes each).
     pub conntrack_capacity: u32,
+    /// Flood guard: new connection entries a worker admits per second (0: no limit). Beyond
+    /// it, and while the table is full, new connections are forwarded by the consistent hash
+    /// without an entry; established connections keep theirs.
+    pub conntrack_max_inserts_per_sec: u32,
     /// CH-4 hash key, the same on every instance of a deployment. A fixed built-in key when
     /// absent (set your own).
     pub hash_seed: Option<u64>,
@@ -113,6 +117,7 @@ impl Default for DataplaneConfig {
             tx_drain_us: 100,
             node: NodeConfig::default(),
             conntrack_capacity: 1 << 20,
+            conntrack_max_inserts_per_sec: 0,
             hash_seed: None,
             maglev_table_size: 65537,
         }
