@@ -196,13 +196,16 @@ impl<'p, 'c> Worker<'p, 'c> {
                     self.process(port, burst);
                 }
             }
-            if dpdk::tsc() >= next_sweep {
-                self.sweep(1);
-                next_sweep = next_sweep.wrapping_add(sweep_every).max(dpdk::tsc());
-            }
-            self.send_outbox();
-            self.answer_mailbox();
+            // One TSC read per poll serves the sweep pace and the TX drain deadline.
             let now = dpdk::tsc();
+            if self.balancer.is_some() {
+                if now >= next_sweep {
+                    self.sweep(1);
+                    next_sweep = next_sweep.wrapping_add(sweep_every).max(now);
+                }
+                self.send_outbox();
+                self.answer_mailbox();
+            }
             if now.wrapping_sub(last_drain) >= self.params.drain_ticks {
                 self.drain();
                 last_drain = now;
