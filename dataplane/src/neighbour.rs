@@ -10,7 +10,6 @@
 //! queue, refreshes known entries before they go stale, and publishes new tables. So a worker
 //! never blocks, and never waits for an answer.
 
-use crate::path::PacketBuf;
 use arc_swap::ArcSwap;
 use crossbeam::queue::ArrayQueue;
 use hashbrown::HashMap;
@@ -196,11 +195,6 @@ impl Resolver {
         self.cell.load_full()
     }
 }
-
-/// Unused import guard: `PacketBuf` is part of the resolver's public story (requests are
-/// built with the same buffer abstraction as the data path).
-#[allow(dead_code)]
-fn _uses(_: &dyn PacketBuf) {}
 
 #[cfg(test)]
 mod tests {
