@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 
 use super::eal::Eal;
 use super::error::DpdkError;
-use super::mbuf::Mbuf;
+use super::mbuf::{Mbuf, MbufBurst, MAX_BURST};
 
 /// A packet mbuf pool (a copyable handle; the pool itself lives until EAL cleanup).
 #[derive(Clone, Copy)]
@@ -71,6 +71,32 @@ impl<'e> Mempool<'e> {
         let m = unsafe { dpdk_sys::rte_pktmbuf_alloc(self.raw.as_ptr()) };
         // SAFETY: a non-null result is a fresh mbuf that we own exclusively.
         (!m.is_null()).then(|| unsafe { Mbuf::from_raw(m) })
+    }
+
+    /// Fills `burst` up to `n` packets (at most [`MAX_BURST`] in all) with fresh mbufs in one
+    /// bulk allocation (`rte_pktmbuf_alloc_bulk`); all or nothing. Returns false, leaving the
+    /// burst as it was, when the pool cannot give them all.
+    pub fn alloc_bulk(&self, burst: &mut MbufBurst<'e>, n: usize) -> bool {
+        let have = burst.len;
+        let want = n.min(MAX_BURST - have);
+        if want == 0 {
+            return true;
+        }
+        // SAFETY: raw is a live packet pool; pkts[have..have + want] is inside the array and
+        // holds no owned mbuf (only the first `len` entries are owned).
+        let rc = unsafe {
+            dpdk_sys::rte_pktmbuf_alloc_bulk(
+                self.raw.as_ptr(),
+                burst.pkts.as_mut_ptr().add(have),
+                u32::try_from(want).expect("at most 32"),
+            )
+        };
+        if rc != 0 {
+            return false;
+        }
+        // On success the pool wrote `want` fresh, exclusively owned mbufs there.
+        burst.len = have + want;
+        true
     }
 
     /// Mbufs currently free in the pool (including per-lcore caches).
