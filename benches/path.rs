@@ -7,8 +7,8 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use crossbeam::queue::ArrayQueue;
-use spillway_dataplane::neighbour::NeighbourTable;
-use spillway_dataplane::path::{process, Node, Outcome, PathCtx};
+use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
+use spillway_dataplane::path::{process, process_burst, Node, Outcome, PathCtx, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
 use spillway_shared::addr::{Addr, Prefix};
 use spillway_shared::conntrack::Shard;
@@ -74,12 +74,23 @@ fn bench(c: &mut Criterion) {
     let neighbours =
         NeighbourTable::from_pairs((1..=16).map(|i| (Addr::v4(198, 18, 1, i), [2, 0, 0, 0, 1, i])));
     let events = ArrayQueue::new(16);
+    let mut next_hops = NextHopCache::new();
+    next_hops.refresh(&snap, &neighbours, &node);
     let counters = WorkerCounters::new();
 
     let mut g = c.benchmark_group("path");
-    g.measurement_time(Duration::from_secs(3)).sample_size(20);
-    for flows in [1_000usize, 100_000] {
-        let mut shard = Shard::with_capacity(flows * 2);
+    g.measurement_time(Duration::from_secs(3)).sample_size(10);
+    // Each size runs twice: frame by frame with `process` on a table in 4 KiB pages (the path
+    // before the performance work), and in bursts of 32 with `process_burst` (staged, with
+    // prefetch) on a table advised to use transparent huge pages (what the worker does).
+    // SPILLWAY_BENCH_FLOWS=1000 limits the run to one size (for profiling: every size's
+    // setup inserts all its flows).
+    let only: Option<usize> =
+        std::env::var("SPILLWAY_BENCH_FLOWS").ok().and_then(|v| v.parse().ok());
+    for flows in [1_000usize, 100_000, 1_000_000] {
+        if only.is_some_and(|n| n != flows) {
+            continue;
+        }
         let syns: Vec<Vec<u8>> = (0..flows)
             .map(|i| {
                 frame(
@@ -97,45 +108,57 @@ fn bench(c: &mut Criterion) {
                 f
             })
             .collect();
-        let mut ctx = PathCtx {
-            snap: &snap,
-            shard: &mut shard,
-            now: Time::ZERO,
-            node: &node,
-            neighbours: &neighbours,
-            events: &events,
-            counters: &counters,
-        };
-        let mut buf = VecBuf::new();
-        for f in &syns {
-            buf.load(f);
-            assert_eq!(process(&mut buf, &mut ctx), Outcome::Transmit);
+        for staged in [false, true] {
+            let mut shard = if staged {
+                Shard::with_capacity_advised(flows * 2, |p, n| {
+                    spillway_dataplane::dpdk::advise_huge_pages(p, n);
+                })
+            } else {
+                Shard::with_capacity(flows * 2)
+            };
+            let mut ctx = PathCtx {
+                snap: &snap,
+                shard: &mut shard,
+                now: Time::ZERO,
+                node: &node,
+                neighbours: &neighbours,
+                next_hops: &next_hops,
+                events: &events,
+                counters: &counters,
+            };
+            let mut buf = VecBuf::new();
+            for f in &syns {
+                buf.load(f);
+                assert_eq!(process(&mut buf, &mut ctx), Outcome::Transmit);
+            }
+            let how = if staged { "burst" } else { "single" };
+            g.throughput(Throughput::Elements(flows as u64));
+            for (what, frames) in [("established_ipip", &acks), ("new_connections", &syns)] {
+                g.bench_function(format!("{what}_{flows}_flows_{how}"), |b| {
+                    b.iter_batched_ref(
+                        || vec![VecBuf::new(); MAX_BURST],
+                        |bufs| {
+                            if staged {
+                                let mut out = [Outcome::Consumed; MAX_BURST];
+                                for chunk in frames.chunks(MAX_BURST) {
+                                    for (buf, f) in bufs.iter_mut().zip(chunk) {
+                                        buf.load(f);
+                                    }
+                                    process_burst(&mut bufs[..chunk.len()], &mut ctx, &mut out);
+                                    criterion::black_box(&out);
+                                }
+                            } else {
+                                for f in frames.iter() {
+                                    bufs[0].load(f);
+                                    criterion::black_box(process(&mut bufs[0], &mut ctx));
+                                }
+                            }
+                        },
+                        BatchSize::LargeInput,
+                    )
+                });
+            }
         }
-        g.throughput(Throughput::Elements(flows as u64));
-        g.bench_function(format!("established_ipip_{flows}_flows"), |b| {
-            b.iter_batched_ref(
-                VecBuf::new,
-                |buf| {
-                    for f in &acks {
-                        buf.load(f);
-                        criterion::black_box(process(buf, &mut ctx));
-                    }
-                },
-                BatchSize::LargeInput,
-            )
-        });
-        g.bench_function(format!("new_connections_{flows}_flows"), |b| {
-            b.iter_batched_ref(
-                VecBuf::new,
-                |buf| {
-                    for f in &syns {
-                        buf.load(f);
-                        criterion::black_box(process(buf, &mut ctx));
-                    }
-                },
-                BatchSize::LargeInput,
-            )
-        });
     }
     g.finish();
 }

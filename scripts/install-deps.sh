@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
     libdpdk-dev dpdk          # DPDK 22.11 headers, libraries and PMDs (net_tap, net_null, ...)
+    dpdk-dev                  # dpdk-testpmd: the memif peer of tests/e2e/test_memif.py
     clang libclang-dev        # bindgen (dpdk-sys) parses the DPDK headers with libclang
     gcc libc6-dev pkg-config  # cc compiles the static-inline wrappers; pkg-config finds libdpdk
     iproute2 procps           # network namespaces (ip netns), kill

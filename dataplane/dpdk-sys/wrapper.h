@@ -7,6 +7,8 @@
 #include <rte_config.h>
 #include <rte_errno.h>
 #include <rte_eal.h>
+#include <rte_log.h>
+#include <rte_interrupts.h>
 #include <rte_lcore.h>
 #include <rte_launch.h>
 #include <rte_cycles.h>

@@ -19,8 +19,8 @@ use spillway_shared::addr::{mask, Addr, Prefix};
 use spillway_shared::conntrack::Shard;
 use spillway_shared::wire::build;
 
-use crate::dpdk::{self, DpdkError, Eal, LcoreId, Mempool, Port, PortSetup};
-use crate::neighbour::{RequestSender, Resolver, ResolverTimers};
+use crate::dpdk::{self, DpdkError, Eal, LcoreId, Mempool, PollGate, Port, PortSetup};
+use crate::neighbour::{NextHopCache, RequestSender, Resolver, ResolverTimers};
 use crate::path::{Node, PacketBuf};
 use crate::worker::{
     Balancer, CounterValues, Mailbox, Outbox, PortQueues, Worker, WorkerCounters, WorkerParams,
@@ -175,7 +175,16 @@ pub fn run_config(
         let mac = ports[0].mac().map_err(dpdk_err("dataplane.ports[0]"))?.0;
         let node = node_of(config, mac);
         let mtu = u16::try_from(node.mtu).unwrap_or(u16::MAX);
-        ports[0].set_mtu(mtu).map_err(dpdk_err("dataplane.node.mtu"))?;
+        match ports[0].set_mtu(mtu) {
+            // net_memif (among others) has no MTU setting; node.mtu still bounds what we send.
+            Err(DpdkError::Call { errno, .. }) if errno == libc::ENOTSUP => tracing::info!(
+                port = ports[0].name(),
+                driver = ports[0].driver(),
+                mtu,
+                "the driver cannot set the port MTU (ENOTSUP); dataplane.node.mtu still applies"
+            ),
+            r => r.map(drop).map_err(dpdk_err("dataplane.node.mtu"))?,
+        }
         let controller = Controller::start(&options.config, config.clone(), origin)?;
         resolver.set_wanted(next_hops(&controller, &node));
         control = Some((Arc::new(Mutex::new(controller)), node));
@@ -192,9 +201,15 @@ pub fn run_config(
                 mailbox: Arc::clone(&mailboxes[i]),
                 outbox: (i == 0).then(|| Arc::clone(&outbox)),
                 neighbours: arc_swap::Cache::new(resolver.cell()),
+                next_hops: NextHopCache::new(),
                 events: resolver.events(),
                 shard: {
-                    let mut s = Shard::with_capacity(dp.conntrack_capacity as usize);
+                    // Huge pages for the table when the kernel allows them (module doc of
+                    // spillway_shared::conntrack; docs/performance.md).
+                    let mut s =
+                        Shard::with_capacity_advised(dp.conntrack_capacity as usize, |p, n| {
+                            dpdk::advise_huge_pages(p, n);
+                        });
                     s.set_flood_guard(Some(dp.conntrack_max_inserts_per_sec).filter(|&r| r > 0));
                     s
                 },
@@ -203,13 +218,23 @@ pub fn run_config(
             })
         })
         .collect();
-    let workers: Vec<Worker<'_, '_>> = queues
+    let mut workers: Vec<Worker<'_, '_>> = queues
         .into_iter()
         .zip(counters.iter())
         .zip(&lcores)
         .enumerate()
         .map(|(i, ((q, c), &lcore))| Worker::new(i, lcore, q, params, c, balancers[i].take()))
         .collect();
+    // net_memif unmaps a port's memory when its peer goes away, under running bursts: the
+    // workers pass a gate that DPDK's memif control messages close (dpdk::PollGate).
+    let memif_gate = if ports.iter().any(|p| p.driver() == "net_memif") {
+        let gate = PollGate::install(&eal).map_err(dpdk_err("net_memif poll gate"))?;
+        workers.iter_mut().for_each(|w| w.set_poll_gate(gate.slot(w.index())));
+        tracing::info!("net_memif port: workers pause while a memif peer connects or goes away");
+        Some(gate)
+    } else {
+        None
+    };
     // What the admin API and metrics see of the workers; the API serves on this runtime.
     let view: Arc<dyn spillway_control::view::DataplaneView> = Arc::new(crate::view::DaemonView {
         counters: Arc::clone(&counters),
@@ -288,6 +313,7 @@ pub fn run_config(
         ("echo_replies", counters.iter().map(|c| c.echo_replies.get()).sum()),
         ("icmp_errors_forwarded", counters.iter().map(|c| c.icmp_errors_forwarded.get()).sum()),
         ("conntrack_entries", counters.iter().map(|c| c.ct_entries.get()).sum()),
+        ("memif_gate_closings", PollGate::closings()),
     ] {
         if n > 0 {
             println!("final {name}={n}");
@@ -319,6 +345,7 @@ pub fn run_config(
     drop(_enter);
     drop(runtime);
     drop(ports);
+    drop(memif_gate);
     drop(eal);
     Ok(summary)
 }

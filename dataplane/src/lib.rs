@@ -9,6 +9,7 @@
 pub mod daemon;
 #[allow(unsafe_code)]
 pub mod dpdk;
+pub mod gen;
 pub mod neighbour;
 pub mod path;
 pub mod vecbuf;

@@ -10,10 +10,12 @@
 //! queue, refreshes known entries before they go stale, and publishes new tables. So a worker
 //! never blocks, and never waits for an answer.
 
+use crate::path::Node;
 use arc_swap::ArcSwap;
 use crossbeam::queue::ArrayQueue;
 use hashbrown::HashMap;
 use spillway_shared::addr::Addr;
+use spillway_shared::snapshot::Snapshot;
 use spillway_shared::wire::MacAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,6 +51,52 @@ impl NeighbourTable {
     /// A table with one entry per pair (tests, static neighbours).
     pub fn from_pairs(pairs: impl IntoIterator<Item = (Addr, MacAddr)>) -> NeighbourTable {
         NeighbourTable { entries: pairs.into_iter().collect() }
+    }
+}
+
+/// Per backend slot, the MAC of the backend's next hop, worked out once per change of the
+/// snapshot or of the neighbour table rather than per packet (a hash lookup and the next-hop
+/// choice per packet otherwise). A worker keeps one and calls [`NextHopCache::refresh`] once
+/// per burst with what it loaded; a slot without a resolved next hop reads `None`, and the
+/// packet path then takes the slow way (which asks the resolver).
+///
+/// The cache recognises the snapshot and the table by address. That is sound because the
+/// worker holds both (through its `arc_swap` caches) until it loads newer ones: a newer
+/// snapshot or table is allocated while the one it replaces is still alive, so it never
+/// reuses the address the cache was built for.
+#[derive(Debug, Default)]
+pub struct NextHopCache {
+    built_for: (usize, usize),
+    macs: Vec<Option<MacAddr>>,
+}
+
+impl NextHopCache {
+    /// An empty cache (every slot reads `None` until the first refresh).
+    pub fn new() -> NextHopCache {
+        NextHopCache::default()
+    }
+
+    /// Rebuild when `snap` or `table` is not the pair the cache was built for. Allocates only
+    /// when the snapshot has more backend slots than any before.
+    #[inline]
+    pub fn refresh(&mut self, snap: &Snapshot, table: &NeighbourTable, node: &Node) {
+        let key = (std::ptr::from_ref(snap) as usize, std::ptr::from_ref(table) as usize);
+        if key == self.built_for {
+            return;
+        }
+        self.built_for = key;
+        self.macs.clear();
+        self.macs.extend(
+            snap.backends
+                .iter()
+                .map(|b| node.next_hop(&b.endpoint.addr).and_then(|hop| table.get(&hop))),
+        );
+    }
+
+    /// The next hop's MAC for the backend in `slot`, when resolved.
+    #[inline]
+    pub fn get(&self, slot: u16) -> Option<MacAddr> {
+        self.macs.get(usize::from(slot)).copied().flatten()
     }
 }
 

@@ -12,12 +12,13 @@
 //! path is tested without DPDK. It never allocates, locks or logs; every way a packet ends is
 //! one counter ([`Reason`]).
 
-use crate::neighbour::{NeighbourEvent, NeighbourTable};
+use crate::dpdk;
+use crate::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache};
 use crossbeam::queue::ArrayQueue;
 use spillway_shared::addr::{Addr, Prefix};
 use spillway_shared::conntrack::Shard;
 use spillway_shared::counters::{PathDrop, Reason, WorkerCounters};
-use spillway_shared::decide::{decide, Verdict};
+use spillway_shared::decide::{decide_prepared, prepare, Prepared, Verdict};
 use spillway_shared::flow::PacketInfo;
 use spillway_shared::model::Encap;
 use spillway_shared::snapshot::Snapshot;
@@ -41,6 +42,14 @@ pub trait PacketBuf {
     fn extend_to(&mut self, len: usize) -> bool;
     /// Replace the contents with `len` fresh bytes (for building a new packet in place).
     fn reset(&mut self, len: usize) -> bool;
+    /// False when the packet is not in one contiguous buffer (the path then drops it).
+    fn is_contiguous(&self) -> bool {
+        true
+    }
+    /// Start loading the buffer's descriptor (an mbuf's header line); a hint, may do nothing.
+    fn prefetch_descriptor(&self) {}
+    /// Start loading the first line of the packet bytes; a hint, may do nothing.
+    fn prefetch_data(&self) {}
 }
 
 /// The node's own addresses and link facts.
@@ -116,6 +125,8 @@ pub struct PathCtx<'a> {
     pub node: &'a Node,
     /// Resolved next hops.
     pub neighbours: &'a NeighbourTable,
+    /// Per backend slot, its next hop's MAC (from `snap` and `neighbours`).
+    pub next_hops: &'a NextHopCache,
     /// Where to post neighbour events.
     pub events: &'a ArrayQueue<NeighbourEvent>,
     /// The worker's counters.
@@ -138,36 +149,135 @@ fn drop_path(r: PathDrop) -> Outcome {
     Outcome::Drop(Reason::Path(r))
 }
 
+/// Most packets [`process_burst`] takes at once (the worker's burst size).
+pub const MAX_BURST: usize = 32;
+
 /// Process one received frame. The caller counts rx, transmits on [`Outcome::Transmit`] and
 /// frees otherwise; every outcome is counted here.
 #[inline]
 pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
-    let out = handle(buf, ctx);
+    let staged = stage(buf, ctx);
+    finish(buf, ctx, &staged)
+}
+
+/// Process a burst of received frames (at most [`MAX_BURST`]); `out[i]` is what
+/// [`process`] would have returned for `bufs[i]`, and the packets are decided in order.
+///
+/// The work is done in stages over the whole burst, so that the cache misses of different
+/// packets overlap instead of following one another (the DPDK l3fwd / VPP way): the
+/// descriptors and first data lines of all packets are prefetched; then every frame is
+/// classified, its forwarding rule matched and its tracking key hashed, and the header line of
+/// its conntrack bucket prefetched; then the record that line points to is prefetched; then
+/// each packet is decided and rewritten.
+pub fn process_burst<B: PacketBuf>(
+    bufs: &mut [B],
+    ctx: &mut PathCtx<'_>,
+    out: &mut [Outcome; MAX_BURST],
+) {
+    let n = bufs.len().min(MAX_BURST);
+    let bufs = &mut bufs[..n];
+    for b in bufs.iter() {
+        b.prefetch_descriptor();
+    }
+    for b in bufs.iter() {
+        b.prefetch_data();
+    }
+    let mut staged = [Staged::EMPTY; MAX_BURST];
+    for (b, st) in bufs.iter().zip(&mut staged) {
+        *st = stage(b, ctx);
+        if let Staged::Decide { prep, .. } = st {
+            if prep.service.is_some() {
+                dpdk::prefetch(ctx.shard.primary_line(prep.key_hash));
+            }
+        }
+    }
+    for st in &staged[..n] {
+        if let Staged::Decide { prep, .. } = st {
+            if prep.lookup && prep.service.is_some() {
+                for line in ctx.shard.next_lines(prep.key_hash) {
+                    dpdk::prefetch(line);
+                }
+            }
+        }
+    }
+    for ((b, st), o) in bufs.iter_mut().zip(&staged).zip(out.iter_mut()) {
+        *o = finish(b, ctx, st);
+    }
+}
+
+/// What the first pass over a frame found.
+#[derive(Clone, Copy, Debug)]
+enum Staged<'s> {
+    /// Already settled (malformed, not for us, not contiguous).
+    Done(Outcome),
+    /// A frame for the node itself (ARP, neighbour discovery, echo, other).
+    Local(Frame),
+    /// A packet to decide and forward: its frame, its decision's first half, and whether it is
+    /// an ICMP error (routed by its inner tuple).
+    Decide { frame: Frame, prep: Prepared<'s>, icmp_error: bool },
+}
+
+impl Staged<'_> {
+    const EMPTY: Staged<'static> = Staged::Done(Outcome::Consumed);
+}
+
+/// Classify a frame and, when it is to be forwarded, match its rule and hash its key.
+#[inline]
+fn stage<'s, B: PacketBuf>(buf: &B, ctx: &PathCtx<'s>) -> Staged<'s> {
+    if !buf.is_contiguous() {
+        return Staged::Done(drop_path(PathDrop::NoHeadroom));
+    }
+    let data = buf.data();
+    // The port may be promiscuous: unicast frames for other hosts are not ours (checked on
+    // the packet bytes, before any parsing).
+    if let Some(dst) = data.get(..6) {
+        if dst[0] & 1 == 0 && *dst != ctx.node.mac {
+            return Staged::Done(drop_path(PathDrop::NotForUs));
+        }
+    }
+    let f = match wire::classify(data) {
+        Ok(f) => f,
+        Err(m) => return Staged::Done(Outcome::Drop(Reason::Malformed(m))),
+    };
+    let (info, icmp_error) = match &f.kind {
+        FrameKind::Ip { info, .. } => (info, false),
+        FrameKind::IcmpError { info, .. } => (info, true),
+        FrameKind::IcmpEchoRequest { info, .. } if !ctx.is_local(&info.dst) => (info, false),
+        _ => return Staged::Local(f),
+    };
+    Staged::Decide { prep: prepare(info, ctx.snap), frame: f, icmp_error }
+}
+
+/// The last pass: answer, or decide and rewrite; count drops.
+#[inline]
+fn finish<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, staged: &Staged<'_>) -> Outcome {
+    let out = match staged {
+        Staged::Done(o) => *o,
+        Staged::Local(f) => local(buf, ctx, f),
+        Staged::Decide { frame, prep, icmp_error } => {
+            let (FrameKind::Ip { info, ip }
+            | FrameKind::IcmpError { info, ip, .. }
+            | FrameKind::IcmpEchoRequest { info, ip }) = &frame.kind
+            else {
+                unreachable!("stage() only decides IP frames")
+            };
+            forward(buf, ctx, frame, info, ip, prep, *icmp_error)
+        }
+    };
     if let Outcome::Drop(r) = out {
         ctx.counters.reason(r).inc();
     }
     out
 }
 
-fn handle<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
-    let f = match wire::classify(buf.data()) {
-        Ok(f) => f,
-        Err(m) => return Outcome::Drop(Reason::Malformed(m)),
-    };
-    // The port may be promiscuous: unicast frames for other hosts are not ours.
-    if f.dst_mac[0] & 1 == 0 && f.dst_mac != ctx.node.mac {
-        return drop_path(PathDrop::NotForUs);
-    }
+/// Frames for the node itself.
+fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome {
+    let f = *f;
     match f.kind {
-        FrameKind::Ip { info, ip } => forward(buf, ctx, &f, &info, &ip, false),
-        FrameKind::IcmpError { info, ip, .. } => forward(buf, ctx, &f, &info, &ip, true),
-        FrameKind::IcmpEchoRequest { info, ip } => {
-            if ctx.is_local(&info.dst) {
-                echo_reply(buf, ctx, &f)
-            } else {
-                forward(buf, ctx, &f, &info, &ip, false)
-            }
+        FrameKind::Ip { .. } | FrameKind::IcmpError { .. } => {
+            unreachable!("stage() decides IP frames")
         }
+        FrameKind::IcmpEchoRequest { .. } => echo_reply(buf, ctx, &f),
         FrameKind::Arp { op, sender_mac, sender_ip, target_ip, .. } => {
             if op == arp::op::REPLY || ctx.node.owns(&target_ip) {
                 ctx.learn(sender_ip, sender_mac);
@@ -234,9 +344,10 @@ fn forward<B: PacketBuf>(
     f: &Frame,
     info: &PacketInfo,
     ip: &IpMeta,
+    prep: &Prepared<'_>,
     icmp_error: bool,
 ) -> Outcome {
-    let d = decide(info, ctx.snap, ctx.shard, ctx.now);
+    let d = decide_prepared(info, prep, ctx.snap, ctx.shard, ctx.now);
     // Per-backend tracked-entry gauges follow the table, whatever happens to this packet.
     let c = ctx.counters;
     if let (true, Some(b)) = (d.tracked, d.backend()) {
@@ -257,11 +368,7 @@ fn forward<B: PacketBuf>(
     };
     let dst = backend.endpoint.addr;
     let inner_len = ip.l3_len as usize;
-    let Some(next_hop) = ctx.node.next_hop(&dst) else {
-        return drop_path(PathDrop::NeighbourUnresolved);
-    };
-    let Some(mac) = ctx.neighbours.get(&next_hop) else {
-        let _ = ctx.events.push(NeighbourEvent::Wanted(next_hop));
+    let Some(mac) = ctx.next_hops.get(slot).or_else(|| resolve(ctx, &dst)) else {
         return drop_path(PathDrop::NeighbourUnresolved);
     };
     let sent = match svc.encap {
@@ -331,6 +438,18 @@ fn forward<B: PacketBuf>(
         }
     }
     sent
+}
+
+/// The slow way to a backend's next-hop MAC, when the per-slot cache has none: look it up,
+/// and ask the resolver when it is missing.
+#[cold]
+fn resolve(ctx: &PathCtx<'_>, dst: &Addr) -> Option<MacAddr> {
+    let next_hop = ctx.node.next_hop(dst)?;
+    let mac = ctx.neighbours.get(&next_hop);
+    if mac.is_none() {
+        let _ = ctx.events.push(NeighbourEvent::Wanted(next_hop));
+    }
+    mac
 }
 
 /// Answer a DF packet that would not fit the egress MTU once encapsulated.

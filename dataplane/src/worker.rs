@@ -27,8 +27,11 @@ use spillway_shared::decide::is_reclaimable;
 use spillway_shared::time::Time;
 
 use crate::dpdk::{self, LcoreId, Mbuf, MbufBurst, RxQueue, TxQueue, TxResult};
-use crate::neighbour::{NeighbourCell, NeighbourEvents, NeighbourTable};
+use crate::neighbour::{NeighbourCell, NeighbourEvents, NeighbourTable, NextHopCache};
 use crate::path::{self, Node, Outcome, PacketBuf, PathCtx};
+
+// A received burst fits the staged path's arrays.
+const _: () = assert!(path::MAX_BURST == dpdk::MAX_BURST);
 
 /// A reading of a worker's main counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -129,6 +132,8 @@ pub struct Balancer<'e> {
     pub snapshots: SnapshotReader,
     /// The current neighbour table, loaded once per burst.
     pub neighbours: arc_swap::Cache<NeighbourCell, Arc<NeighbourTable>>,
+    /// Per backend slot, its next hop's MAC, refreshed when the snapshot or table changes.
+    pub next_hops: NextHopCache,
     /// Where to post neighbour events.
     pub events: NeighbourEvents,
     /// The worker's own connection table.
@@ -153,6 +158,7 @@ pub struct Worker<'p, 'c> {
     params: WorkerParams,
     counters: &'c WorkerCounters,
     balancer: Option<Balancer<'p>>,
+    gate: Option<dpdk::GateSlot>,
 }
 
 impl<'p, 'c> Worker<'p, 'c> {
@@ -170,12 +176,25 @@ impl<'p, 'c> Worker<'p, 'c> {
         if let Some(b) = &balancer {
             counters.ct_capacity.set(b.shard.capacity() as u64);
         }
-        Worker { index, lcore, ports, params, counters, balancer }
+        Worker { index, lcore, ports, params, counters, balancer, gate: None }
+    }
+
+    /// Makes every poll iteration pass `gate` (set when a port is `net_memif`: the driver
+    /// may unmap a port's memory under a burst, see [`dpdk::PollGate`]).
+    pub fn set_poll_gate(&mut self, gate: dpdk::GateSlot) {
+        self.gate = Some(gate);
     }
 
     /// The worker's number.
     pub fn index(&self) -> usize {
         self.index
+    }
+
+    /// Gives the worker's queues back (to build another worker on them, as the benchmarks
+    /// do between runs); whatever is buffered for TX is sent first.
+    pub fn into_queues(mut self) -> Vec<PortQueues<'p>> {
+        self.drain();
+        std::mem::take(&mut self.ports)
     }
 
     /// The lcore it is meant to run on.
@@ -189,7 +208,16 @@ impl<'p, 'c> Worker<'p, 'c> {
         let buckets = self.balancer.as_ref().map_or(1, |b| b.shard.bucket_count()).max(1) as u64;
         let sweep_every = (self.params.tsc_hz * SWEEP_PERIOD_SECS / buckets).max(1);
         let mut next_sweep = last_drain;
+        let gate = self.gate;
         while !stop.load(Ordering::Relaxed) {
+            if gate.as_ref().is_some_and(|g| !g.enter()) {
+                // A memif port is being connected or disconnected: touch no queue.
+                if self.balancer.is_some() {
+                    self.answer_mailbox();
+                }
+                std::hint::spin_loop();
+                continue;
+            }
             for port in 0..self.ports.len() {
                 let burst = self.ports[port].rx.rx_burst(self.params.burst_size);
                 if !burst.is_empty() {
@@ -210,14 +238,27 @@ impl<'p, 'c> Worker<'p, 'c> {
                 self.drain();
                 last_drain = now;
             }
+            if let Some(g) = &gate {
+                g.leave();
+            }
         }
-        self.drain();
+        let Some(g) = gate else { return self.drain() };
+        // Flush through the gate too; if it stays closed, the buffers are freed on drop.
+        let deadline = dpdk::tsc().saturating_add(self.params.tsc_hz);
+        while dpdk::tsc() < deadline {
+            if g.enter() {
+                self.drain();
+                g.leave();
+                return;
+            }
+            std::hint::spin_loop();
+        }
     }
 
     /// Handles one received burst from port index `port`; what goes out leaves by the same
     /// port, through the TX buffer.
     #[inline]
-    pub fn process(&mut self, port: usize, burst: MbufBurst<'p>) {
+    pub fn process(&mut self, port: usize, mut burst: MbufBurst<'p>) {
         let c = self.counters;
         c.rx_packets.add(burst.len() as u64);
         c.rx_bytes.add(burst.iter().map(|m| m.pkt_len() as u64).sum());
@@ -232,18 +273,22 @@ impl<'p, 'c> Worker<'p, 'c> {
         };
         // Split the borrows: the caches are loaded once (one pointer compare each), the shard
         // is written.
-        let Balancer { snapshots, neighbours, events, shard, node, origin, .. } = b;
+        let Balancer { snapshots, neighbours, next_hops, events, shard, node, origin, .. } = b;
         let snap = snapshots.load();
         let neighbours = neighbours.load();
+        next_hops.refresh(snap, neighbours, node);
         let now = time_since(*origin);
-        let mut ctx = PathCtx { snap, shard, now, node, neighbours, events, counters: c };
-        for mut m in burst {
-            if m.segments() != 1 {
-                c.reason(Reason::Path(PathDrop::NoHeadroom)).inc();
-                continue;
-            }
-            if path::process(&mut m, &mut ctx) == Outcome::Transmit {
+        let mut ctx =
+            PathCtx { snap, shard, now, node, neighbours, next_hops, events, counters: c };
+        let mut outcomes = [Outcome::Consumed; path::MAX_BURST];
+        path::process_burst(burst.as_mut_slice(), &mut ctx, &mut outcomes);
+        // What is not sent is freed in bulk when `spent` goes out of scope.
+        let mut spent = MbufBurst::new();
+        for (m, o) in burst.into_iter().zip(outcomes) {
+            if o == Outcome::Transmit {
                 tally.add(tx.push(m));
+            } else {
+                let _ = spent.push(m);
             }
         }
         let stats = shard.stats();
@@ -349,5 +394,20 @@ impl PacketBuf for Mbuf<'_> {
     #[inline]
     fn reset(&mut self, len: usize) -> bool {
         u16::try_from(len).is_ok_and(|n| Mbuf::reset(self, n).is_ok())
+    }
+
+    #[inline]
+    fn is_contiguous(&self) -> bool {
+        self.segments() == 1
+    }
+
+    #[inline]
+    fn prefetch_descriptor(&self) {
+        Mbuf::prefetch_descriptor(self);
+    }
+
+    #[inline]
+    fn prefetch_data(&self) {
+        Mbuf::prefetch_data(self);
     }
 }

@@ -3,8 +3,10 @@
 //! the RFCs), never produced by the builders under test.
 
 use crossbeam::queue::ArrayQueue;
-use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable};
-use spillway_dataplane::path::{process, Node, Outcome, PacketBuf, PathCtx};
+use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache};
+use spillway_dataplane::path::{
+    process, process_burst, Node, Outcome, PacketBuf, PathCtx, MAX_BURST,
+};
 use spillway_dataplane::vecbuf::VecBuf;
 use spillway_shared::addr::{Addr, Prefix};
 use spillway_shared::conntrack::Shard;
@@ -72,6 +74,7 @@ struct Rig {
     node: Node,
     neighbours: NeighbourTable,
     events: ArrayQueue<NeighbourEvent>,
+    next_hops: NextHopCache,
     counters: WorkerCounters,
 }
 
@@ -95,18 +98,21 @@ impl Rig {
                 (a("fd00::1:1"), B6_MAC),
             ]),
             events: ArrayQueue::new(64),
+            next_hops: NextHopCache::new(),
             counters: WorkerCounters::new(),
         }
     }
 
     fn run(&mut self, frame: &[u8]) -> (Outcome, Vec<u8>) {
         let mut b = VecBuf::with_frame(frame);
+        self.next_hops.refresh(&self.snap, &self.neighbours, &self.node);
         let mut ctx = PathCtx {
             snap: &self.snap,
             shard: &mut self.shard,
             now: Time::ZERO,
             node: &self.node,
             neighbours: &self.neighbours,
+            next_hops: &self.next_hops,
             events: &self.events,
             counters: &self.counters,
         };
@@ -423,4 +429,63 @@ fn tracked_gauges_follow_the_table() {
     let ip = ipv4("198.18.10.6", "198.18.0.100", 6, true, &tcp(7, 80, 0x02, b""));
     r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
     assert_eq!((r.shard.len(), total(&r)), (51, 51));
+}
+
+#[test]
+fn a_burst_is_decided_in_order_exactly_like_frame_by_frame() {
+    let flow = |flags| ipv4("198.18.10.5", "198.18.0.100", 6, true, &tcp(40000, 80, flags, b""));
+    let (mut bad, _) = syn_to_vip();
+    bad[14] = 0x44; // IHL 4
+    let mut other_host = eth(NODE_MAC, CLIENT_MAC, 0x0800, &flow(0x10));
+    other_host[..6].copy_from_slice(&[0x02, 9, 9, 9, 9, 9]);
+    let frames: Vec<Vec<u8>> = vec![
+        eth(NODE_MAC, CLIENT_MAC, 0x0800, &flow(0x02)),
+        // The same flow's next packet, in the same burst: it must find the entry just made.
+        eth(NODE_MAC, CLIENT_MAC, 0x0800, &flow(0x10)),
+        arp(1, CLIENT_MAC, "198.18.10.5", "198.18.0.100"),
+        bad,
+        other_host,
+        eth(
+            NODE_MAC,
+            CLIENT_MAC,
+            0x0800,
+            &ipv4("198.18.10.5", "198.18.0.99", 6, true, &tcp(1, 80, 2, b"")),
+        ),
+        eth(NODE_MAC, CLIENT_MAC, 0x86dd, &ipv6("fd00::5", "fd00::200", 17, &udp(5, 53, b"q"))),
+        eth(
+            NODE_MAC,
+            CLIENT_MAC,
+            0x0800,
+            &ipv4("198.18.10.6", "198.18.0.100", 6, true, &tcp(40001, 80, 0x10, b"")),
+        ),
+    ];
+    let mut one_by_one = Rig::new(Encap::Ipip);
+    let expected: Vec<(Outcome, Vec<u8>)> = frames.iter().map(|f| one_by_one.run(f)).collect();
+
+    let mut r = Rig::new(Encap::Ipip);
+    r.next_hops.refresh(&r.snap, &r.neighbours, &r.node);
+    let mut bufs: Vec<VecBuf> = frames.iter().map(|f| VecBuf::with_frame(f)).collect();
+    let mut out = [Outcome::Consumed; MAX_BURST];
+    let mut ctx = PathCtx {
+        snap: &r.snap,
+        shard: &mut r.shard,
+        now: Time::ZERO,
+        node: &r.node,
+        neighbours: &r.neighbours,
+        next_hops: &r.next_hops,
+        events: &r.events,
+        counters: &r.counters,
+    };
+    process_burst(&mut bufs, &mut ctx, &mut out);
+    for (i, ((o, bytes), b)) in expected.iter().zip(&bufs).enumerate() {
+        assert_eq!((out[i], b.data()), (*o, &bytes[..]), "frame {i}");
+    }
+    // Not vacuous: the burst forwarded, answered and dropped what it should.
+    assert_eq!(&out[..3], &[Outcome::Transmit; 3]);
+    assert_eq!(out[3], Outcome::Drop(Reason::Malformed(Malformed::BadIhl)));
+    assert_eq!(out[4], Outcome::Drop(Reason::Path(PathDrop::NotForUs)));
+    assert_eq!(out[5], Outcome::Drop(Reason::Decision(DropReason::NoMatchingRule)));
+    assert_eq!(r.count(Reason::Forward(ForwardReason::ConntrackHit)), 1);
+    assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), 3);
+    assert_eq!(r.shard.len(), 3);
 }

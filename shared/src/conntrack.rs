@@ -412,9 +412,25 @@ impl Shard {
     ///
     /// If `entries` exceeds [`MAX_CAPACITY`].
     pub fn with_capacity(entries: usize) -> Shard {
+        Shard::with_capacity_advised(entries, |_, _| {})
+    }
+
+    /// [`Shard::with_capacity`], calling `advise(start, bytes)` on the table's memory after it
+    /// is reserved and before it is first written. The data plane uses it to ask the kernel
+    /// for transparent huge pages (`madvise(MADV_HUGEPAGE)`): a table much larger than the
+    /// caches is then also much larger than what the TLB covers with 4 KiB pages, and a page
+    /// walk per lookup costs as much as the lookup itself.
+    ///
+    /// # Panics
+    ///
+    /// If `entries` exceeds [`MAX_CAPACITY`].
+    pub fn with_capacity_advised(entries: usize, advise: impl FnOnce(*const u8, usize)) -> Shard {
         assert!(entries <= MAX_CAPACITY, "conntrack capacity {entries} > {MAX_CAPACITY}");
-        let buckets = entries.max(WAYS).div_ceil(WAYS).next_power_of_two();
-        let buckets = vec![Bucket::EMPTY; buckets].into_boxed_slice();
+        let n = entries.max(WAYS).div_ceil(WAYS).next_power_of_two();
+        let mut buckets: Vec<Bucket> = Vec::with_capacity(n);
+        advise(buckets.as_ptr().cast::<u8>(), n * BUCKET_BYTES);
+        buckets.resize(n, Bucket::EMPTY);
+        let buckets = buckets.into_boxed_slice();
         let capacity = (buckets.len() * WAYS) as u64;
         Shard {
             buckets,
@@ -427,8 +443,8 @@ impl Shard {
 
     /// Turn the flood guard on with at most `per_second` new entries per second (a token
     /// bucket of one second's worth), or off with `None` (the default). With the guard on,
-    /// [`Shard::admit_new`] also refuses while the table is full, instead of letting an insert
-    /// evict an entry: under a SYN flood established connections keep their entries (Katran's
+    /// [`Shard::admit_new`] also refuses while the table is full, and [`Shard::insert_new`]
+    /// refuses when the key's two candidate buckets are full, instead of evicting an entry: under a SYN flood established connections keep their entries (Katran's
     /// approach), and the flood's packets are forwarded by the consistent hash alone.
     pub fn set_flood_guard(&mut self, per_second: Option<u32>) {
         self.guard = per_second.filter(|&r| r > 0).map(|r| FloodGuard {
@@ -566,6 +582,36 @@ impl Shard {
         }
     }
 
+    /// The address of the header line of `hash`'s primary bucket: the first line any lookup
+    /// or insert of that key reads. The data plane prefetches it for a whole burst before
+    /// deciding any packet of it (this crate has no `unsafe`, so it does not issue the
+    /// prefetch instruction itself).
+    #[inline]
+    pub fn primary_line(&self, hash: u64) -> *const u8 {
+        (&raw const self.buckets[self.bucket_index(hash)]).cast::<u8>()
+    }
+
+    /// Once the primary header line is in cache: the lines a [`Shard::find`] of this key reads
+    /// next, to prefetch in a second pass over the burst. The record of the first way whose
+    /// signature matches (its first and last byte: a 56-byte record may straddle two lines),
+    /// else the secondary bucket's header line when the primary has overflowed, else nothing
+    /// (null pointers).
+    #[inline]
+    pub fn next_lines(&self, hash: u64) -> [*const u8; 2] {
+        let p = self.bucket_index(hash);
+        let bucket = &self.buckets[p];
+        let m = bucket.match_mask(sig_of(hash));
+        if m != 0 {
+            let r = (&raw const bucket.records[m.trailing_zeros() as usize]).cast::<u8>();
+            [r, r.wrapping_add(size_of::<Record>() - 1)]
+        } else if bucket.overflow != 0 {
+            let s = (&raw const self.buckets[self.secondary_index(p, hash)]).cast::<u8>();
+            [s, std::ptr::null()]
+        } else {
+            [std::ptr::null(); 2]
+        }
+    }
+
     /// Start loading the header line of `hash`'s primary bucket, to be found by a later
     /// [`Shard::find`] or [`Shard::insert`]. A plain load kept alive by
     /// [`std::hint::black_box`], not a prefetch instruction (see the module doc).
@@ -643,6 +689,41 @@ impl Shard {
         value: EntryValue,
         now: Time,
     ) -> InsertOutcome {
+        self.insert_inner(key, hash, value, now, true).expect("insert with eviction succeeds")
+    }
+
+    /// The entry for a new connection: [`Shard::insert`] without a flood guard. With one, only
+    /// if [`Shard::admit_new`] admits it and a way is free without evicting anyone: under a
+    /// flood, an established connection never loses its entry to a new one. `None` (counted
+    /// in `bypassed`): no entry was made; the caller forwards by the hash alone.
+    pub fn insert_new(
+        &mut self,
+        key: &FlowKey,
+        hash: u64,
+        value: EntryValue,
+        now: Time,
+    ) -> Option<InsertOutcome> {
+        if self.guard.is_none() {
+            return Some(self.insert(key, hash, value, now));
+        }
+        if !self.admit_new(now) {
+            return None;
+        }
+        let out = self.insert_inner(key, hash, value, now, false);
+        if out.is_none() {
+            self.stats.bypassed += 1;
+        }
+        out
+    }
+
+    fn insert_inner(
+        &mut self,
+        key: &FlowKey,
+        hash: u64,
+        value: EntryValue,
+        now: Time,
+        may_evict: bool,
+    ) -> Option<InsertOutcome> {
         let now32 = stamp(now);
         if let Some(slot) = self.find(key, hash) {
             let bucket = &mut self.buckets[slot.bucket()];
@@ -650,7 +731,7 @@ impl Shard {
             bucket.records[slot.way()].set_value(value);
             bucket.last_seen[slot.way()] = now32;
             self.stats.updates += 1;
-            return InsertOutcome { slot, overwritten: Some(previous), evicted: None };
+            return Some(InsertOutcome { slot, overwritten: Some(previous), evicted: None });
         }
         let (p, s) = self.candidate_buckets(hash);
         let mut evicted = None;
@@ -660,6 +741,8 @@ impl Shard {
             (s, w)
         } else if let Some(bw) = self.relocate_one(p, s) {
             bw
+        } else if !may_evict {
+            return None;
         } else {
             let (b, w) = self.lru_of(p, s, now32);
             evicted = Some(self.buckets[b].entry(w, now32));
@@ -687,7 +770,7 @@ impl Shard {
         } else {
             self.len += 1;
         }
-        InsertOutcome { slot: Slot::new(b, w), overwritten: None, evicted }
+        Some(InsertOutcome { slot: Slot::new(b, w), overwritten: None, evicted })
     }
 
     /// Both `p` and `s` are full: move the first entry of theirs (`p`'s ways, then `s`'s) whose
@@ -970,6 +1053,29 @@ mod tests {
             .all(|i| s.find(&key(i), 0).is_some()));
         assert_eq!(s.stats().evictions, 2);
         assert_eq!(s.len(), 16);
+    }
+
+    #[test]
+    fn flood_guard_refuses_rather_than_evicts_when_both_candidate_buckets_are_full() {
+        let mut s = Shard::with_capacity(32); // 4 buckets
+        s.set_flood_guard(Some(1_000_000));
+        // Every key has primary 0 and secondary 1: the two buckets fill, the others stay empty.
+        let hash = |i: u32| (1u64 << 32) | (u64::from(i + 1) << 48);
+        for i in 0..16 {
+            let out = s.insert_new(&key(i), hash(i), val(i), Time(u64::from(i)));
+            assert!(out.is_some_and(|o| o.evicted.is_none()), "key {i} fits");
+        }
+        assert_eq!(s.len(), 16, "half of the table is free, but not in these two buckets");
+        assert!(s.insert_new(&key(99), hash(99), val(99), Time(100)).is_none());
+        assert_eq!(s.stats().bypassed, 1);
+        assert_eq!(s.stats().evictions, 0);
+        for i in 0..16 {
+            assert_eq!(s.lookup(&key(i), hash(i), Time(100)).map(|(_, e)| e.value), Some(val(i)));
+        }
+        // Without the guard the same insert evicts the least recently seen entry (key 0).
+        s.set_flood_guard(None);
+        let out = s.insert_new(&key(99), hash(99), val(99), Time(100)).expect("inserted");
+        assert_eq!(out.evicted.map(|e| e.key), Some(key(0)));
     }
 
     #[test]

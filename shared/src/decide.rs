@@ -11,7 +11,9 @@
 //! No allocation, no lock, no logging: one rule lookup, one or two hashes, one table probe.
 
 use crate::conntrack::{EntryValue, Shard};
-use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowHasher, PacketInfo};
+use crate::flow::{
+    is_new_connection_syn, selection_tuple, tracking_key, FlowHasher, FlowKey, PacketInfo,
+};
 use crate::model::ZoneId;
 use crate::snapshot::{BackendRef, ServiceView, Snapshot};
 use crate::time::Time;
@@ -142,9 +144,53 @@ impl Decision {
 /// uses a fixed key rather than the deployment's.
 pub const CONNTRACK_HASHER: FlowHasher = FlowHasher::new(0x6374_5f73_6861_7264); // "ct_shard"
 
-/// Decide what to do with one packet.
+/// The first half of [`decide`]: the matched service, the tracking key and its hash. A
+/// burst is prepared packet by packet first, so that the connection-table lines of all its
+/// packets can be fetched at once before any of them is decided ([`decide_prepared`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Prepared<'s> {
+    /// The service of the matched forwarding rule (FR-1); `None`: no rule matches.
+    pub service: Option<&'s ServiceView>,
+    /// The tracking key (CT-1), meaningful when a service matched.
+    pub key: FlowKey,
+    /// The key's [`CONNTRACK_HASHER`] hash.
+    pub key_hash: u64,
+    /// True when the key must be looked up (not a new-connection SYN, CT-2 / CT-3).
+    pub lookup: bool,
+}
+
+/// Match the forwarding rule and build the tracking key and its hash.
+#[inline]
+pub fn prepare<'s>(p: &PacketInfo, snap: &'s Snapshot) -> Prepared<'s> {
+    match snap.service_for(p) {
+        None => Prepared { service: None, key: FlowKey::default(), key_hash: 0, lookup: false },
+        Some(svc) => {
+            let key = tracking_key(p, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id);
+            Prepared {
+                service: Some(svc),
+                key,
+                key_hash: CONNTRACK_HASHER.hash(&key),
+                lookup: !is_new_connection_syn(p, svc.tracking, svc.affinity),
+            }
+        }
+    }
+}
+
+/// Decide what to do with one packet: [`prepare`] then [`decide_prepared`].
+#[inline]
 pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> Decision {
-    let Some(svc) = snap.service_for(p) else {
+    decide_prepared(p, &prepare(p, snap), snap, shard, now)
+}
+
+/// Decide what to do with one packet whose [`prepare`] step is done (with the same snapshot).
+pub fn decide_prepared(
+    p: &PacketInfo,
+    prep: &Prepared<'_>,
+    snap: &Snapshot,
+    shard: &mut Shard,
+    now: Time,
+) -> Decision {
+    let Some(svc) = prep.service else {
         return Decision {
             verdict: Verdict::Drop(DropReason::NoMatchingRule),
             service: 0,
@@ -154,8 +200,7 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
             released: None,
         };
     };
-    let key = tracking_key(p, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id);
-    let key_hash = CONNTRACK_HASHER.hash(&key);
+    let (key, key_hash) = (&prep.key, prep.key_hash);
     let decision = |verdict| Decision {
         verdict,
         service: svc.id,
@@ -167,8 +212,8 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
 
     // CT-2 / CT-3: look up unless this is a new-connection SYN.
     let mut stale = None;
-    if !is_new_connection_syn(p, svc.tracking, svc.affinity) {
-        if let Some(slot) = shard.find(&key, key_hash) {
+    if prep.lookup {
+        if let Some(slot) = shard.find(key, key_hash) {
             let entry = shard.get(slot, now);
             match judge(&entry.value, entry.idle_ms, svc, snap, p, now) {
                 Ok(backend) => {
@@ -210,14 +255,15 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
                 released = Some(old);
             }
             // The flood guard may refuse a new entry: the packet is forwarded by the hash alone.
-            None if !shard.admit_new(now) => tracked = false,
-            None => {
-                let out = shard.insert(&key, key_hash, value, now);
-                released = out
-                    .overwritten
-                    .or(out.evicted.map(|e| e.value))
-                    .map(|v| BackendRef::from_u32(v.backend).slot);
-            }
+            None => match shard.insert_new(key, key_hash, value, now) {
+                None => tracked = false,
+                Some(out) => {
+                    released = out
+                        .overwritten
+                        .or(out.evicted.map(|e| e.value))
+                        .map(|v| BackendRef::from_u32(v.backend).slot);
+                }
+            },
         }
     }
     Decision { client_zone, tracked, released, ..decision(Verdict::Forward { backend, reason }) }

@@ -104,6 +104,19 @@ impl<'a> Mbuf<'a> {
         usize::from(m.buf_len) - usize::from(m.data_off) - usize::from(m.data_len)
     }
 
+    /// Starts loading the mbuf's first line (buffer address, data offset, lengths): a hint.
+    #[inline(always)]
+    pub fn prefetch_descriptor(&self) {
+        super::prefetch(self.raw.as_ptr().cast::<u8>());
+    }
+
+    /// Starts loading the first line of the packet data: a hint (it reads the descriptor).
+    #[inline(always)]
+    pub fn prefetch_data(&self) {
+        let m = self.m();
+        super::prefetch(m.buf_addr.cast::<u8>().wrapping_add(usize::from(m.data_off)));
+    }
+
     /// The first segment's data (`rte_pktmbuf_mtod` .. `+ data_len`).
     #[inline]
     pub fn data(&self) -> &[u8] {

@@ -8,25 +8,22 @@
 //! It must never contain packet-processing logic, allocate or log per packet, or expose raw
 //! DPDK pointers outside this module.
 
+mod cpu;
 mod eal;
 mod error;
 mod lcore;
 mod mbuf;
+mod memif;
 mod mempool;
 mod port;
 
+pub use cpu::{advise_huge_pages, prefetch, tsc};
 pub use eal::Eal;
 pub use error::DpdkError;
 pub use lcore::{LaunchScope, LcoreId};
 pub use mbuf::{BurstIntoIter, Mbuf, MbufBurst, NoRoom, MAX_BURST};
+pub use memif::{GateSlot, PollGate};
 pub use mempool::Mempool;
 pub use port::{
     EthStats, LinkStatus, MacAddr, Port, PortId, PortSetup, RxQueue, TxQueue, TxResult,
 };
-
-/// Reads the CPU's time-stamp counter (`rte_rdtsc`). Cheap enough to call once per poll.
-#[inline]
-pub fn tsc() -> u64 {
-    // SAFETY: rte_rdtsc only executes the rdtsc instruction; it touches no memory.
-    unsafe { dpdk_sys::rte_rdtsc() }
-}

@@ -1,0 +1,638 @@
+//! The whole pipeline, in one process, on this machine's two cores: a generator lcore writes
+//! frames (`spillway_dataplane::gen`) into a `net_ring` port, a balancer worker
+//! (`spillway_dataplane::worker`, the daemon's own loop) receives them from that ring,
+//! decides, encapsulates and transmits on `net_null`. Every scenario is measured in the same
+//! run as the io-forward baseline on the same ports (the same worker loop without the
+//! balancer), so each result is also a ratio to what the machine and the generator can move.
+//!
+//! ```text
+//! cargo bench -p spillway-dataplane --bench pipeline -- [--seconds S] [--quick] [--json FILE]
+//! ```
+//!
+//! Scenarios (docs/performance.md explains the method and the results):
+//! - `io_forward`: the baseline;
+//! - established flows, IPIP, 1K and 1M distinct flows (random order, so a 1M-flow table is far
+//!   larger than the caches); the same for GUE and for IPv6 (IP6IP6) with 1K flows;
+//! - `syn_100`: every packet a SYN from a fresh random source (eligible set, hash, insert);
+//! - `mix`: 1M flows, 5% new connections, 20% UDP, 20% IPv6;
+//! - `syn_flood_guarded`: 1K established flows carry on while 95% of the packets are a SYN flood
+//!   from random sources, with the flood guard at 200k new entries/s: how many flood packets
+//!   were forwarded untracked, and whether the established flows kept their entries;
+//! - latency: 100k packets/s, output to a second ring read by the main thread, cycles from the
+//!   generator's timestamp to arrival, io-forward vs balancer (the difference is what the
+//!   balancer adds);
+//! - scaling: one then two workers, each fed by a replay source on its own core (it writes
+//!   pre-built templates into fresh mbufs itself, no generator lcore: this machine has two
+//!   cores), 1M flows each.
+//!
+//! Results are printed as a table and, with `--json`, written as one JSON object per line.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use crossbeam::queue::ArrayQueue;
+use spillway_control::publish::Publisher;
+use spillway_dataplane::dpdk::{self, Eal, MbufBurst, Mempool, Port, PortSetup, RxQueue};
+use spillway_dataplane::gen::{self, FrameFactory, Limit, Order, TrafficSpec};
+use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
+use spillway_dataplane::path::Node;
+use spillway_dataplane::worker::{
+    Balancer, CounterValues, PortQueues, Worker, WorkerCounters, WorkerParams,
+};
+use spillway_shared::addr::{Addr, Prefix};
+use spillway_shared::conntrack::{Shard, BYTES_PER_ENTRY};
+use spillway_shared::counters::Reason;
+use spillway_shared::decide::ForwardReason;
+use spillway_shared::model::{
+    Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
+};
+use spillway_shared::snapshot::Snapshot;
+use spillway_shared::state::PolicyState;
+use spillway_shared::time::Time;
+
+const NODE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+const VIP_IPIP: &str = "198.18.0.100";
+const VIP_GUE: &str = "198.18.0.101";
+const VIP6: &str = "fd00::100";
+const BACKENDS: u8 = 16;
+
+fn a(s: &str) -> Addr {
+    s.parse().expect("address")
+}
+
+/// Three services over 16 backends each: IPIP and GUE on IPv4 VIPs, IP6IP6 on an IPv6 VIP.
+fn snapshot() -> Snapshot {
+    let mut m = Model::empty();
+    m.zones.push(Zone { name: "z".into(), region: String::new() });
+    let services: [(&str, Encap, &str, bool); 3] = [
+        ("ipip", Encap::Ipip, VIP_IPIP, false),
+        ("gue", Encap::Gue { port: 6080 }, VIP_GUE, false),
+        ("v6", Encap::Ipip, VIP6, true),
+    ];
+    for (name, encap, vip, v6) in services {
+        let mut s = Service::new(name);
+        s.encap = encap;
+        s.rules.push(Rule {
+            dest: RuleDest::Vip(a(vip)),
+            protocol: RuleProtocol::L3Default,
+            ports: Ports::All,
+        });
+        s.groups.push(Group {
+            name: "g".into(),
+            zone: 0,
+            failover: false,
+            weight: 1,
+            endpoints: (1..=BACKENDS).map(|i| Endpoint { addr: backend(v6, i), port: 0 }).collect(),
+        });
+        m.services.push(s);
+    }
+    let mut st = PolicyState::new(true);
+    st.apply_model(m, Time::ZERO).expect("valid model");
+    st.snapshot(Time::ZERO)
+}
+
+fn backend(v6: bool, i: u8) -> Addr {
+    if v6 {
+        a(&format!("fd00::1:{i}"))
+    } else {
+        Addr::v4(198, 18, 1, i)
+    }
+}
+
+fn node() -> Node {
+    Node {
+        mac: NODE_MAC,
+        ipv4: Some((a("198.18.0.2"), "198.18.0.0/16".parse::<Prefix>().expect("prefix"))),
+        ipv6: Some((a("fd00::2"), "fd00::/64".parse::<Prefix>().expect("prefix"))),
+        gateway_v4: None,
+        gateway_v6: None,
+        mtu: 1500,
+    }
+}
+
+/// What one scenario asks for.
+#[derive(Debug, Clone)]
+struct Scenario {
+    name: &'static str,
+    balance: bool,
+    spec: TrafficSpec,
+    /// Conntrack capacity of the worker.
+    capacity: usize,
+    /// Flood guard rate (new entries per second per worker).
+    guard: Option<u32>,
+    /// Packets sent before the measured window (flows get their entries).
+    warm: Duration,
+}
+
+fn spec(flows: u32) -> TrafficSpec {
+    TrafficSpec {
+        flows,
+        dst_v4: VIP_IPIP.parse().expect("vip"),
+        dst_v6: VIP6.parse().expect("vip"),
+        dst_mac: NODE_MAC,
+        src_mac: [0x02, 0, 0, 0, 0, 0x0c],
+        order: Order::Random,
+        seed: 7,
+        ..TrafficSpec::default()
+    }
+}
+
+/// One measured result.
+#[derive(Debug, Clone, Default)]
+struct Row {
+    name: String,
+    workers: usize,
+    mpps: f64,
+    baseline_mpps: f64,
+    /// Share of the generator's bursts the ring refused (the worker was the bottleneck when
+    /// this is well above zero; near zero, the generator was).
+    refused_share: f64,
+    hits: u64,
+    new: u64,
+    bypassed: u64,
+    evictions: u64,
+    entries: u64,
+    extra: String,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
+    let seconds: f64 = flag("--seconds").and_then(|s| s.parse().ok()).unwrap_or(2.0);
+    let quick = args.iter().any(|a| a == "--quick");
+    let json = flag("--json").cloned();
+    let big: u32 = if quick { 100_000 } else { 1_000_000 };
+    let measure = Duration::from_secs_f64(seconds);
+
+    let prefix = format!("spw-pipeline-{}", std::process::id());
+    let eal_args: Vec<String> = [
+        "--no-huge",
+        "-m",
+        "1024",
+        "--no-pci",
+        "--lcores",
+        "0@0,1@1,2@0",
+        "--file-prefix",
+        &prefix,
+        "--vdev",
+        "net_ring0",
+        "--vdev",
+        "net_ring1",
+        "--vdev",
+        "net_null0",
+        "--log-level",
+        "lib.eal:error",
+        "--no-telemetry",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let eal = Eal::init(&eal_args).expect("EAL init (run as root)");
+    let pool = Mempool::create(&eal, "pipeline", 65_535, 256).expect("mempool");
+    let setup = |q: u16| PortSetup {
+        rx_queues: q,
+        tx_queues: q,
+        extra_tx_queues: 0,
+        rx_desc: 1024,
+        tx_desc: 1024,
+    };
+    let ring0 = Port::open(&eal, "net_ring0", setup(1), &pool).expect("net_ring0");
+    let ring1 = Port::open(&eal, "net_ring1", setup(1), &pool).expect("net_ring1");
+    let null0 = Port::open(&eal, "net_null0", setup(2), &pool).expect("net_null0");
+    let (mut ring0_rx, mut ring0_tx) = ring0.take_queues().expect("queues");
+    let (mut ring1_rx, mut ring1_tx) = ring1.take_queues().expect("queues");
+    let (_null_rx, mut null_tx) = null0.take_queues().expect("queues");
+    let tsc_hz = eal.tsc_hz();
+    let lcores = eal.worker_lcores();
+    let (worker_lcore, gen_lcore) = (lcores[0], lcores[1]);
+    let params =
+        WorkerParams { burst_size: 32, drain_ticks: (tsc_hz / 1_000_000).max(1) * 100, tsc_hz };
+    let snap = snapshot();
+    let publisher = Publisher::new(snap);
+    let neighbours = NeighbourTable::from_pairs((1..=BACKENDS).flat_map(|i| {
+        [(backend(false, i), [2, 0, 0, 0, 1, i]), (backend(true, i), [2, 0, 0, 0, 6, i])]
+    }));
+    let neighbour_cell = Arc::new(ArcSwap::from_pointee(neighbours));
+    let balancer = |capacity: usize, guard: Option<u32>| Balancer {
+        mailbox: Arc::new(ArrayQueue::new(4)),
+        outbox: None,
+        snapshots: publisher.reader(),
+        neighbours: arc_swap::Cache::new(Arc::clone(&neighbour_cell)),
+        next_hops: NextHopCache::new(),
+        events: Arc::new(ArrayQueue::new(64)),
+        shard: {
+            let mut s = Shard::with_capacity_advised(capacity, |p, n| {
+                dpdk::advise_huge_pages(p, n);
+            });
+            s.set_flood_guard(guard);
+            s
+        },
+        node: node(),
+        origin: Instant::now(),
+    };
+
+    let mut rows: Vec<Row> = Vec::new();
+    let mut scenarios = vec![Scenario {
+        name: "io_forward",
+        balance: false,
+        spec: spec(1024),
+        capacity: 0,
+        guard: None,
+        warm: Duration::from_millis(300),
+    }];
+    let lb = |name, spec: TrafficSpec, capacity: usize, warm_ms| Scenario {
+        name,
+        balance: true,
+        spec,
+        capacity,
+        guard: None,
+        warm: Duration::from_millis(warm_ms),
+    };
+    scenarios.push(lb("established_ipip_1k", spec(1024), 4096, 300));
+    scenarios.push(lb("established_ipip_1m", spec(big), big as usize * 2, 3000));
+    scenarios.push(lb(
+        "established_gue_1k",
+        TrafficSpec { dst_v4: VIP_GUE.parse().expect("vip"), ..spec(1024) },
+        4096,
+        300,
+    ));
+    scenarios.push(lb(
+        "established_ipv6_1k",
+        TrafficSpec { ipv6_share: 1.0, ..spec(1024) },
+        4096,
+        300,
+    ));
+    scenarios.push(lb(
+        "syn_100",
+        TrafficSpec { syn_share: 1.0, ..spec(1024) },
+        big as usize * 2,
+        300,
+    ));
+    scenarios.push(lb(
+        "mix",
+        TrafficSpec { syn_share: 0.05, udp_share: 0.2, ipv6_share: 0.2, ..spec(big) },
+        big as usize * 2,
+        3000,
+    ));
+    scenarios.push(Scenario {
+        guard: Some(200_000),
+        ..lb("syn_flood_guarded", TrafficSpec { syn_share: 0.95, ..spec(1024) }, 1 << 16, 300)
+    });
+
+    let mut baseline = 0.0;
+    for sc in &scenarios {
+        let counters = WorkerCounters::new();
+        let b = sc.balance.then(|| balancer(sc.capacity, sc.guard));
+        let queues = vec![PortQueues { rx: ring0_rx.remove(0), tx: null_tx.remove(0) }];
+        let mut worker = Worker::new(0, worker_lcore, queues, params, &counters, b);
+        let mut factory = FrameFactory::new(&sc.spec).expect("traffic spec");
+        let stop = AtomicBool::new(false);
+        let mut warm_factory = None;
+        if sc.name == "syn_flood_guarded" {
+            // The established flows first, alone, so that they have their entries.
+            warm_factory = Some(FrameFactory::new(&spec(1024)).expect("spec"));
+        }
+        let report = std::sync::Mutex::new(None);
+        let report_ref = &report;
+        let (window, ct_hits_before) = eal.scope(|scope| {
+            let stop = &stop;
+            let worker = &mut worker;
+            scope.launch(worker_lcore, move || worker.run(stop)).expect("launch worker");
+            if let Some(f) = warm_factory.as_mut() {
+                let limit = Limit { count: Some(20_000), ..Limit::default() };
+                let _ =
+                    gen::send(&mut ring0_tx[0], &pool, f, limit, &AtomicBool::new(false), tsc_hz);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let tx = &mut ring0_tx[0];
+            let pool = &pool;
+            let factory = &mut factory;
+            scope
+                .launch(gen_lcore, move || {
+                    let r = gen::send(tx, pool, factory, Limit::default(), stop, tsc_hz);
+                    *report_ref.lock().expect("report") = Some(r);
+                })
+                .expect("launch generator");
+            std::thread::sleep(sc.warm);
+            let before = CounterValues::read(&counters);
+            let hits_before = counters.reason(Reason::Forward(ForwardReason::ConntrackHit)).get();
+            let t0 = Instant::now();
+            std::thread::sleep(measure);
+            let after = CounterValues::read(&counters);
+            let elapsed = t0.elapsed().as_secs_f64();
+            stop.store(true, Ordering::Relaxed);
+            // The scope waits for both lcores.
+            ((after.since(&before), elapsed), hits_before)
+        });
+        let report = report.into_inner().expect("report").expect("generator reported");
+        let (delta, elapsed) = window;
+        let mpps = delta.rx as f64 / elapsed / 1e6;
+        if !sc.balance {
+            baseline = mpps;
+        }
+        let hits = counters.reason(Reason::Forward(ForwardReason::ConntrackHit)).get();
+        let new = counters.reason(Reason::Forward(ForwardReason::NewConnection)).get();
+        let row = Row {
+            name: sc.name.to_owned(),
+            workers: 1,
+            mpps,
+            baseline_mpps: baseline,
+            refused_share: report.refused as f64 / (report.sent + report.refused).max(1) as f64,
+            hits,
+            new,
+            bypassed: counters.ct_bypassed.get(),
+            evictions: counters.ct_evictions.get(),
+            entries: counters.ct_entries.get(),
+            extra: if sc.name == "syn_flood_guarded" {
+                // 5% of the packets belong to the established flows: did they all still hit?
+                let expected = delta.rx as f64 * (1.0 - sc.spec.syn_share);
+                let kept = (hits - ct_hits_before) as f64 / expected.max(1.0);
+                format!("\"established_hit_share\":{kept:.4}")
+            } else {
+                String::new()
+            },
+        };
+        print_row(&row);
+        rows.push(row);
+        let mut q = worker.into_queues();
+        let PortQueues { rx, tx } = q.remove(0);
+        ring0_rx.insert(0, rx);
+        null_tx.insert(0, tx);
+        drain(&mut ring0_rx[0]);
+    }
+
+    // Latency at a low rate: generator -> ring0 -> worker -> ring1 -> main thread.
+    let mut latency = Vec::new();
+    for balance in [false, true] {
+        let counters = WorkerCounters::new();
+        let b = balance.then(|| balancer(4096, None));
+        let queues = vec![PortQueues { rx: ring0_rx.remove(0), tx: ring1_tx.remove(0) }];
+        let low = WorkerParams { drain_ticks: 1, ..params };
+        let mut worker = Worker::new(0, worker_lcore, queues, low, &counters, b);
+        let mut factory =
+            FrameFactory::new(&TrafficSpec { stamp: true, ..spec(1024) }).expect("traffic spec");
+        let stop = AtomicBool::new(false);
+        let samples = std::sync::Mutex::new(Vec::new());
+        let out = &samples;
+        eal.scope(|scope| {
+            let stop = &stop;
+            let worker = &mut worker;
+            scope.launch(worker_lcore, move || worker.run(stop)).expect("launch worker");
+            // The generator lcore both sends (paced, one frame at a time) and receives, so that
+            // the main thread, which shares its core, sleeps.
+            let (tx, rx, pool, factory) = (&mut ring0_tx[0], &mut ring1_rx[0], &pool, &mut factory);
+            scope
+                .launch(gen_lcore, move || {
+                    let mut v: Vec<u64> = Vec::with_capacity(1 << 20);
+                    let gap = tsc_hz / 100_000;
+                    let end = dpdk::tsc() + (measure.as_secs_f64() * tsc_hz as f64) as u64;
+                    let mut next = dpdk::tsc();
+                    let max = factory.max_frame_len();
+                    while dpdk::tsc() < end {
+                        let now = dpdk::tsc();
+                        if now >= next {
+                            next += gap;
+                            let mut burst = MbufBurst::new();
+                            if pool.alloc_bulk(&mut burst, 1) {
+                                for m in burst.iter_mut() {
+                                    let data = m.reset(max as u16).expect("room");
+                                    let len = factory.next_frame(data, dpdk::tsc());
+                                    m.trim((max - len) as u16).expect("trim");
+                                }
+                                tx.send(burst);
+                            }
+                        }
+                        let burst = rx.rx_burst(32);
+                        let now = dpdk::tsc();
+                        for m in &burst {
+                            let d = m.data();
+                            if d.len() >= 8 {
+                                let stamp =
+                                    u64::from_le_bytes(d[d.len() - 8..].try_into().expect("8"));
+                                v.push(now.wrapping_sub(stamp));
+                            }
+                        }
+                    }
+                    *out.lock().expect("samples") = v;
+                })
+                .expect("launch generator");
+            std::thread::sleep(measure + Duration::from_millis(100));
+            stop.store(true, Ordering::Relaxed);
+        });
+        let samples = samples.into_inner().expect("samples");
+        let mut q = worker.into_queues();
+        let PortQueues { rx, tx } = q.remove(0);
+        ring0_rx.insert(0, rx);
+        ring1_tx.insert(0, tx);
+        drain(&mut ring1_rx[0]);
+        drain(&mut ring0_rx[0]);
+        latency.push(percentiles(samples));
+    }
+    let (io, lb) = (&latency[0], &latency[1]);
+    println!(
+        "latency cycles (p50/p99) at 100 kpps: io_forward {}/{}, balancer {}/{}, added p50 {} \
+         cycles = {:.0} ns",
+        io.0,
+        io.1,
+        lb.0,
+        lb.1,
+        lb.0 as i64 - io.0 as i64,
+        (lb.0 as f64 - io.0 as f64) / tsc_hz as f64 * 1e9
+    );
+    rows.push(Row {
+        name: "latency".into(),
+        workers: 1,
+        extra: format!(
+            "\"io_p50_cycles\":{},\"io_p99_cycles\":{},\"lb_p50_cycles\":{},\"lb_p99_cycles\":{},\
+             \"added_p50_ns\":{:.1},\"tsc_hz\":{tsc_hz}",
+            io.0,
+            io.1,
+            lb.0,
+            lb.1,
+            (lb.0 as f64 - io.0 as f64) / tsc_hz as f64 * 1e9
+        ),
+        ..Row::default()
+    });
+
+    // Scaling: replay sources on the workers' own cores, one worker then two.
+    let mut null_rx = _null_rx;
+    let mut scale = Vec::new();
+    for workers in [1usize, 2] {
+        let counters: Vec<WorkerCounters> = (0..workers).map(|_| WorkerCounters::new()).collect();
+        let lc = [worker_lcore, gen_lcore];
+        let mut ws: Vec<Worker<'_, '_>> = counters
+            .iter()
+            .enumerate()
+            .map(|(w, c)| {
+                let q = vec![PortQueues { rx: null_rx.remove(0), tx: null_tx.remove(0) }];
+                Worker::new(w, lc[w], q, params, c, Some(balancer(big as usize * 2, None)))
+            })
+            .collect();
+        let stop = AtomicBool::new(false);
+        let rates = eal.scope(|scope| {
+            let stop = &stop;
+            for (w, worker) in ws.iter_mut().enumerate() {
+                let pool = &pool;
+                let spec = TrafficSpec { seed: 7 + w as u64, ..spec(big) };
+                scope
+                    .launch(lc[w], move || replay(worker, pool, &spec, stop))
+                    .expect("launch replay worker");
+            }
+            std::thread::sleep(Duration::from_secs(3));
+            let before: Vec<_> = counters.iter().map(CounterValues::read).collect();
+            let t0 = Instant::now();
+            std::thread::sleep(measure);
+            let after: Vec<_> = counters.iter().map(CounterValues::read).collect();
+            let elapsed = t0.elapsed().as_secs_f64();
+            stop.store(true, Ordering::Relaxed);
+            after
+                .iter()
+                .zip(&before)
+                .map(|(a, b)| a.since(b).rx as f64 / elapsed / 1e6)
+                .collect::<Vec<f64>>()
+        });
+        for w in ws {
+            for PortQueues { rx, tx } in w.into_queues() {
+                null_rx.push(rx);
+                null_tx.push(tx);
+            }
+        }
+        let total: f64 = rates.iter().sum();
+        println!(
+            "scaling {workers} worker(s), replay source, {big} flows each: {total:.2} Mpps ({})",
+            rates.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" + ")
+        );
+        scale.push(total);
+    }
+    rows.push(Row {
+        name: "scaling_replay".into(),
+        workers: 2,
+        mpps: scale[1],
+        baseline_mpps: scale[0],
+        extra: format!("\"one_worker_mpps\":{:.3},\"ratio\":{:.3}", scale[0], scale[1] / scale[0]),
+        ..Row::default()
+    });
+
+    // Memory.
+    let hwm = status_kib("VmHWM");
+    let cap_10m = (10_000_000f64 * 1.25) as usize;
+    let buckets = cap_10m.div_ceil(8).next_power_of_two();
+    println!(
+        "memory: peak RSS {} MiB; {BYTES_PER_ENTRY} bytes per tracked connection; 10M \
+         connections at 80% load: {} entries = {} MiB per worker",
+        hwm / 1024,
+        buckets * 8,
+        buckets * 8 * BYTES_PER_ENTRY >> 20
+    );
+    rows.push(Row {
+        name: "memory".into(),
+        workers: 1,
+        extra: format!(
+            "\"peak_rss_kib\":{hwm},\"bytes_per_connection\":{BYTES_PER_ENTRY},\
+             \"ten_million_entries\":{},\"ten_million_mib\":{}",
+            buckets * 8,
+            buckets * 8 * BYTES_PER_ENTRY >> 20
+        ),
+        ..Row::default()
+    });
+
+    if let Some(path) = json {
+        let mut out = String::new();
+        for r in &rows {
+            let _ = writeln!(out, "{}", to_json(r));
+        }
+        std::fs::write(&path, out).expect("write --json file");
+        println!("wrote {path}");
+    }
+    drop((ring0_rx, ring0_tx, ring1_rx, ring1_tx, null_tx, null_rx));
+    drop((ring0, ring1, null0));
+}
+
+/// A worker fed by its own replay source: each burst is 32 fresh mbufs written from the
+/// generator's templates on this core, then handed to [`Worker::process`] as a received burst
+/// would be (decided, encapsulated, sent to `net_null`).
+fn replay<'p>(
+    worker: &mut Worker<'p, '_>,
+    pool: &Mempool<'p>,
+    spec: &TrafficSpec,
+    stop: &AtomicBool,
+) {
+    let mut factory = FrameFactory::new(spec).expect("traffic spec");
+    let max = factory.max_frame_len();
+    while !stop.load(Ordering::Relaxed) {
+        let mut burst = MbufBurst::new();
+        if !pool.alloc_bulk(&mut burst, 32) {
+            continue;
+        }
+        let now = dpdk::tsc();
+        for m in burst.iter_mut() {
+            let data = m.reset(max as u16).expect("room for a frame");
+            let len = factory.next_frame(data, now);
+            m.trim((max - len) as u16).expect("trim");
+        }
+        worker.process(0, burst);
+    }
+    worker.drain();
+}
+
+fn drain(rx: &mut RxQueue<'_>) {
+    while !rx.rx_burst(32).is_empty() {}
+}
+
+fn percentiles(mut v: Vec<u64>) -> (u64, u64) {
+    if v.is_empty() {
+        return (0, 0);
+    }
+    v.sort_unstable();
+    (v[v.len() / 2], v[v.len() * 99 / 100])
+}
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn print_row(r: &Row) {
+    println!(
+        "{:<22} {:>7.2} Mpps  {:>5.1}% of io_forward  refused {:>5.1}%  hits {} new {} \
+         bypassed {} evictions {} entries {} {}",
+        r.name,
+        r.mpps,
+        if r.baseline_mpps > 0.0 { r.mpps / r.baseline_mpps * 100.0 } else { 0.0 },
+        r.refused_share * 100.0,
+        r.hits,
+        r.new,
+        r.bypassed,
+        r.evictions,
+        r.entries,
+        r.extra
+    );
+}
+
+fn to_json(r: &Row) -> String {
+    let extra = if r.extra.starts_with('"') { format!(",{}", r.extra) } else { String::new() };
+    format!(
+        "{{\"name\":\"{}\",\"workers\":{},\"mpps\":{:.4},\"baseline_mpps\":{:.4},\
+         \"refused_share\":{:.4},\"hits\":{},\"new\":{},\"bypassed\":{},\"evictions\":{},\
+         \"entries\":{}{extra}}}",
+        r.name,
+        r.workers,
+        r.mpps,
+        r.baseline_mpps,
+        r.refused_share,
+        r.hits,
+        r.new,
+        r.bypassed,
+        r.evictions,
+        r.entries
+    )
+}
