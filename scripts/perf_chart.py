@@ -46,7 +46,8 @@ def main(src: str, dst: str) -> None:
         ax.text(i, r["mpps"], label, ha="center", va="bottom", fontsize=8)
     for name, mpps in PEERS:
         ax.axhline(mpps, linestyle="--", linewidth=1, color="#d62728")
-        ax.text(len(bars) - 0.5, mpps, f" {name} {mpps}", va="bottom", ha="right", fontsize=8,
+        ax.text(len(bars) - 0.5, mpps, f" {name} {mpps}", va="top" if mpps < 2.8 else "bottom",
+                ha="right", fontsize=8,
                 color="#d62728")
     ax.set_ylabel("Mpps, one worker (64-byte frames)")
     ax.set_title("Generator lcore -> net_ring -> Spillway worker -> net_null (same run)")

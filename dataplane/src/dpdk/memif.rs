@@ -31,7 +31,7 @@
 //! alarm has been used, 22.11's `rte_eal_cleanup` unregisters the alarm's interrupt callback,
 //! which makes the interrupt thread rebuild its list of sources while the same cleanup unmaps
 //! EAL memory, and memif leaves its listening socket's source (in EAL memory) in that list:
-//! the interrupt thread died with SIGSEGV at exit in about half the runs whose peer left as
+//! the interrupt thread died with SIGSEGV at exit in 5 of 15 runs whose peer left as
 //! Spillway stopped. The gate's own source is allocated outside EAL memory and never
 //! unregistered, and dropping the [`PollGate`] (after the ports are closed, before EAL is
 //! cleaned up) waits until the interrupt thread has handled everything queued before it.
