@@ -167,8 +167,7 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// packets overlap instead of following one another (the DPDK l3fwd / VPP way): the
 /// descriptors and first data lines of all packets are prefetched; then every frame is
 /// classified, its forwarding rule matched and its tracking key hashed, and the header line of
-/// its conntrack bucket prefetched; then the record that line points to (or, for a new connection whose primary bucket is
-/// full, the secondary bucket's header line) is prefetched; then
+/// its conntrack bucket prefetched; then the record that line points to is prefetched; then
 /// each packet is decided and rewritten.
 pub fn process_burst<B: PacketBuf>(
     bufs: &mut [B],
@@ -194,16 +193,10 @@ pub fn process_burst<B: PacketBuf>(
     }
     for st in &staged[..n] {
         if let Staged::Decide { prep, .. } = st {
-            if prep.service.is_none() {
-                continue;
-            }
-            if prep.lookup {
+            if prep.lookup && prep.service.is_some() {
                 for line in ctx.shard.next_lines(prep.key_hash) {
                     dpdk::prefetch(line);
                 }
-            } else if ctx.shard.primary_is_full(prep.key_hash) {
-                // A new connection whose entry will not fit its primary bucket.
-                dpdk::prefetch(ctx.shard.secondary_line(prep.key_hash));
             }
         }
     }

@@ -612,21 +612,6 @@ impl Shard {
         }
     }
 
-    /// True when `hash`'s primary bucket has no empty way (reads its header line).
-    #[inline]
-    pub fn primary_is_full(&self, hash: u64) -> bool {
-        self.buckets[self.bucket_index(hash)].empty_way().is_none()
-    }
-
-    /// The address of the header line of `hash`'s secondary bucket, which an insert reads when
-    /// the primary is full (a new connection's entry; prefetched for SYNs, which are not
-    /// looked up).
-    #[inline]
-    pub fn secondary_line(&self, hash: u64) -> *const u8 {
-        let s = self.secondary_index(self.bucket_index(hash), hash);
-        (&raw const self.buckets[s]).cast::<u8>()
-    }
-
     /// Start loading the header line of `hash`'s primary bucket, to be found by a later
     /// [`Shard::find`] or [`Shard::insert`]. A plain load kept alive by
     /// [`std::hint::black_box`], not a prefetch instruction (see the module doc).
