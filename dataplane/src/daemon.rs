@@ -126,6 +126,7 @@ pub fn run_config(
         });
     }
     // Setup, in order; teardown is the reverse, by drop order: ports, then EAL.
+    remove_stale_memif_sockets(&dp.eal_args);
     let eal = Eal::init(&dp.eal_args).map_err(dpdk_err("dataplane.eal_args"))?;
     let lcores = worker_lcores(&eal, dp)?;
     let workers = u16::try_from(lcores.len()).expect("validated worker count fits u16");
@@ -348,6 +349,57 @@ pub fn run_config(
     drop(memif_gate);
     drop(eal);
     Ok(summary)
+}
+
+/// The socket files of the `net_memif` server ports in `eal_args` (`--vdev net_memif...`
+/// with `role=server`, the default, and a `socket=` path; DPDK's default path otherwise).
+fn memif_server_sockets(eal_args: &[String]) -> Vec<PathBuf> {
+    let vdevs = eal_args.windows(2).filter(|w| w[0] == "--vdev").map(|w| w[1].as_str());
+    let inline = eal_args.iter().filter_map(|a| a.strip_prefix("--vdev="));
+    vdevs
+        .chain(inline)
+        .filter(|v| v.starts_with("net_memif"))
+        .filter_map(|v| {
+            let mut socket = "/run/memif.sock";
+            for kv in v.split(',').skip(1) {
+                match kv.split_once('=') {
+                    Some(("role", role)) if role != "server" => return None,
+                    Some(("socket", path)) => socket = path,
+                    _ => {}
+                }
+            }
+            Some(PathBuf::from(socket))
+        })
+        .collect()
+}
+
+/// A Spillway that was killed leaves its memif socket file behind, and DPDK then fails to
+/// create the port (`Address already in use`). Before EAL starts, remove such a file when it is
+/// a socket nobody listens on (a connection is refused); leave it when a process answers (two
+/// servers on one socket is an operator error that DPDK reports).
+fn remove_stale_memif_sockets(eal_args: &[String]) {
+    use std::os::unix::fs::FileTypeExt;
+    for path in memif_server_sockets(eal_args) {
+        let is_socket = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket());
+        if !is_socket {
+            continue;
+        }
+        match std::os::unix::net::UnixStream::connect(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => tracing::info!(
+                        socket = %path.display(),
+                        "removed a stale memif socket (no process listens on it)"
+                    ),
+                    Err(e) => tracing::warn!(
+                        socket = %path.display(),
+                        "cannot remove a stale memif socket: {e}"
+                    ),
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The lcores the workers run on: `dataplane.lcores`, or the first `workers` EAL worker
@@ -599,4 +651,59 @@ fn or_none(lcores: &[LcoreId]) -> String {
 fn flush_stdout() {
     // Best effort: a closed stdout must not stop the data plane.
     let _ = std::io::stdout().flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn memif_server_sockets_come_from_the_vdev_arguments() {
+        let a = args(&[
+            "--no-huge",
+            "--vdev",
+            "net_memif0,role=server,socket=/tmp/a.sock,socket-abstract=no",
+            "--vdev=net_memif1,socket=/tmp/b.sock",
+            "--vdev",
+            "net_memif2,role=client,socket=/tmp/c.sock",
+            "--vdev",
+            "net_tap0,iface=x",
+            "--vdev",
+            "net_memif3",
+        ]);
+        assert_eq!(
+            memif_server_sockets(&a),
+            ["/tmp/a.sock", "/run/memif.sock", "/tmp/b.sock"].map(PathBuf::from).to_vec()
+        );
+    }
+
+    #[test]
+    fn a_stale_memif_socket_is_removed_and_a_live_one_kept() {
+        let dir = tempfile_dir();
+        let stale = dir.join("stale.sock");
+        let live = dir.join("live.sock");
+        // A listener that went away without removing its file, as a killed process leaves it.
+        drop(std::os::unix::net::UnixListener::bind(&stale).expect("bind"));
+        let _listening = std::os::unix::net::UnixListener::bind(&live).expect("bind");
+        let a = args(&[
+            "--vdev",
+            &format!("net_memif0,socket={},socket-abstract=no", stale.display()),
+            "--vdev",
+            &format!("net_memif1,socket={},socket-abstract=no", live.display()),
+        ]);
+        remove_stale_memif_sockets(&a);
+        assert!(!stale.exists(), "the stale socket is removed");
+        assert!(live.exists(), "a socket somebody listens on is kept");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("spw-daemon-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("temp dir");
+        d
+    }
 }

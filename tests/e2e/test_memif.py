@@ -272,6 +272,23 @@ def test_spillway_stops_under_traffic(run):
         run.spw_log.unlink()
 
 
+def test_restart_after_a_kill_reuses_the_stale_socket(run):
+    """A Spillway killed with SIGKILL leaves its socket file; the next one removes it (nobody
+    listens on it), starts, and forwards a new peer's traffic."""
+    run.start_spillway(balance=False)
+    run.spw.kill()
+    run.spw.wait(timeout=30)
+    assert run.sock.exists(), "a killed Spillway leaves its socket file"
+    run.spw_log.unlink()
+    run.start_spillway(balance=False)
+    assert "removed a stale memif socket" in run.spw_output()
+    peer = run.start_peer("txonly")
+    run.wait_counters("traffic after the restart", lambda c: c[0] > 1000)
+    final = run.stop_spillway()
+    assert final["rx"] > 1000
+    run.end_peer(peer, signal.SIGKILL)
+
+
 def test_peer_goes_away_balancer(run):
     """Load-balance mode: UDP to the VIP from testpmd is decided and sent (IPIP) to backends
     whose MAC testpmd answered; the peer is killed or ends cleanly 6 times; the admin API
