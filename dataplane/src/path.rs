@@ -255,13 +255,15 @@ fn finish<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, staged: &Staged<'_>)
         Staged::Done(o) => *o,
         Staged::Local(f) => local(buf, ctx, f),
         Staged::Decide { frame, prep, icmp_error } => {
-            let (FrameKind::Ip { info, ip }
-            | FrameKind::IcmpError { info, ip, .. }
-            | FrameKind::IcmpEchoRequest { info, ip }) = &frame.kind
-            else {
-                unreachable!("stage() only decides IP frames")
-            };
-            forward(buf, ctx, frame, info, ip, prep, *icmp_error)
+            match &frame.kind {
+                FrameKind::Ip { info, ip }
+                | FrameKind::IcmpError { info, ip, .. }
+                | FrameKind::IcmpEchoRequest { info, ip } => {
+                    forward(buf, ctx, frame, info, ip, prep, *icmp_error)
+                }
+                // stage() only decides IP frames; never panic on the packet path.
+                _ => drop_path(PathDrop::NotForUs),
+            }
         }
     };
     if let Outcome::Drop(r) = out {
@@ -274,9 +276,8 @@ fn finish<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, staged: &Staged<'_>)
 fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome {
     let f = *f;
     match f.kind {
-        FrameKind::Ip { .. } | FrameKind::IcmpError { .. } => {
-            unreachable!("stage() decides IP frames")
-        }
+        // stage() decides IP frames and echo requests to others; never panic on the path.
+        FrameKind::Ip { .. } | FrameKind::IcmpError { .. } => drop_path(PathDrop::NotForUs),
         FrameKind::IcmpEchoRequest { .. } => echo_reply(buf, ctx, &f),
         FrameKind::Arp { op, sender_mac, sender_ip, target_ip, .. } => {
             if op == arp::op::REPLY || ctx.node.owns(&target_ip) {
