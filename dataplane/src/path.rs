@@ -274,11 +274,10 @@ fn finish<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, staged: &Staged<'_>)
 
 /// Frames for the node itself.
 fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome {
-    let f = *f;
     match f.kind {
         // stage() decides IP frames and echo requests to others; never panic on the path.
         FrameKind::Ip { .. } | FrameKind::IcmpError { .. } => drop_path(PathDrop::NotForUs),
-        FrameKind::IcmpEchoRequest { .. } => echo_reply(buf, ctx, &f),
+        FrameKind::IcmpEchoRequest { .. } => echo_reply(buf, ctx, f),
         FrameKind::Arp { op, sender_mac, sender_ip, target_ip, .. } => {
             if op == arp::op::REPLY || ctx.node.owns(&target_ip) {
                 ctx.learn(sender_ip, sender_mac);
@@ -290,7 +289,7 @@ fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome
                     drop_path(PathDrop::NotForUs)
                 };
             }
-            match build::arp_reply(buf.data_mut(), &f, ctx.node.mac) {
+            match build::arp_reply(buf.data_mut(), f, ctx.node.mac) {
                 Ok(len) if buf.truncate(len) => {
                     ctx.counters.neighbour_replies.inc();
                     Outcome::Transmit
@@ -312,7 +311,7 @@ fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome
             if buf.data().len() < want && !buf.extend_to(want) {
                 return drop_path(PathDrop::NoHeadroom);
             }
-            match build::neighbor_advertisement(buf.data_mut(), &f, ctx.node.mac) {
+            match build::neighbor_advertisement(buf.data_mut(), f, ctx.node.mac) {
                 Ok(len) if buf.truncate(len) => {
                     ctx.counters.neighbour_replies.inc();
                     Outcome::Transmit

@@ -101,14 +101,14 @@
 //!
 //! # Prefetch
 //!
-//! This crate forbids `unsafe`, and the prefetch intrinsics take raw pointers, so
-//! [`Shard::prefetch`] is a plain load of the primary bucket's header line through
-//! [`std::hint::black_box`]: the load is issued and the CPU runs on out of order, so
-//! several of them overlap; it is not a non-blocking prefetch hint (a load that misses still
-//! occupies the reorder buffer until it completes). [`Shard::find_batch`] uses the same idea.
+//! This crate forbids `unsafe`, and the prefetch intrinsics take raw pointers, so the shard
+//! only says *where* a lookup will read: [`Shard::primary_line`] (the primary bucket's header
+//! line) and, once that line is in cache, [`Shard::next_lines`] (the matching record, or the
+//! secondary's header). The data plane issues the prefetch instructions for a whole burst
+//! before deciding any of its packets (`path::process_burst`). [`Shard::find_batch`] is the same
+//! idea with plain loads, kept as the comparison in `benches/conntrack.rs`.
 
 use std::fmt;
-use std::hint::black_box;
 
 use crate::addr::Addr;
 use crate::flow::FlowKey;
@@ -610,14 +610,6 @@ impl Shard {
         } else {
             [std::ptr::null(); 2]
         }
-    }
-
-    /// Start loading the header line of `hash`'s primary bucket, to be found by a later
-    /// [`Shard::find`] or [`Shard::insert`]. A plain load kept alive by
-    /// [`std::hint::black_box`], not a prefetch instruction (see the module doc).
-    #[inline]
-    pub fn prefetch(&self, hash: u64) {
-        black_box(self.buckets[self.bucket_index(hash)].sig[0]);
     }
 
     /// The entry in `slot` as of `now`. `slot` must be valid (module doc); in debug builds an
