@@ -2,12 +2,12 @@
 //! one reused buffer: what `spillway-gen` and the whole-pipeline benchmark pay per frame on
 //! top of mbuf allocation and TX.
 //!
-//! `cargo bench -p spillway-dataplane --bench gen`
+//! `cargo bench -p spillway-gen --bench gen`
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use spillway_dataplane::gen::{FrameFactory, TrafficSpec};
+use spillway_gen::{FrameFactory, TrafficSpec};
 
 fn bench(c: &mut Criterion) {
     let cases = [

@@ -8,7 +8,8 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use crossbeam::queue::ArrayQueue;
 use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
-use spillway_dataplane::path::{process, process_burst, Node, Outcome, PathCtx, MAX_BURST};
+use spillway_dataplane::node::Node;
+use spillway_dataplane::path::{process, process_burst, Outcome, PathCtx, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
 use spillway_shared::addr::{Addr, Prefix};
 use spillway_shared::conntrack::Shard;

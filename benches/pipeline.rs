@@ -1,12 +1,12 @@
 //! The whole pipeline, in one process, on this machine's two cores: a generator lcore writes
-//! frames (`spillway_dataplane::gen`) into a `net_ring` port, a balancer worker
+//! frames (`spillway_gen`) into a `net_ring` port, a balancer worker
 //! (`spillway_dataplane::worker`, the daemon's own loop) receives them from that ring,
 //! decides, encapsulates and transmits on `net_null`. Every scenario is measured in the same
 //! run as the io-forward baseline on the same ports (the same worker loop without the
 //! balancer), so each result is also a ratio to what the machine and the generator can move.
 //!
 //! ```text
-//! cargo bench -p spillway-dataplane --bench pipeline -- [--seconds S] [--quick] [--json FILE]
+//! cargo bench -p spillway-gen --bench pipeline -- [--seconds S] [--quick] [--json FILE]
 //! ```
 //!
 //! Scenarios (docs/performance.md explains the method and the results):
@@ -33,22 +33,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use crossbeam::queue::ArrayQueue;
-use spillway_control::publish::Publisher;
 use spillway_dataplane::dpdk::{self, Eal, MbufBurst, Mempool, Port, PortSetup, RxQueue};
-use spillway_dataplane::gen::{self, FrameFactory, Limit, Order, TrafficSpec};
 use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
-use spillway_dataplane::path::Node;
+use spillway_dataplane::node::Node;
 use spillway_dataplane::worker::{
     Balancer, CounterValues, PortQueues, Worker, WorkerCounters, WorkerParams,
 };
+use spillway_gen::{self as gen, FrameFactory, Limit, Order, TrafficSpec};
 use spillway_shared::addr::{Addr, Prefix};
 use spillway_shared::conntrack::{Shard, BYTES_PER_ENTRY};
 use spillway_shared::counters::Reason;
 use spillway_shared::decide::ForwardReason;
+use spillway_shared::mailbox::Mailbox;
 use spillway_shared::model::{
     Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
 };
+use spillway_shared::publish::Publisher;
 use spillway_shared::snapshot::Snapshot;
 use spillway_shared::state::PolicyState;
 use spillway_shared::time::Time;
@@ -221,12 +221,12 @@ fn main() {
     }));
     let neighbour_cell = Arc::new(ArcSwap::from_pointee(neighbours));
     let balancer = |capacity: usize, guard: Option<u32>| Balancer {
-        mailbox: Arc::new(ArrayQueue::new(4)),
+        mailbox: Mailbox::default(),
         outbox: None,
         snapshots: publisher.reader(),
         neighbours: arc_swap::Cache::new(Arc::clone(&neighbour_cell)),
         next_hops: NextHopCache::new(),
-        events: Arc::new(ArrayQueue::new(64)),
+        events: Arc::new(crossbeam::queue::ArrayQueue::new(64)),
         shard: {
             let mut s = Shard::with_capacity_advised(capacity, |p, n| {
                 dpdk::advise_huge_pages(p, n);

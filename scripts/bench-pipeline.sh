@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target/bench
-cargo bench -p spillway-dataplane --bench pipeline -- --json target/bench/pipeline.json "$@"
+cargo bench -p spillway-gen --bench pipeline -- --json target/bench/pipeline.json "$@"
 /usr/bin/python3 scripts/perf_chart.py target/bench/pipeline.json docs/img/performance.png

@@ -269,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
         say("demo: run as root (network namespaces, DPDK, tap devices)")
         return 1
     if not B.BIN.exists():
-        say(f"demo: {B.BIN} not found: build it (cargo build --release -p spillway-dataplane)")
+        say(f"demo: {B.BIN} not found: build it (cargo build --release -p spillway)")
         return 1
     T.cleanup_stale()
     started = time.time()

@@ -22,7 +22,7 @@ fi
 bash scripts/install-deps.sh
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 echo "demo: building spillway (release; the first build takes a few minutes)"
-cargo build --release -q -p spillway-dataplane
+cargo build --release -q -p spillway
 export SPILLWAY_BIN="$target/release/spillway"
 
 # Debian's python3 (pytest etc. are not needed here, only the standard library).

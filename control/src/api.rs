@@ -321,15 +321,6 @@ fn config_error(e: ConfigError) -> HttpError {
     }
 }
 
-/// `addr` or `addr:port` (`[v6]:port`).
-pub fn endpoint_str(e: Endpoint) -> String {
-    if e.port == 0 {
-        e.addr.to_string()
-    } else {
-        sock(e.addr, e.port)
-    }
-}
-
 /// `addr:port` (`[v6]:port`).
 fn sock(a: Addr, port: u16) -> String {
     if a.is_v4() {
@@ -573,7 +564,7 @@ async fn services(State(api): State<Api>) -> Json<ServicesReply> {
             let members = |slots: &[u16]| -> Vec<String> {
                 let mut v: Vec<String> = slots
                     .iter()
-                    .filter_map(|&s| snap.backend(s).map(|b| endpoint_str(b.endpoint)))
+                    .filter_map(|&s| snap.backend(s).map(|b| b.endpoint.to_string()))
                     .collect();
                 v.sort();
                 v
@@ -943,7 +934,7 @@ fn entry_info(snap: &Snapshot, e: &Entry) -> EntryInfo {
     let r = BackendRef::from_u32(e.value.backend);
     let b = snap.backend(r.slot);
     EntryInfo {
-        backend: b.map(|b| endpoint_str(b.endpoint)),
+        backend: b.map(|b| b.endpoint.to_string()),
         backend_service: b.and_then(|b| snap.service(b.service)).map(|s| s.name.to_string()),
         slot: r.slot,
         generation: r.gen,
@@ -1008,7 +999,7 @@ async fn explain_flow(
         (c.snapshot(), c.now())
     };
     let x = explain(&p, &snap, best.map(|(_, e)| e), now);
-    let endpoint = |e: Option<Endpoint>| e.map(endpoint_str);
+    let endpoint = |e: Option<Endpoint>| e.map(|e| e.to_string());
     let (group_shares, backend_group) = match snap.service_for(&p) {
         Some(svc) => advanced_explain(&snap, svc, &p, x.backend),
         None => (None, None),

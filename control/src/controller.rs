@@ -12,7 +12,6 @@
 
 use crate::config::{self, Config, ConfigError};
 use crate::health::{HealthChecker, HealthEvent, TargetStatus};
-use crate::publish::{Publisher, SnapshotReader};
 use crate::view::DataplaneView;
 use hashbrown::HashMap;
 use spillway_shared::addr::Addr;
@@ -20,6 +19,7 @@ use spillway_shared::advanced::Load;
 use spillway_shared::counters::MAX_ZONES;
 use spillway_shared::maglev::slots_moved;
 use spillway_shared::model::BackendKey;
+use spillway_shared::publish::{Publisher, SnapshotReader};
 use spillway_shared::snapshot::Snapshot;
 use spillway_shared::state::{ModelChange, PolicyState, StateError};
 use spillway_shared::time::Time;

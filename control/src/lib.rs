@@ -7,6 +7,5 @@ pub mod config;
 pub mod controller;
 pub mod health;
 pub mod metrics;
-pub mod publish;
 pub mod simulate;
 pub mod view;

@@ -151,7 +151,7 @@ fn copy(controller: &Mutex<Controller>) -> Copied {
 
 /// `addr` or `addr:port`, the `backend` label.
 fn backend_label(k: &BackendKey) -> String {
-    crate::api::endpoint_str(k.endpoint)
+    k.endpoint.to_string()
 }
 
 /// Sum one traffic counter set over the workers.

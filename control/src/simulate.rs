@@ -31,7 +31,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize};
 use spillway_shared::addr::Addr;
 use spillway_shared::flow::{proto, tcp_flags, PacketInfo};
-use spillway_shared::model::{BackendKey, Endpoint, Model};
+use spillway_shared::model::{BackendKey, Model};
 use spillway_shared::simulator::{
     Outcome, SimError, Simulator, TrafficPlan, TrafficReport, TrafficSource,
 };
@@ -829,7 +829,7 @@ impl OutputLine {
         OutputLine {
             step,
             verdict: if o.decision.backend().is_some() { "forward" } else { "drop" },
-            backend: o.backend.map(endpoint_text),
+            backend: o.backend.map(|e| e.to_string()),
             reason: o.decision.reason_str(),
             service: o.service.clone(),
             eligible: o.eligible.map(|e| EligibleOut {
@@ -902,15 +902,6 @@ impl TrafficLine {
                 dropped: i.dropped,
             })
             .collect()
-    }
-}
-
-/// `198.18.1.1`, `fd00::1`, or with a port `198.18.1.1:8080` / `[fd00::1]:8080`.
-fn endpoint_text(e: Endpoint) -> String {
-    match (e.port, e.addr.is_v4()) {
-        (0, _) => e.addr.to_string(),
-        (p, true) => format!("{}:{p}", e.addr),
-        (p, false) => format!("[{}]:{p}", e.addr),
     }
 }
 
@@ -1009,7 +1000,7 @@ mod tests {
             "{\"step\": 3, \"verdict\": \"drop\", \"backend\": null, \"reason\": \"malformed\", \
              \"service\": null, \"eligible\": null}\n"
         );
-        let v6 = Endpoint { addr: "fd00::1".parse().unwrap(), port: 80 };
-        assert_eq!(endpoint_text(v6), "[fd00::1]:80");
+        let v6 = spillway_shared::model::Endpoint { addr: "fd00::1".parse().unwrap(), port: 80 };
+        assert_eq!(v6.to_string(), "[fd00::1]:80");
     }
 }

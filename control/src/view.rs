@@ -7,13 +7,9 @@
 //! tested with a fake.
 
 use spillway_shared::addr::Addr;
-use spillway_shared::conntrack::Entry;
 use spillway_shared::counters::WorkerCounters;
 use spillway_shared::flow::FlowKey;
-use tokio::sync::oneshot;
-
-/// One worker's answer to a conntrack lookup: the entry, if the worker's shard holds the key.
-pub type LookupReply = oneshot::Receiver<Option<Entry>>;
+pub use spillway_shared::mailbox::LookupReply;
 
 /// The data plane as the control plane sees it.
 pub trait DataplaneView: Send + Sync + 'static {
@@ -24,20 +20,9 @@ pub trait DataplaneView: Send + Sync + 'static {
     fn counters(&self, worker: usize) -> &WorkerCounters;
 
     /// Ask every worker for the entry of `key` (bucket hash `hash`); one reply per worker
-    /// (a worker whose mailbox is full answers nothing: its receiver is closed).
+    /// (a worker whose mailbox is full answers nothing: its reply is cancelled).
     fn lookup(&self, key: FlowKey, hash: u64) -> Vec<LookupReply>;
 
     /// The resolved neighbours (next hop, MAC).
     fn neighbours(&self) -> Vec<(Addr, [u8; 6])>;
-}
-
-/// A conntrack query posted to a worker's mailbox.
-#[derive(Debug)]
-pub struct LookupQuery {
-    /// The tracking key.
-    pub key: FlowKey,
-    /// Its conntrack bucket hash.
-    pub hash: u64,
-    /// Where to answer.
-    pub reply: oneshot::Sender<Option<Entry>>,
 }

@@ -15,6 +15,7 @@ use spillway_shared::conntrack::{Entry, EntryValue};
 use spillway_shared::counters::{Reason, WorkerCounters};
 use spillway_shared::decide::{DropReason, ForwardReason};
 use spillway_shared::flow::FlowKey;
+use spillway_shared::mailbox::{reply_channel, ReplySender};
 use spillway_shared::snapshot::BackendRef;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,6 @@ use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
-use tokio::sync::oneshot;
 
 /// A test configuration. `web`: PER_SESSION with CLIENT_IP affinity (2-tuple tracking keys,
 /// CT-1d), primaries in zone-a and zone-b, a failover group in zone-c, SPILL_CROSS_ZONE at
@@ -101,7 +101,7 @@ struct FakeView {
     counters: Vec<WorkerCounters>,
     entries: Mutex<HashMap<(usize, FlowKey), Entry>>,
     silent: usize,
-    parked: Mutex<Vec<oneshot::Sender<Option<Entry>>>>,
+    parked: Mutex<Vec<ReplySender>>,
     queries: Mutex<Vec<(FlowKey, u64)>>,
 }
 
@@ -118,7 +118,7 @@ impl DataplaneView for FakeView {
         self.queries.lock().unwrap().push((key, hash));
         (0..self.counters.len())
             .map(|w| {
-                let (tx, rx) = oneshot::channel();
+                let (tx, rx) = reply_channel();
                 if w == self.silent {
                     self.parked.lock().unwrap().push(tx);
                 } else {

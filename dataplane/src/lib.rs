@@ -1,17 +1,24 @@
-//! Spillway data plane: the daemon that owns DPDK, its ports and the per-lcore workers.
+//! Spillway's data plane: DPDK, the per-lcore workers and what they do to packets. It knows
+//! nothing of the control plane's runtime: it reads snapshots and answers conntrack queries
+//! through the shared core's [`spillway_shared::publish`] and [`spillway_shared::mailbox`].
 //!
-//! `dpdk` is the only module allowed to use `unsafe` (every block documented); everything
-//! else builds on its safe API. `daemon` turns a configuration into a running set of workers
-//! and tears it down; `worker` is the per-lcore poll loop.
+//! - [`dpdk`]: the `spillway-dpdk` crate, the safe layer over EAL, lcores, mempools, ports,
+//!   queues, mbufs and bursts (the only Spillway code with `unsafe`, outside this crate);
+//! - [`worker`]: the per-lcore poll loop; [`path`]: what happens to each frame of a burst;
+//!   [`node`]: the balancer's own addresses; [`neighbour`]: next-hop MACs and their resolver;
+//!   [`outbox`]: the control thread's frames out through worker 0;
+//! - [`setup`]: lcores and ports before the workers start; [`stats`]: the counter lines;
+//! - [`vecbuf`]: a `Vec`-backed packet buffer, so the path runs without DPDK in tests,
+//!   benchmarks and the fuzzer.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
-pub mod daemon;
-#[allow(unsafe_code)]
-pub mod dpdk;
-pub mod gen;
+pub use spillway_dpdk as dpdk;
 pub mod neighbour;
+pub mod node;
+pub mod outbox;
 pub mod path;
+pub mod setup;
+pub mod stats;
 pub mod vecbuf;
-pub mod view;
 pub mod worker;

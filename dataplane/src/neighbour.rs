@@ -10,7 +10,7 @@
 //! queue, refreshes known entries before they go stale, and publishes new tables. So a worker
 //! never blocks, and never waits for an answer.
 
-use crate::path::Node;
+use crate::node::Node;
 use arc_swap::ArcSwap;
 use crossbeam::queue::ArrayQueue;
 use hashbrown::HashMap;
@@ -119,6 +119,9 @@ pub const EVENTS_CAPACITY: usize = 4096;
 /// A shared cell for the current table.
 pub type NeighbourCell = Arc<ArcSwap<NeighbourTable>>;
 
+/// A worker's view of the table: loads the current one with one pointer comparison.
+pub type NeighbourReader = arc_swap::Cache<NeighbourCell, Arc<NeighbourTable>>;
+
 /// How the resolver sends a request: build the frame into the buffer and transmit it.
 pub trait RequestSender {
     /// Send an ARP request / neighbour solicitation for `target`; false when it could not.
@@ -179,6 +182,11 @@ impl Resolver {
     /// The cell workers read.
     pub fn cell(&self) -> NeighbourCell {
         Arc::clone(&self.cell)
+    }
+
+    /// A reader for one worker.
+    pub fn reader(&self) -> NeighbourReader {
+        arc_swap::Cache::new(self.cell())
     }
 
     /// The queue workers post to.

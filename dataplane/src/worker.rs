@@ -16,19 +16,21 @@
 //! and read by the main thread.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
-use spillway_control::publish::SnapshotReader;
 use spillway_shared::conntrack::Shard;
 pub use spillway_shared::counters::WorkerCounters;
 use spillway_shared::counters::{PathDrop, Reason};
 use spillway_shared::decide::is_reclaimable;
+use spillway_shared::mailbox::Mailbox;
+use spillway_shared::publish::SnapshotReader;
 use spillway_shared::time::Time;
 
 use crate::dpdk::{self, LcoreId, Mbuf, MbufBurst, RxQueue, TxQueue, TxResult};
-use crate::neighbour::{NeighbourCell, NeighbourEvents, NeighbourTable, NextHopCache};
-use crate::path::{self, Node, Outcome, PacketBuf, PathCtx};
+use crate::neighbour::{NeighbourEvents, NeighbourReader, NextHopCache};
+use crate::node::Node;
+use crate::outbox::Outbox;
+use crate::path::{self, Outcome, PacketBuf, PathCtx};
 
 // A received burst fits the staged path's arrays.
 const _: () = assert!(path::MAX_BURST == dpdk::MAX_BURST);
@@ -109,18 +111,6 @@ pub struct WorkerParams {
     pub tsc_hz: u64,
 }
 
-/// Frames the control thread gives a worker to transmit (ARP/ND requests).
-pub type Outbox<'e> = Arc<crossbeam::queue::ArrayQueue<Mbuf<'e>>>;
-
-/// Capacity of an [`Outbox`].
-pub const OUTBOX_CAPACITY: usize = 256;
-
-/// A worker's conntrack query mailbox (control thread -> worker).
-pub type Mailbox = Arc<crossbeam::queue::ArrayQueue<spillway_control::view::LookupQuery>>;
-
-/// Capacity of a [`Mailbox`].
-pub const MAILBOX_CAPACITY: usize = 64;
-
 /// What a load-balancing worker reads and owns besides its queues.
 #[derive(Debug)]
 pub struct Balancer<'e> {
@@ -131,7 +121,7 @@ pub struct Balancer<'e> {
     /// The current snapshot, loaded once per burst.
     pub snapshots: SnapshotReader,
     /// The current neighbour table, loaded once per burst.
-    pub neighbours: arc_swap::Cache<NeighbourCell, Arc<NeighbourTable>>,
+    pub neighbours: NeighbourReader,
     /// Per backend slot, its next hop's MAC, refreshed when the snapshot or table changes.
     pub next_hops: NextHopCache,
     /// Where to post neighbour events.
@@ -302,7 +292,7 @@ impl<'p, 'c> Worker<'p, 'c> {
     /// Answers the control thread's conntrack queries (rare; one atomic load when empty).
     fn answer_mailbox(&mut self) {
         let Some(b) = &mut self.balancer else { return };
-        while let Some(q) = b.mailbox.pop() {
+        while let Some(q) = b.mailbox.take() {
             let now = time_since(b.origin);
             let entry = b.shard.lookup(&q.key, q.hash, now).map(|(_, e)| e);
             let _ = q.reply.send(entry);

@@ -4,9 +4,8 @@
 
 use crossbeam::queue::ArrayQueue;
 use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache};
-use spillway_dataplane::path::{
-    process, process_burst, Node, Outcome, PacketBuf, PathCtx, MAX_BURST,
-};
+use spillway_dataplane::node::Node;
+use spillway_dataplane::path::{process, process_burst, Outcome, PacketBuf, PathCtx, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
 use spillway_shared::addr::{Addr, Prefix};
 use spillway_shared::conntrack::Shard;

@@ -11,7 +11,9 @@
 //!   publishes (rules, services, per-client-zone Maglev tables, backend slots);
 //! - [`conntrack`]: the per-worker connection table (a mechanism; validity is judged in
 //!   [`decide`]);
-//! - [`decide`]: the one decision function; [`simulator`]: the same on a virtual clock.
+//! - [`decide`]: the one decision function; [`simulator`]: the same on a virtual clock;
+//! - [`publish`] (snapshots to the workers) and [`mailbox`] (conntrack queries to the workers):
+//!   how the control plane and the data plane meet, with no async runtime in either.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -26,8 +28,10 @@ pub mod explain;
 pub mod flow;
 pub mod lpm;
 pub mod maglev;
+pub mod mailbox;
 pub mod model;
 pub mod policy;
+pub mod publish;
 pub mod simulator;
 pub mod snapshot;
 pub mod state;

@@ -313,6 +313,18 @@ pub struct Endpoint {
     pub port: u16,
 }
 
+/// `addr` when the port is not set, else `addr:port` (`[v6]:port`): how the API, the metrics
+/// and `simulate` name an endpoint.
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.port, self.addr.is_v4()) {
+            (0, _) => write!(f, "{}", self.addr),
+            (p, true) => write!(f, "{}:{p}", self.addr),
+            (p, false) => write!(f, "[{}]:{p}", self.addr),
+        }
+    }
+}
+
 /// The identity of a backend across configurations: (service, address, port).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BackendKey {

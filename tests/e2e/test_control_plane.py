@@ -45,7 +45,7 @@ from balancer import BIN, CTL, Spillway, make_config, service
 
 pytestmark = pytest.mark.skipif(
     not (BIN.exists() and CTL.exists()),
-    reason=f"{BIN} / {CTL} not built (cargo build -p spillway-dataplane -p spillway-control)")
+    reason=f"{BIN} / {CTL} not built (cargo build -p spillway -p spillway-control)")
 
 HTTP_RE = re.compile(r"(b\d+) (\S+):(\d+)\n")
 UDP_RE = re.compile(r"(b\d+) len=(\d+) sha256=[0-9a-f]{64}")

@@ -17,7 +17,7 @@ What is shown, for each run, exactly:
 
 Run as root with the binaries built, e.g.::
 
-    CARGO_TARGET_DIR=/work/tgt/gen cargo build --release -p spillway-dataplane
+    CARGO_TARGET_DIR=/work/tgt/gen cargo build --release -p spillway -p spillway-gen
     SPILLWAY_BIN=/work/tgt/gen/release/spillway /usr/bin/python3 -m pytest -q tests/e2e/test_generator.py
 """
 
@@ -39,7 +39,7 @@ GEN = Path(os.environ.get("SPILLWAY_GEN_BIN", BIN.parent / "spillway-gen"))
 
 pytestmark = pytest.mark.skipif(
     not (BIN.exists() and GEN.exists()),
-    reason=f"{BIN} or {GEN} not built (cargo build -p spillway-dataplane)",
+    reason=f"{BIN} or {GEN} not built (cargo build -p spillway -p spillway-gen)",
 )
 
 

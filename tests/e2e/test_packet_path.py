@@ -36,7 +36,7 @@ import pytest
 import topo as T
 from balancer import BIN, Spillway, make_config, service
 
-pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} not built (cargo build -p spillway-dataplane)")
+pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} not built (cargo build -p spillway -p spillway-gen)")
 
 HTTP_RE = re.compile(r"(b\d+) (\S+):(\d+)\n")
 UDP_RE = re.compile(r"(b\d+) len=(\d+) sha256=([0-9a-f]{64})")

@@ -1,4 +1,4 @@
-//! The traffic generator behind `spillway-gen` (and the whole-pipeline benchmark): a
+//! Spillway's traffic generator, behind `spillway-gen` and the whole-pipeline benchmark: a
 //! [`FrameFactory`] that writes valid Ethernet/IPv4/IPv6/TCP/UDP frames for a configurable mix
 //! of established flows, new connections and IPv4 fragments, and [`send`], which transmits
 //! them through the safe DPDK layer with optional count, duration and rate limits.
@@ -27,13 +27,15 @@
 //! address are skipped). New connections (`syn_share`) come from random sources on ports
 //! above every port the established flows use, so they never collide with an established flow.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::dpdk::{self, MbufBurst, Mempool, RxQueue, TxQueue, MAX_BURST};
+use spillway_dataplane::dpdk::{self, MbufBurst, Mempool, RxQueue, TxQueue, MAX_BURST};
 
 /// The largest frame: an untagged Ethernet frame of a 1500-byte MTU, without the FCS.
 pub const MAX_FRAME_LEN: u16 = 1514;

@@ -1,13 +1,14 @@
 //! The daemon's [`DataplaneView`]: the workers' counters and conntrack mailboxes, and the
 //! neighbour table, for the control plane's admin API and metrics.
 
-use crate::neighbour::NeighbourCell;
-use crate::worker::Mailbox;
-use spillway_control::view::{DataplaneView, LookupQuery, LookupReply};
+use std::sync::Arc;
+
+use spillway_control::view::{DataplaneView, LookupReply};
+use spillway_dataplane::neighbour::NeighbourCell;
 use spillway_shared::addr::Addr;
 use spillway_shared::counters::WorkerCounters;
 use spillway_shared::flow::FlowKey;
-use std::sync::Arc;
+use spillway_shared::mailbox::Mailbox;
 
 /// The data plane as the control plane sees it.
 #[derive(Debug, Clone)]
@@ -30,15 +31,7 @@ impl DataplaneView for DaemonView {
     }
 
     fn lookup(&self, key: FlowKey, hash: u64) -> Vec<LookupReply> {
-        self.mailboxes
-            .iter()
-            .map(|m| {
-                let (reply, rx) = tokio::sync::oneshot::channel();
-                // A full mailbox drops the query: its receiver then reports "closed".
-                let _ = m.push(LookupQuery { key, hash, reply });
-                rx
-            })
-            .collect()
+        self.mailboxes.iter().map(|m| m.ask(key, hash)).collect()
     }
 
     fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {

@@ -105,8 +105,12 @@ pub struct Spillway {
     stderr: std::thread::JoinHandle<String>,
 }
 
+/// The `spillway` binary cargo built for these tests (only the daemon's own tests have it).
 pub fn spillway_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_spillway")
+    match option_env!("CARGO_BIN_EXE_spillway") {
+        Some(bin) => bin,
+        None => panic!("only the daemon crate's tests run spillway"),
+    }
 }
 
 impl Spillway {

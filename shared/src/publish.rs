@@ -9,8 +9,8 @@
 //! quiescent point), and only then drops it, on the control thread. So workers never see a
 //! half-built state, and never pay for freeing a snapshot on the hot path.
 
+use crate::snapshot::Snapshot;
 use arc_swap::ArcSwap;
-use spillway_shared::snapshot::Snapshot;
 use std::sync::Arc;
 
 /// What workers read: the shared pointer to the current snapshot.

@@ -1,5 +1,20 @@
-//! `spillway`: the load balancer daemon. Parses the command line and hands over to
-//! [`spillway_dataplane::daemon`]; no logic lives here.
+//! `spillway`: the load balancer daemon, and the composition root of Spillway's crates.
+//!
+//! - `main` (here): the command line and logging;
+//! - [`run`]: the life cycle, top to bottom: data plane resources, control plane, workers,
+//!   run, report, teardown;
+//! - [`control_loop`]: what the main lcore does while the workers run;
+//! - [`view`]: what the control plane may see of the workers.
+//!
+//! The data plane (`spillway-dataplane`, DPDK) and the control plane (`spillway-control`,
+//! tokio) do not know each other; they meet here and in the shared core's snapshot publication
+//! and conntrack mailboxes.
+
+#![forbid(unsafe_code)]
+
+mod control_loop;
+mod run;
+mod view;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -7,7 +22,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use spillway_dataplane::daemon::{self, Options};
+use run::Options;
 
 /// Spillway: a DPDK poll-mode L4 load balancer.
 #[derive(Debug, Parser)]
@@ -45,7 +60,7 @@ fn main() -> ExitCode {
             stats_interval: seconds("stats-interval", args.stats_interval)?,
             duration: args.duration.map(|d| seconds("duration", d)).transpose()?,
         };
-        daemon::run(&options)?;
+        run::run(&options)?;
         Ok(())
     })();
     match result {

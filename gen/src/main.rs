@@ -1,7 +1,9 @@
 //! `spillway-gen`: a pktgen-style DPDK traffic generator for load-testing Spillway (or any L4
 //! load balancer). Parses the command line, sets DPDK up, runs
-//! [`spillway_dataplane::gen::send_and_receive`] on the first EAL worker lcore and prints
+//! [`spillway_gen::send_and_receive`] on the first EAL worker lcore and prints
 //! progress and the report from the main lcore. See `docs/load-testing.md`.
+
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -13,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use spillway_dataplane::dpdk::{Eal, Mempool, Port, PortSetup};
-use spillway_dataplane::gen::{
+use spillway_gen::{
     send_and_receive, FrameFactory, Limit, Order, SendReport, SpecError, TrafficSpec,
 };
 

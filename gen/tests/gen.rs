@@ -5,13 +5,14 @@
 //! the `spillway-gen` binary on DPDK virtual devices (`--no-huge`, root) as a child process,
 //! like the other data-plane tests, and are skipped without root.
 
+#[path = "../../daemon/tests/common/mod.rs"]
 mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 
-use spillway_dataplane::gen::{FrameFactory, Order, SpecError, TrafficSpec};
+use spillway_gen::{FrameFactory, Order, SpecError, TrafficSpec};
 use spillway_shared::wire::{classify, FrameKind};
 
 // ---- an independent checksum verifier -------------------------------------------------------

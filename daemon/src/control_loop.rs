@@ -1,0 +1,129 @@
+//! The main lcore's loop while the workers run: the control plane's event loop.
+//!
+//! It applies health verdicts as they arrive, reloads on SIGHUP, feeds the measured load to
+//! the controller every second, keeps the backends' next hops resolved (the resolver sends
+//! its requests through worker 0's outbox), frees retired snapshots, prints live counters, and
+//! returns when the stop flag is set or `--duration` has passed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use spillway_control::controller::Controller;
+use spillway_control::view::DataplaneView;
+use spillway_dataplane::dpdk::LcoreId;
+use spillway_dataplane::neighbour::{RequestSender, Resolver};
+use spillway_dataplane::node::Node;
+use spillway_dataplane::stats::LivePrinter;
+use spillway_dataplane::worker::WorkerCounters;
+use spillway_shared::addr::Addr;
+
+use crate::run::Options;
+
+/// How often the loop wakes when no health event arrives.
+const TICK: Duration = Duration::from_millis(20);
+
+/// How often the workers' load is fed to the controller (advanced load balancing).
+const LOAD_PERIOD: Duration = Duration::from_secs(1);
+
+/// Flags set by signal handlers.
+#[derive(Debug, Clone, Copy)]
+pub struct Signals<'a> {
+    /// SIGINT / SIGTERM: stop.
+    pub stop: &'a AtomicBool,
+    /// SIGHUP: reload the configuration.
+    pub reload: &'a AtomicBool,
+}
+
+/// What the loop drives besides printing counters (all `None` in io-forward mode).
+pub struct ControlPlane<'a> {
+    /// The controller, shared with the admin API.
+    pub control: Option<Arc<Mutex<Controller>>>,
+    /// What the control plane sees of the workers.
+    pub view: Arc<dyn DataplaneView>,
+    /// The node's addresses (load-balance mode).
+    pub node: Option<&'a Node>,
+    /// The neighbour resolver.
+    pub resolver: &'a mut Resolver,
+    /// Where the resolver's requests go (load-balance mode).
+    pub sender: Option<&'a mut dyn RequestSender>,
+}
+
+/// Runs until stopped; returns how long the workers ran.
+pub async fn run(
+    lcores: &[LcoreId],
+    counters: &[WorkerCounters],
+    options: &Options,
+    signals: &Signals<'_>,
+    plane: ControlPlane<'_>,
+) -> Duration {
+    let ControlPlane { control, view, node, resolver, mut sender } = plane;
+    let start = Instant::now();
+    let mut last_load = start;
+    let mut printer = LivePrinter::new(options.stats_interval, counters);
+    let mut events = control.as_ref().and_then(|c| lock(c).take_health_events());
+    let mut tick = tokio::time::interval(TICK);
+    let mut seen_config = 0;
+    loop {
+        tokio::select! {
+            Some(ev) = async { match events.as_mut() { Some(e) => e.recv().await, None => None } } => {
+                if let Some(c) = &control {
+                    lock(c).on_health_event(ev);
+                }
+                continue;
+            }
+            _ = tick.tick() => {}
+        }
+        if signals.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let now = Instant::now();
+        if options.duration.is_some_and(|d| now - start >= d) {
+            break;
+        }
+        if let Some(c) = &control {
+            let mut c = lock(c);
+            if signals.reload.swap(false, Ordering::Relaxed) {
+                match c.reload() {
+                    Ok(r) => tracing::info!(
+                        services = r.services,
+                        added = r.change.added.len(),
+                        removed = r.change.removed.len(),
+                        "configuration reloaded"
+                    ),
+                    Err(e) => tracing::error!("reload rejected, running configuration kept: {e}"),
+                }
+            }
+            // Whatever changed the configuration (SIGHUP or the API), resolve the new set of
+            // backends' next hops ahead of traffic.
+            let generation = c.config_generation();
+            if generation != seen_config {
+                seen_config = generation;
+                if let Some(node) = node {
+                    resolver.set_wanted(next_hops(&c, node));
+                }
+            }
+            c.tick();
+            if now - last_load >= LOAD_PERIOD {
+                last_load = now;
+                c.feed_load(&*view);
+            }
+        }
+        if let Some(s) = sender.as_mut() {
+            resolver.tick(now, &mut **s);
+        }
+        printer.tick(now, lcores, counters);
+    }
+    start.elapsed()
+}
+
+/// Locks the controller. A panic while it was held already aborted the process (release
+/// builds abort on panic), so a poisoned lock only happens in tests: keep going.
+pub fn lock(c: &Mutex<Controller>) -> MutexGuard<'_, Controller> {
+    c.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Every backend's next hop, to resolve before traffic needs it.
+pub fn next_hops(c: &Controller, node: &Node) -> Vec<Addr> {
+    c.state().model().backends().filter_map(|(k, _, _)| node.next_hop(&k.endpoint.addr)).collect()
+}

@@ -1,0 +1,290 @@
+//! The daemon's life cycle: configuration in, running workers, clean teardown out.
+//!
+//! [`run`] reads in order: start EAL and open the ports (the data plane), start the control
+//! plane on the main lcore (a tokio current-thread runtime: controller, health checks, admin
+//! API), give every worker its queues and its lcore, run the control loop until a signal or
+//! `--duration`, then print the final counters and tear down in the reverse order of setup.
+//! Setup errors name the configuration field they come from.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use spillway_control::config::{self, Config, ConfigError};
+use spillway_control::controller::{ControlError, Controller};
+use spillway_control::view::DataplaneView;
+use spillway_dataplane::dpdk::{self, DpdkError, Eal, Mempool, PollGate, PortSetup};
+use spillway_dataplane::neighbour::{NextHopCache, Resolver, ResolverTimers};
+use spillway_dataplane::node::Node;
+use spillway_dataplane::outbox::{outbox, OutboxSender};
+use spillway_dataplane::setup;
+use spillway_dataplane::stats;
+use spillway_dataplane::worker::{Balancer, Worker, WorkerCounters, WorkerParams};
+use spillway_shared::addr::{mask, Prefix};
+use spillway_shared::conntrack::Shard;
+use spillway_shared::mailbox::Mailbox;
+
+use crate::control_loop::{self, ControlPlane, Signals};
+use crate::view::DaemonView;
+
+// The config's burst limit is the size of the safe layer's on-stack burst array.
+const _: () = assert!(config::MAX_BURST as usize == dpdk::MAX_BURST);
+
+/// What the command line asks for.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The YAML configuration file.
+    pub config: PathBuf,
+    /// How often to print live counters; zero disables them.
+    pub stats_interval: Duration,
+    /// Stop by itself after this long (tests, benchmarks); `None` runs until a signal.
+    pub duration: Option<Duration>,
+}
+
+/// Why the daemon could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The configuration file is unreadable or invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A setting is impossible on this system (checked once DPDK is up).
+    #[error("{field}: {message}")]
+    Setting {
+        /// Dotted config field path.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// DPDK refused a step; `context` names the config field or the step.
+    #[error("{context}: {source}")]
+    Dpdk {
+        /// Config field or step.
+        context: String,
+        /// DPDK's error.
+        source: DpdkError,
+    },
+    /// Installing the signal handlers failed.
+    #[error("cannot install signal handlers: {0}")]
+    Signal(std::io::Error),
+    /// The control plane could not start.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The control thread's runtime could not start.
+    #[error("cannot start the control runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+fn dpdk_err(context: impl Into<String>) -> impl FnOnce(DpdkError) -> DaemonError {
+    let context = context.into();
+    move |source| DaemonError::Dpdk { context, source }
+}
+
+fn setting(field: impl Into<String>, message: impl ToString) -> DaemonError {
+    DaemonError::Setting { field: field.into(), message: message.to_string() }
+}
+
+/// Runs the daemon until SIGINT/SIGTERM or the configured duration.
+pub fn run(options: &Options) -> Result<(), DaemonError> {
+    let config = config::load(&options.config)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(DaemonError::Signal)?;
+    }
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reload))
+        .map_err(DaemonError::Signal)?;
+    run_config(&config, options, &Signals { stop: &stop, reload: &reload })
+}
+
+fn run_config(
+    config: &Config,
+    options: &Options,
+    signals: &Signals<'_>,
+) -> Result<(), DaemonError> {
+    let dp = &config.dataplane;
+    // The load balancer when services are configured; io-forward (the baseline) otherwise.
+    let balance = !config.services.is_empty();
+    if balance && dp.ports.len() != 1 {
+        return Err(setting(
+            "dataplane.ports",
+            "the load balancer runs one-armed: exactly one port",
+        ));
+    }
+
+    // 1. The data plane's resources: EAL, the worker lcores, the mbuf pool, the ports.
+    setup::remove_stale_memif_sockets(&dp.eal_args);
+    let eal = Eal::init(&dp.eal_args).map_err(dpdk_err("dataplane.eal_args"))?;
+    let lcores = setup::worker_lcores(&eal, dp.lcores.as_deref(), usize::from(dp.worker_count()))
+        .map_err(|(i, message)| match i {
+        Some(i) => setting(format!("dataplane.lcores[{i}]"), message),
+        None => setting("dataplane.workers", message),
+    })?;
+    let workers = u16::try_from(lcores.len()).expect("validated worker count fits u16");
+    let pool = Mempool::create(&eal, "spillway_mbufs", dp.mempool_size, dp.mempool_cache_size)
+        .map_err(dpdk_err("dataplane.mempool_size"))?;
+    let port_setup = PortSetup {
+        rx_queues: workers,
+        tx_queues: workers,
+        extra_tx_queues: 0,
+        rx_desc: dp.rx_queue_size,
+        tx_desc: dp.tx_queue_size,
+    };
+    let ports = setup::open_ports(&eal, &dp.ports, port_setup, &pool)
+        .map_err(|(i, e)| dpdk_err(format!("dataplane.ports[{i}]"))(e))?;
+
+    // 2. The control plane, on this (the main) lcore: a current-thread runtime.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    let _enter = runtime.enter();
+    let origin = Instant::now();
+    let mut resolver = Resolver::new(ResolverTimers::default());
+    let mut control = None;
+    if balance {
+        let mac = ports[0].mac().map_err(dpdk_err("dataplane.ports[0]"))?.0;
+        let node = node_of(config, mac);
+        let mtu = u16::try_from(node.mtu).unwrap_or(u16::MAX);
+        setup::set_mtu(&ports[0], mtu).map_err(dpdk_err("dataplane.node.mtu"))?;
+        let controller = Controller::start(&options.config, config.clone(), origin)?;
+        resolver.set_wanted(control_loop::next_hops(&controller, &node));
+        control = Some((Arc::new(Mutex::new(controller)), node));
+    }
+
+    // 3. The workers: queues, counters, and in load-balance mode their own connection table,
+    //    snapshot reader, neighbour table reader and conntrack mailbox.
+    let counters: Arc<[WorkerCounters]> = lcores.iter().map(|_| WorkerCounters::new()).collect();
+    let mailboxes: Vec<Mailbox> = lcores.iter().map(|_| Mailbox::default()).collect();
+    let outbox = outbox();
+    let params = WorkerParams {
+        burst_size: dp.burst_size,
+        drain_ticks: (eal.tsc_hz() / 1_000_000).max(1) * u64::from(dp.tx_drain_us),
+        tsc_hz: eal.tsc_hz(),
+    };
+    let queues = setup::queues_by_worker(&ports, lcores.len());
+    let mut workers: Vec<Worker<'_, '_>> = queues
+        .into_iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let balancer = control.as_ref().map(|(c, node)| Balancer {
+                snapshots: control_loop::lock(c).reader(),
+                mailbox: mailboxes[i].clone(),
+                // Worker 0 transmits the control thread's frames.
+                outbox: (i == 0).then(|| Arc::clone(&outbox)),
+                neighbours: resolver.reader(),
+                next_hops: NextHopCache::new(),
+                events: resolver.events(),
+                shard: conntrack_shard(config),
+                node: *node,
+                origin,
+            });
+            Worker::new(i, lcores[i], q, params, &counters[i], balancer)
+        })
+        .collect();
+    // net_memif unmaps a port's memory when its peer goes away, under running bursts: the
+    // workers pass a gate that DPDK's memif control messages close (dpdk::PollGate).
+    let memif_gate = if ports.iter().any(|p| p.driver() == "net_memif") {
+        let gate = PollGate::install(&eal).map_err(dpdk_err("net_memif poll gate"))?;
+        workers.iter_mut().for_each(|w| w.set_poll_gate(gate.slot(w.index())));
+        tracing::info!("net_memif port: workers pause while a memif peer connects or goes away");
+        Some(gate)
+    } else {
+        None
+    };
+
+    // What the admin API and metrics see of the workers; the API serves on this runtime.
+    let view: Arc<dyn DataplaneView> = Arc::new(DaemonView {
+        counters: Arc::clone(&counters),
+        mailboxes: if balance { mailboxes } else { Vec::new() },
+        neighbours: resolver.cell(),
+    });
+    let api = match &control {
+        Some((c, _)) => Some(
+            spillway_control::api::spawn(&config.admin.listen, Arc::clone(c), Arc::clone(&view))
+                .map_err(|e| setting("admin.listen", e))?,
+        ),
+        None => None,
+    };
+    let mut sender = control.as_ref().map(|(_, node)| OutboxSender {
+        outbox: Arc::clone(&outbox),
+        pool: &pool,
+        node: *node,
+    });
+
+    // 4. Run: every worker on its lcore, the control loop here until stop.
+    let stop = signals.stop;
+    let ran_for = eal.scope(|scope| -> Result<Duration, DaemonError> {
+        // Whatever happens below, the workers are told to stop before the scope waits.
+        let _stop_workers = SetOnDrop(stop);
+        for mut worker in workers {
+            let lcore = worker.lcore();
+            scope
+                .launch(lcore, move || worker.run(stop))
+                .map_err(dpdk_err(format!("launching a worker on lcore {lcore}")))?;
+        }
+        println!(
+            "spillway: running {} worker(s) on lcore(s) {} over port(s) {}",
+            lcores.len(),
+            setup::join(&lcores),
+            dp.ports.join(", ")
+        );
+        stats::flush_stdout();
+        let plane = ControlPlane {
+            control: control.as_ref().map(|(c, _)| Arc::clone(c)),
+            view: Arc::clone(&view),
+            node: control.as_ref().map(|(_, n)| n),
+            resolver: &mut resolver,
+            sender: sender.as_mut().map(|s| s as _),
+        };
+        Ok(runtime.block_on(control_loop::run(&lcores, &counters, options, signals, plane)))
+    })?;
+
+    // 5. Report, then tear down in reverse order of setup.
+    stats::print_final(&lcores, &counters, &ports, ran_for);
+    drop(sender);
+    drop(outbox);
+    drop(api);
+    drop(control);
+    drop(_enter);
+    drop(runtime);
+    drop(ports);
+    drop(memif_gate);
+    drop(eal);
+    Ok(())
+}
+
+/// A worker's connection table, sized and guarded as configured, on huge pages when the
+/// kernel allows them (module doc of `spillway_shared::conntrack`).
+fn conntrack_shard(config: &Config) -> Shard {
+    let dp = &config.dataplane;
+    let mut s = Shard::with_capacity_advised(dp.conntrack_capacity as usize, |p, n| {
+        dpdk::advise_huge_pages(p, n);
+    });
+    s.set_flood_guard(Some(dp.conntrack_max_inserts_per_sec).filter(|&r| r > 0));
+    s
+}
+
+/// The node's addresses from the config and the port's MAC.
+fn node_of(config: &Config, mac: [u8; 6]) -> Node {
+    let n = config.node_addrs();
+    let with_prefix =
+        |a: Option<(_, u8)>| a.and_then(|(a, len)| Some((a, Prefix::new(mask(a, len), len).ok()?)));
+    Node {
+        mac,
+        ipv4: with_prefix(n.ipv4),
+        ipv6: with_prefix(n.ipv6),
+        gateway_v4: n.gateway_ipv4,
+        gateway_v6: n.gateway_ipv6,
+        mtu: n.mtu,
+    }
+}
+
+/// Sets the flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
