@@ -1,12 +1,12 @@
 //! Generates the DPDK bindings and compiles DPDK's `static inline` functions into callable
-//! wrappers. The recipe and its pitfalls (P1-P13) are in the project's DPDK research note.
+//! wrappers. The recipe and its pitfalls (N1-N13) are in docs/dpdk-notes.md.
 
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// DPDK functions Spillway calls. Every allowlisted `static inline` costs C compile time
-/// (P13), so this stays a tight list of what the safe layer uses.
+/// (docs/dpdk-notes.md N13), so this stays a tight list of what the safe layer uses.
 const FUNCTIONS: &[&str] = &[
     // EAL, lcores, launch, errors
     "rte_eal_init",
@@ -115,10 +115,10 @@ fn main() {
         .expect("libdpdk not found by pkg-config: install libdpdk-dev (scripts/install-deps.sh)");
 
     // The full cflags: the pkg-config crate drops `-include rte_config.h` and `-march=corei7`
-    // (P4), and the C wrappers do not compile without the latter (P5). Never -march=native.
+    // (N4), and the C wrappers do not compile without the latter (N5). Never -march=native.
     let cflags: Vec<String> = pkg_config_cflags()
         .into_iter()
-        .chain(["-DALLOW_EXPERIMENTAL_API".to_owned()]) // P1
+        .chain(["-DALLOW_EXPERIMENTAL_API".to_owned()]) // N1
         .collect();
 
     pin_libclang();
@@ -150,13 +150,13 @@ fn main() {
         .write_to_file(out.join("bindings.rs"))
         .expect("write bindings.rs");
 
-    // The generated C file includes the header by the absolute path given above (P3).
+    // The generated C file includes the header by the absolute path given above (N3).
     let mut cc = cc::Build::new();
     cc.file(out.join("static_wrappers.c")).include(&manifest_dir).opt_level(2).warnings(false);
     for f in &cflags {
         cc.flag(f);
     }
-    cc.flag("-Wno-duplicate-decl-specifier"); // P2
+    cc.flag("-Wno-duplicate-decl-specifier"); // N2
     cc.compile("dpdk_static_wrappers");
 }
 
@@ -176,7 +176,7 @@ fn pkg_config_cflags() -> Vec<String> {
         .collect()
 }
 
-/// P10: clang-sys loads the newest libclang on the machine, but bindgen takes its builtin
+/// N10: clang-sys loads the newest libclang on the machine, but bindgen takes its builtin
 /// include directory from the `clang` binary. When they differ (a second LLVM installed),
 /// the intrinsics headers fail to parse. Unless the caller chose one, load the libclang that
 /// belongs to the `clang` on PATH.

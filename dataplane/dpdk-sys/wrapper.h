@@ -1,8 +1,9 @@
 /*
  * The DPDK headers dpdk-sys binds, plus a few `static inline` shims for things that are
- * macros or thread-local variables in DPDK and so cannot be bound directly (research P7).
- * bindgen's `wrap_static_fns` turns every allowlisted `static inline` here and in DPDK's
- * headers into a real exported `NAME__extern` function, compiled by build.rs with `cc`.
+ * macros or thread-local variables in DPDK and so cannot be bound directly
+ * (docs/dpdk-notes.md N7). bindgen's `wrap_static_fns` turns every allowlisted `static inline`
+ * here and in DPDK's headers into a real exported `NAME__extern` function, compiled by
+ * build.rs with `cc`.
  */
 #include <rte_config.h>
 #include <rte_errno.h>

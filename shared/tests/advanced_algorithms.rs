@@ -239,3 +239,19 @@ fn al_6_never_more_than_half_the_groups_drained() {
     let mut t = DrainTracker::default();
     assert_eq!(t.update(true, &drain_inputs(&[0], 20), Time::ZERO), [false]);
 }
+
+/// AL-8: the spray algorithms send one client's traffic to many groups by design; the
+/// waterfall ones keep it in one group while the client's zone has room.
+#[test]
+fn al_8_spray_reaches_many_groups_waterfall_few() {
+    let even = [100.0; 6];
+    let reached = |alg: Algorithm, client: usize| {
+        run(alg, &groups(400.0), &even).fractions[client].iter().filter(|&&f| f > 1e-9).count()
+    };
+    for client in 0..6 {
+        assert_eq!(reached(Algorithm::SprayToRegion, client), 3, "client {client}");
+        assert_eq!(reached(Algorithm::SprayToWorld, client), 6, "client {client}");
+        assert_eq!(reached(Algorithm::WaterfallByRegion, client), 1, "client {client}");
+        assert_eq!(reached(Algorithm::WaterfallByZone, client), 1, "client {client}");
+    }
+}
