@@ -1,6 +1,6 @@
 //! CPU and memory hints the packet path needs: the time-stamp counter, prefetch, and
 //! transparent huge pages for large tables. Written in Rust (intrinsics and one `madvise`), not
-//! through DPDK's C wrappers, so that nothing per packet crosses FFI (research P12).
+//! through DPDK's C wrappers, so that nothing per packet crosses FFI (docs/dpdk-notes.md N12).
 
 /// Reads the CPU's time-stamp counter (what `rte_rdtsc` reads). Cheap enough to call once
 /// per poll.

@@ -1,7 +1,7 @@
 //! Running closures on EAL lcores.
 //!
 //! This module owns `rte_eal_remote_launch`: [`Eal::scope`] launches closures on worker lcores
-//! (research P8: packet loops must run on EAL lcores, not on `std::thread`s) and waits for
+//! (docs/dpdk-notes.md N8: packet loops must run on EAL lcores, not on `std::thread`s) and waits for
 //! all of them before it returns, like `std::thread::scope`, so the closures may borrow
 //! anything that outlives the scope. A panic never unwinds into C: the trampoline catches it,
 //! names the lcore and aborts the process. This module must never run packet logic itself.

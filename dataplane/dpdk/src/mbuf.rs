@@ -3,7 +3,7 @@
 //! This module owns the `rte_mbuf` layout: an [`Mbuf`] is the unique owner of one packet
 //! buffer and frees it on drop; an [`MbufBurst`] holds up to [`MAX_BURST`] of them in an
 //! on-stack array, so the per-packet path never allocates. Data access is written in Rust
-//! (`buf_addr + data_off`, research P12), not through FFI calls. It must never clone or share
+//! (`buf_addr + data_off`, docs/dpdk-notes.md N12), not through FFI calls. It must never clone or share
 //! mbufs (no refcount games): exclusive ownership is what makes `data_mut` sound.
 
 use std::fmt;
