@@ -302,36 +302,45 @@ fn main() {
         }
         let report = std::sync::Mutex::new(None);
         let report_ref = &report;
-        let (window, ct_hits_before) = eal.scope(|scope| {
-            let stop = &stop;
-            let worker = &mut worker;
-            scope.launch(worker_lcore, move || worker.run(stop)).expect("launch worker");
-            if let Some(f) = warm_factory.as_mut() {
-                let limit = Limit { count: Some(20_000), ..Limit::default() };
-                let _ =
-                    gen::send(&mut ring0_tx[0], &pool, f, limit, &AtomicBool::new(false), tsc_hz);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let tx = &mut ring0_tx[0];
-            let pool = &pool;
-            let factory = &mut factory;
-            scope
-                .launch(gen_lcore, move || {
-                    let r = gen::send(tx, pool, factory, Limit::default(), stop, tsc_hz);
-                    *report_ref.lock().expect("report") = Some(r);
-                })
-                .expect("launch generator");
-            std::thread::sleep(sc.warm);
-            let before = CounterValues::read(&counters);
-            let hits_before = counters.reason(Reason::Forward(ForwardReason::ConntrackHit)).get();
-            let t0 = Instant::now();
-            std::thread::sleep(measure);
-            let after = CounterValues::read(&counters);
-            let elapsed = t0.elapsed().as_secs_f64();
-            stop.store(true, Ordering::Relaxed);
-            // The scope waits for both lcores.
-            ((after.since(&before), elapsed), hits_before)
-        });
+        let (window, ct_hits_before) = eal
+            .scope(|scope| {
+                let stop = &stop;
+                let worker = &mut worker;
+                scope.launch(worker_lcore, move || worker.run(stop)).expect("launch worker");
+                if let Some(f) = warm_factory.as_mut() {
+                    let limit = Limit { count: Some(20_000), ..Limit::default() };
+                    let _ = gen::send(
+                        &mut ring0_tx[0],
+                        &pool,
+                        f,
+                        limit,
+                        &AtomicBool::new(false),
+                        tsc_hz,
+                    );
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let tx = &mut ring0_tx[0];
+                let pool = &pool;
+                let factory = &mut factory;
+                scope
+                    .launch(gen_lcore, move || {
+                        let r = gen::send(tx, pool, factory, Limit::default(), stop, tsc_hz);
+                        *report_ref.lock().expect("report") = Some(r);
+                    })
+                    .expect("launch generator");
+                std::thread::sleep(sc.warm);
+                let before = CounterValues::read(&counters);
+                let hits_before =
+                    counters.reason(Reason::Forward(ForwardReason::ConntrackHit)).get();
+                let t0 = Instant::now();
+                std::thread::sleep(measure);
+                let after = CounterValues::read(&counters);
+                let elapsed = t0.elapsed().as_secs_f64();
+                stop.store(true, Ordering::Relaxed);
+                // The scope waits for both lcores.
+                ((after.since(&before), elapsed), hits_before)
+            })
+            .expect("the benchmark runs on the main lcore");
         let report = report.into_inner().expect("report").expect("generator reported");
         let (delta, elapsed) = window;
         let mpps = delta.rx as f64 / elapsed / 1e6;
@@ -429,7 +438,8 @@ fn main() {
                 .expect("launch generator");
             std::thread::sleep(measure + Duration::from_millis(100));
             stop.store(true, Ordering::Relaxed);
-        });
+        })
+        .expect("the benchmark runs on the main lcore");
         let samples = samples.into_inner().expect("samples");
         let mut q = worker.into_queues();
         let PortQueues { rx, tx } = q.remove(0);
@@ -480,28 +490,30 @@ fn main() {
             })
             .collect();
         let stop = AtomicBool::new(false);
-        let rates = eal.scope(|scope| {
-            let stop = &stop;
-            for (w, worker) in ws.iter_mut().enumerate() {
-                let pool = &pool;
-                let spec = TrafficSpec { seed: 7 + w as u64, ..spec(big) };
-                scope
-                    .launch(lc[w], move || replay(worker, pool, &spec, stop))
-                    .expect("launch replay worker");
-            }
-            std::thread::sleep(Duration::from_secs(3));
-            let before: Vec<_> = counters.iter().map(CounterValues::read).collect();
-            let t0 = Instant::now();
-            std::thread::sleep(measure);
-            let after: Vec<_> = counters.iter().map(CounterValues::read).collect();
-            let elapsed = t0.elapsed().as_secs_f64();
-            stop.store(true, Ordering::Relaxed);
-            after
-                .iter()
-                .zip(&before)
-                .map(|(a, b)| a.since(b).rx as f64 / elapsed / 1e6)
-                .collect::<Vec<f64>>()
-        });
+        let rates = eal
+            .scope(|scope| {
+                let stop = &stop;
+                for (w, worker) in ws.iter_mut().enumerate() {
+                    let pool = &pool;
+                    let spec = TrafficSpec { seed: 7 + w as u64, ..spec(big) };
+                    scope
+                        .launch(lc[w], move || replay(worker, pool, &spec, stop))
+                        .expect("launch replay worker");
+                }
+                std::thread::sleep(Duration::from_secs(3));
+                let before: Vec<_> = counters.iter().map(CounterValues::read).collect();
+                let t0 = Instant::now();
+                std::thread::sleep(measure);
+                let after: Vec<_> = counters.iter().map(CounterValues::read).collect();
+                let elapsed = t0.elapsed().as_secs_f64();
+                stop.store(true, Ordering::Relaxed);
+                after
+                    .iter()
+                    .zip(&before)
+                    .map(|(a, b)| a.since(b).rx as f64 / elapsed / 1e6)
+                    .collect::<Vec<f64>>()
+            })
+            .expect("the benchmark runs on the main lcore");
         for w in ws {
             for PortQueues { rx, tx } in w.into_queues() {
                 null_rx.push(rx);

@@ -214,31 +214,33 @@ fn run_config(
 
     // 4. Run: every worker on its lcore, the control loop here until stop.
     let stop = signals.stop;
-    let ran_for = eal.scope(|scope| -> Result<Duration, DaemonError> {
-        // Whatever happens below, the workers are told to stop before the scope waits.
-        let _stop_workers = SetOnDrop(stop);
-        for mut worker in workers {
-            let lcore = worker.lcore();
-            scope
-                .launch(lcore, move || worker.run(stop))
-                .map_err(dpdk_err(format!("launching a worker on lcore {lcore}")))?;
-        }
-        println!(
-            "spillway: running {} worker(s) on lcore(s) {} over port(s) {}",
-            lcores.len(),
-            setup::join(&lcores),
-            dp.ports.join(", ")
-        );
-        stats::flush_stdout();
-        let plane = ControlPlane {
-            control: control.as_ref().map(|(c, _)| Arc::clone(c)),
-            view: Arc::clone(&view),
-            node: control.as_ref().map(|(_, n)| n),
-            resolver: &mut resolver,
-            sender: sender.as_mut().map(|s| s as _),
-        };
-        Ok(runtime.block_on(control_loop::run(&lcores, &counters, options, signals, plane)))
-    })?;
+    let ran_for = eal
+        .scope(|scope| -> Result<Duration, DaemonError> {
+            // Whatever happens below, the workers are told to stop before the scope waits.
+            let _stop_workers = SetOnDrop(stop);
+            for mut worker in workers {
+                let lcore = worker.lcore();
+                scope
+                    .launch(lcore, move || worker.run(stop))
+                    .map_err(dpdk_err(format!("launching a worker on lcore {lcore}")))?;
+            }
+            println!(
+                "spillway: running {} worker(s) on lcore(s) {} over port(s) {}",
+                lcores.len(),
+                setup::join(&lcores),
+                dp.ports.join(", ")
+            );
+            stats::flush_stdout();
+            let plane = ControlPlane {
+                control: control.as_ref().map(|(c, _)| Arc::clone(c)),
+                view: Arc::clone(&view),
+                node: control.as_ref().map(|(_, n)| n),
+                resolver: &mut resolver,
+                sender: sender.as_mut().map(|s| s as _),
+            };
+            Ok(runtime.block_on(control_loop::run(&lcores, &counters, options, signals, plane)))
+        })
+        .map_err(dpdk_err("running the workers"))??;
 
     // 5. Report, then tear down in reverse order of setup.
     stats::print_final(&lcores, &counters, &ports, ran_for);

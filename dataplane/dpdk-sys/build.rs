@@ -82,8 +82,9 @@ const FUNCTIONS: &[&str] = &[
     "rte_eth_rx_burst",
     "rte_eth_tx_burst",
     "rte_shim_rss_hf_l3_l4",
-    // logging and interrupt callbacks (the memif poll gate, dataplane/src/dpdk/memif.rs)
+    // logging and interrupt callbacks (the memif poll gate, dataplane/dpdk/src/memif.rs)
     "rte_openlog_stream",
+    "fopencookie",
     "rte_log_register",
     "rte_log_get_level",
     "rte_log_set_level",

@@ -5,6 +5,10 @@
  * here and in DPDK's headers into a real exported `NAME__extern` function, compiled by
  * build.rs with `cc`.
  */
+/* fopencookie(3), which routes DPDK's log into the memif poll gate, is a GNU extension; the
+ * define must come before any system header. */
+#define _GNU_SOURCE
+#include <stdio.h>
 #include <rte_config.h>
 #include <rte_errno.h>
 #include <rte_eal.h>

@@ -47,6 +47,11 @@ pub trait PacketBuf {
     fn is_contiguous(&self) -> bool {
         true
     }
+    /// False when the bytes belong to another owner too (a shared or external mbuf): the path
+    /// then drops the packet (`shared_buffer`) instead of rewriting it.
+    fn is_writable(&self) -> bool {
+        true
+    }
     /// Start loading the buffer's descriptor (an mbuf's header line); a hint, may do nothing.
     fn prefetch_descriptor(&self) {}
     /// Start loading the first line of the packet bytes; a hint, may do nothing.
@@ -178,6 +183,9 @@ impl Staged<'_> {
 fn stage<'s, B: PacketBuf>(buf: &B, ctx: &PathCtx<'s>) -> Staged<'s> {
     if !buf.is_contiguous() {
         return Staged::Done(drop_path(PathDrop::NoHeadroom));
+    }
+    if !buf.is_writable() {
+        return Staged::Done(drop_path(PathDrop::SharedBuffer));
     }
     let data = buf.data();
     // The port may be promiscuous: unicast frames for other hosts are not ours (checked on

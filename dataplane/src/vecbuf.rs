@@ -12,12 +12,13 @@ pub struct VecBuf {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    shared: bool,
 }
 
 impl VecBuf {
     /// An empty buffer.
     pub fn new() -> VecBuf {
-        VecBuf { buf: vec![0; HEADROOM + 2048], start: HEADROOM, end: HEADROOM }
+        VecBuf { buf: vec![0; HEADROOM + 2048], start: HEADROOM, end: HEADROOM, shared: false }
     }
 
     /// A buffer holding `frame`.
@@ -36,6 +37,14 @@ impl VecBuf {
     }
 }
 
+impl VecBuf {
+    /// Marks the buffer as shared with another owner, as a driver may hand out a shared or
+    /// external mbuf: the path must then leave its bytes alone.
+    pub fn set_shared(&mut self, shared: bool) {
+        self.shared = shared;
+    }
+}
+
 impl Default for VecBuf {
     fn default() -> Self {
         VecBuf::new()
@@ -47,7 +56,13 @@ impl PacketBuf for VecBuf {
         &self.buf[self.start..self.end]
     }
     fn data_mut(&mut self) -> &mut [u8] {
+        if self.shared {
+            return &mut [];
+        }
         &mut self.buf[self.start..self.end]
+    }
+    fn is_writable(&self) -> bool {
+        !self.shared
     }
     fn prepend(&mut self, n: usize) -> bool {
         if n > self.start {

@@ -354,9 +354,11 @@ impl PacketBuf for Mbuf<'_> {
         Mbuf::data(self)
     }
 
+    /// A shared buffer gives an empty slice: the path never writes one (it checks
+    /// [`PacketBuf::is_writable`] first and drops the packet).
     #[inline]
     fn data_mut(&mut self) -> &mut [u8] {
-        Mbuf::data_mut(self)
+        Mbuf::data_mut(self).unwrap_or_default()
     }
 
     #[inline]
@@ -389,6 +391,11 @@ impl PacketBuf for Mbuf<'_> {
     #[inline]
     fn is_contiguous(&self) -> bool {
         self.segments() == 1
+    }
+
+    #[inline]
+    fn is_writable(&self) -> bool {
+        Mbuf::is_writable(self)
     }
 
     #[inline]

@@ -391,7 +391,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         .with_context(|| format!("launching the sender on lcore {lcore}"))?;
         progress(&port, interval, done, stop);
         Ok(())
-    })?;
+    })??;
     let report = result
         .into_inner()
         .unwrap_or_else(|e| e.into_inner())

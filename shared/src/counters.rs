@@ -63,17 +63,21 @@ pub enum PathDrop {
     NotForUs,
     /// The driver refused it on TX (queue full); counted after the forward decision.
     TxFull,
+    /// The driver handed over a buffer that is not exclusively ours (shared, indirect or
+    /// external): rewriting it would change another owner's packet.
+    SharedBuffer,
 }
 
 impl PathDrop {
     /// Every value.
-    pub const ALL: [PathDrop; 6] = [
+    pub const ALL: [PathDrop; 7] = [
         PathDrop::NeighbourUnresolved,
         PathDrop::NoHeadroom,
         PathDrop::TooBig,
         PathDrop::IcmpUnroutable,
         PathDrop::NotForUs,
         PathDrop::TxFull,
+        PathDrop::SharedBuffer,
     ];
 
     /// Metric label.
@@ -85,6 +89,7 @@ impl PathDrop {
             PathDrop::IcmpUnroutable => "icmp_unroutable",
             PathDrop::NotForUs => "not_for_us",
             PathDrop::TxFull => "tx_full",
+            PathDrop::SharedBuffer => "shared_buffer",
         }
     }
 }

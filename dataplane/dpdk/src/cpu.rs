@@ -35,10 +35,13 @@ pub fn prefetch(p: *const u8) {
 }
 
 /// Asks the kernel to back `len` bytes at `start` with transparent huge pages
-/// (`madvise(MADV_HUGEPAGE)`), for memory not yet written. Only the whole pages inside the
-/// range are advised. Returns false when the kernel refused (THP disabled, say); the memory
-/// then simply keeps 4 KiB pages. Used for the connection tables, which are much larger than
-/// the TLB's reach with 4 KiB pages.
+/// (`madvise(MADV_HUGEPAGE)`), best before the memory is first written. Only the whole pages
+/// inside the range are advised. Returns false when the kernel refused (THP disabled, or part
+/// of the range not mapped); the memory then simply keeps 4 KiB pages. Used for the connection
+/// tables, which are much larger than the TLB's reach with 4 KiB pages.
+///
+/// Safe for any range: the advice is only a hint about how to back pages, never a change of
+/// their contents, permissions or mapping, so no Rust object can observe it.
 pub fn advise_huge_pages(start: *const u8, len: usize) -> bool {
     const PAGE: usize = 4096;
     let begin = (start as usize).next_multiple_of(PAGE);
@@ -46,9 +49,10 @@ pub fn advise_huge_pages(start: *const u8, len: usize) -> bool {
     if end <= begin {
         return false;
     }
-    // SAFETY: madvise with MADV_HUGEPAGE only changes how the kernel backs the pages of this
-    // range, which lies inside the caller's allocation and is page-aligned; it does not change
-    // their contents or mapping.
+    // SAFETY: MADV_HUGEPAGE does not read or write memory and does not change the contents,
+    // protection or mapping of any page (the kernel may later back the range with huge pages,
+    // copying contents unchanged); for an unmapped range it fails with ENOMEM. So it is sound
+    // for any page-aligned range, whoever owns it.
     let rc = unsafe { libc::madvise(begin as *mut libc::c_void, end - begin, libc::MADV_HUGEPAGE) };
     rc == 0
 }

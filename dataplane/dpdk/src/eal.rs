@@ -7,11 +7,30 @@
 //! that might run other DPDK tests (run DPDK in a child process instead).
 
 use std::ffi::{c_char, c_int, CString};
+use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::error::DpdkError;
-use super::lcore::LcoreId;
+
+/// An EAL logical core id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LcoreId(pub u32);
+
+impl fmt::Display for LcoreId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl LcoreId {
+    /// The lcore of the calling thread, `None` on a thread EAL does not know.
+    pub fn current() -> Option<LcoreId> {
+        // SAFETY: rte_lcore_id reads a per-thread variable; valid on any thread.
+        let id = unsafe { dpdk_sys::rte_lcore_id() };
+        (id != dpdk_sys::LCORE_ID_ANY).then_some(LcoreId(id))
+    }
+}
 
 /// Set once `rte_eal_init` has been called; EAL cannot be started a second time.
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -24,9 +43,10 @@ pub struct Eal {
     _not_send: PhantomData<*const ()>,
 }
 
-// SAFETY: `&Eal` only offers read-only queries (lcore lists, TSC frequency) that DPDK allows
-// from any thread once rte_eal_init has returned; sharing it is sound. It stays !Send so the
-// cleanup in Drop runs on the initialising thread.
+// SAFETY: `&Eal` offers read-only queries (lcore lists, TSC frequency) that DPDK allows from
+// any thread once rte_eal_init has returned, and `Eal::scope`, which checks at run time that it
+// is on the main lcore before launching or waiting. It stays !Send, so the cleanup in Drop
+// runs on the initialising thread.
 unsafe impl Sync for Eal {}
 
 impl Eal {

@@ -8,31 +8,11 @@
 
 use std::any::Any;
 use std::ffi::{c_int, c_void};
-use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use super::eal::Eal;
+use super::eal::{Eal, LcoreId};
 use super::error::DpdkError;
-
-/// An EAL logical core id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LcoreId(pub u32);
-
-impl fmt::Display for LcoreId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl LcoreId {
-    /// The lcore of the calling thread, `None` on a thread EAL does not know.
-    pub fn current() -> Option<LcoreId> {
-        // SAFETY: rte_lcore_id reads a per-thread variable; valid on any thread.
-        let id = unsafe { dpdk_sys::rte_lcore_id() };
-        (id != dpdk_sys::LCORE_ID_ANY).then_some(LcoreId(id))
-    }
-}
 
 /// Launches closures on worker lcores; see [`Eal::scope`].
 #[derive(Debug)]
@@ -50,7 +30,10 @@ impl Eal {
     ///
     /// `f` must make its closures return (for example by setting a stop flag) before it
     /// returns or panics, or this call waits for them forever.
-    pub fn scope<'env, F, T>(&'env self, f: F) -> T
+    ///
+    /// Fails without running `f` when called from any thread but the main lcore: launching
+    /// and waiting are the main lcore's job in DPDK (`&Eal` can reach other threads).
+    pub fn scope<'env, F, T>(&'env self, f: F) -> Result<T, DpdkError>
     where
         F: for<'scope> FnOnce(&'scope LaunchScope<'scope, 'env>) -> T,
     {
@@ -58,14 +41,18 @@ impl Eal {
         struct WaitAll;
         impl Drop for WaitAll {
             fn drop(&mut self) {
-                // SAFETY: called on the main lcore (Eal is !Send), as DPDK requires; it only
-                // blocks until every worker lcore has returned from its function.
+                // SAFETY: only created below, after checking that this thread is the main
+                // lcore, as DPDK requires; it only blocks until every worker lcore has
+                // returned from its function.
                 unsafe { dpdk_sys::rte_eal_mp_wait_lcore() };
             }
         }
+        if LcoreId::current() != Some(self.main_lcore()) {
+            return Err(not_main_lcore());
+        }
         let scope = LaunchScope { eal: self, _scope: PhantomData, _env: PhantomData };
         let _wait = WaitAll;
-        f(&scope)
+        Ok(f(&scope))
     }
 }
 
@@ -82,9 +69,7 @@ impl<'scope> LaunchScope<'scope, '_> {
         F: FnOnce() + Send + 'scope,
     {
         if LcoreId::current() != Some(self.eal.main_lcore()) {
-            return Err(DpdkError::Invalid {
-                what: "work can only be launched from the main lcore".to_owned(),
-            });
+            return Err(not_main_lcore());
         }
         if !self.eal.lcore_enabled(lcore) || lcore == self.eal.main_lcore() {
             return Err(DpdkError::Invalid {
@@ -105,6 +90,12 @@ impl<'scope> LaunchScope<'scope, '_> {
             return Err(DpdkError::from_ret("rte_eal_remote_launch", ret));
         }
         Ok(())
+    }
+}
+
+fn not_main_lcore() -> DpdkError {
+    DpdkError::Invalid {
+        what: "lcores can only be launched and waited for from the main lcore".to_owned(),
     }
 }
 

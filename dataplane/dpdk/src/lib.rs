@@ -18,10 +18,10 @@ mod mempool;
 mod port;
 
 pub use cpu::{advise_huge_pages, prefetch, tsc};
-pub use eal::Eal;
+pub use eal::{Eal, LcoreId};
 pub use error::DpdkError;
-pub use lcore::{LaunchScope, LcoreId};
-pub use mbuf::{BurstIntoIter, Mbuf, MbufBurst, NoRoom, MAX_BURST};
+pub use lcore::LaunchScope;
+pub use mbuf::{BurstIntoIter, Mbuf, MbufBurst, WriteError, MAX_BURST};
 pub use memif::{GateSlot, PollGate};
 pub use mempool::Mempool;
 pub use port::{

@@ -3,8 +3,17 @@
 //! This module owns the `rte_mbuf` layout: an [`Mbuf`] is the unique owner of one packet
 //! buffer and frees it on drop; an [`MbufBurst`] holds up to [`MAX_BURST`] of them in an
 //! on-stack array, so the per-packet path never allocates. Data access is written in Rust
-//! (`buf_addr + data_off`, docs/dpdk-notes.md N12), not through FFI calls. It must never clone or share
-//! mbufs (no refcount games): exclusive ownership is what makes `data_mut` sound.
+//! (`buf_addr + data_off`, docs/dpdk-notes.md N12), not through FFI calls.
+//!
+//! Spillway never clones or shares mbufs, but a driver may hand out a buffer that is shared
+//! (reference count above one) or external/indirect. Writing into such a buffer would change
+//! another owner's packet, so every writing accessor checks [`Mbuf::is_writable`] and refuses
+//! ([`WriteError::Shared`]); the packet path drops and counts such packets. Nothing here
+//! panics on what a driver hands over.
+//!
+//! The invariant of [`MbufBurst`] (its first `len` pointers are valid mbufs it owns) is kept
+//! inside this file: its fields are private, and the other modules fill or empty it only
+//! through `unsafe` methods whose contracts state what they must guarantee.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -16,9 +25,15 @@ use dpdk_sys::rte_mbuf;
 /// Most packets in one burst (the size of the on-stack array).
 pub const MAX_BURST: usize = 32;
 
-/// There is not enough headroom, tailroom or data for the requested change.
+/// Why a change to an mbuf's data was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NoRoom;
+pub enum WriteError {
+    /// Not enough headroom, tailroom or data for the change.
+    NoRoom,
+    /// The buffer is not exclusively this mbuf's (shared, indirect or external): writing
+    /// would change another owner's packet.
+    Shared,
+}
 
 /// One packet buffer, exclusively owned; freed back to its pool on drop.
 ///
@@ -131,55 +146,54 @@ impl<'a> Mbuf<'a> {
         }
     }
 
-    /// The first segment's data, writable.
-    ///
-    /// # Panics
-    /// If the buffer is shared (refcount above 1, indirect or external), which Spillway never
-    /// creates: writing would change another owner's packet.
+    /// Whether the data may be written: the buffer has a reference count of one and is
+    /// neither indirect nor external. Both fields are in the descriptor's first cache line.
     #[inline]
-    pub fn data_mut(&mut self) -> &mut [u8] {
-        self.assert_exclusive();
-        let m = self.m();
-        let (addr, off, len) = (m.buf_addr.cast::<u8>(), m.data_off, m.data_len);
-        // SAFETY: as in data(); the buffer is not shared (checked above) and &mut self makes
-        // the borrow exclusive.
-        unsafe { std::slice::from_raw_parts_mut(addr.add(usize::from(off)), usize::from(len)) }
-    }
-
-    #[inline]
-    fn assert_exclusive(&self) {
+    pub fn is_writable(&self) -> bool {
         let shared = dpdk_sys::RTE_MBUF_F_INDIRECT | dpdk_sys::RTE_MBUF_F_EXTERNAL;
         // SAFETY: refcnt is a properly aligned u16 inside our live mbuf; other owners (if any)
         // update it atomically, so it is read atomically too.
         let refcnt = unsafe { AtomicU16::from_ptr(&raw mut (*self.raw.as_ptr()).refcnt) }
             .load(Ordering::Relaxed);
-        assert!(
-            refcnt == 1 && self.m().ol_flags & shared == 0,
-            "mbuf buffer is shared (refcnt {refcnt}); Spillway never clones mbufs"
-        );
+        refcnt == 1 && self.m().ol_flags & shared == 0
+    }
+
+    /// The first segment's data, writable; refused when the buffer is shared.
+    #[inline]
+    pub fn data_mut(&mut self) -> Result<&mut [u8], WriteError> {
+        if !self.is_writable() {
+            return Err(WriteError::Shared);
+        }
+        let m = self.m();
+        let (addr, off, len) = (m.buf_addr.cast::<u8>(), m.data_off, m.data_len);
+        // SAFETY: as in data(); the buffer is not shared (checked above) and &mut self makes
+        // the borrow exclusive.
+        Ok(unsafe { std::slice::from_raw_parts_mut(addr.add(usize::from(off)), usize::from(len)) })
     }
 
     /// Grows the data by `len` bytes at the front (`rte_pktmbuf_prepend`) and returns the new
     /// bytes, for writing a header.
     #[inline]
-    pub fn prepend(&mut self, len: u16) -> Result<&mut [u8], NoRoom> {
-        self.assert_exclusive();
+    pub fn prepend(&mut self, len: u16) -> Result<&mut [u8], WriteError> {
+        if !self.is_writable() {
+            return Err(WriteError::Shared);
+        }
         let m = self.m_mut();
         if len > m.data_off {
-            return Err(NoRoom);
+            return Err(WriteError::NoRoom);
         }
         m.data_off -= len;
         m.data_len += len;
         m.pkt_len += u32::from(len);
-        Ok(&mut self.data_mut()[..usize::from(len)])
+        Ok(&mut self.data_mut()?[..usize::from(len)])
     }
 
     /// Drops `len` bytes from the front of the data (`rte_pktmbuf_adj`).
     #[inline]
-    pub fn adj(&mut self, len: u16) -> Result<(), NoRoom> {
+    pub fn adj(&mut self, len: u16) -> Result<(), WriteError> {
         let m = self.m_mut();
         if len > m.data_len {
-            return Err(NoRoom);
+            return Err(WriteError::NoRoom);
         }
         m.data_off += len;
         m.data_len -= len;
@@ -189,10 +203,10 @@ impl<'a> Mbuf<'a> {
 
     /// Drops `len` bytes from the end of a single-segment mbuf's data (`rte_pktmbuf_trim`).
     #[inline]
-    pub fn trim(&mut self, len: u16) -> Result<(), NoRoom> {
+    pub fn trim(&mut self, len: u16) -> Result<(), WriteError> {
         let m = self.m_mut();
         if m.nb_segs != 1 || len > m.data_len {
-            return Err(NoRoom);
+            return Err(WriteError::NoRoom);
         }
         m.data_len -= len;
         m.pkt_len -= u32::from(len);
@@ -202,28 +216,32 @@ impl<'a> Mbuf<'a> {
     /// Makes the data `len` fresh bytes starting at the default headroom (for writing a new
     /// packet into a received single-segment mbuf) and returns them.
     #[inline]
-    pub fn reset(&mut self, len: u16) -> Result<&mut [u8], NoRoom> {
-        self.assert_exclusive();
+    pub fn reset(&mut self, len: u16) -> Result<&mut [u8], WriteError> {
+        if !self.is_writable() {
+            return Err(WriteError::Shared);
+        }
         let headroom = u16::try_from(dpdk_sys::RTE_PKTMBUF_HEADROOM).unwrap_or(128);
         let m = self.m_mut();
         let off = headroom.min(m.buf_len);
         if m.nb_segs != 1 || u32::from(off) + u32::from(len) > u32::from(m.buf_len) {
-            return Err(NoRoom);
+            return Err(WriteError::NoRoom);
         }
         m.data_off = off;
         m.data_len = len;
         m.pkt_len = u32::from(len);
-        Ok(self.data_mut())
+        self.data_mut()
     }
 
     /// Grows the data by `len` bytes at the end (`rte_pktmbuf_append`, last segment) and
     /// returns the new bytes.
-    pub fn append(&mut self, len: u16) -> Result<&mut [u8], NoRoom> {
-        self.assert_exclusive();
+    pub fn append(&mut self, len: u16) -> Result<&mut [u8], WriteError> {
+        if !self.is_writable() {
+            return Err(WriteError::Shared);
+        }
         // SAFETY: raw is a valid mbuf we own exclusively; DPDK checks the tailroom.
         let p = unsafe { dpdk_sys::rte_pktmbuf_append(self.raw.as_ptr(), len) };
         if p.is_null() {
-            return Err(NoRoom);
+            return Err(WriteError::NoRoom);
         }
         // SAFETY: on success p points at len fresh bytes inside the last segment's buffer,
         // owned by self and borrowed exclusively through &mut self.
@@ -252,9 +270,10 @@ impl fmt::Debug for Mbuf<'_> {
 /// Up to [`MAX_BURST`] owned mbufs in an on-stack array. Dropping it frees what it still
 /// holds (one bulk free).
 pub struct MbufBurst<'a> {
-    /// The first `len` entries are valid mbufs owned by this burst; the rest are ignored.
-    pub(crate) pkts: [*mut rte_mbuf; MAX_BURST],
-    pub(crate) len: usize,
+    /// Invariant: the first `len` entries are valid mbufs owned by this burst; the rest are
+    /// ignored. Private to this file; see the module doc.
+    pkts: [*mut rte_mbuf; MAX_BURST],
+    len: usize,
     _pool: PhantomData<&'a ()>,
 }
 
@@ -332,9 +351,44 @@ impl<'a> MbufBurst<'a> {
         self.as_mut_slice().iter_mut()
     }
 
+    /// Lets `fill` write up to `max` mbufs after the ones held (at most up to [`MAX_BURST`]),
+    /// and takes ownership of the number it returns.
+    ///
+    /// # Safety
+    /// `fill` gets a pointer to the first free entry and how many entries it may write; it
+    /// must return how many it wrote (at most that many), and each must be a valid mbuf
+    /// that nobody else owns, from a pool that lives for `'a`.
+    #[inline]
+    pub(crate) unsafe fn fill(
+        &mut self,
+        max: usize,
+        fill: impl FnOnce(*mut *mut rte_mbuf, usize) -> usize,
+    ) -> usize {
+        let room = max.min(MAX_BURST - self.len);
+        // SAFETY: the pointer stays inside the array: len <= MAX_BURST.
+        let free = unsafe { self.pkts.as_mut_ptr().add(self.len) };
+        let n = fill(free, room).min(room);
+        self.len += n;
+        n
+    }
+
+    /// Hands every mbuf held to `take` and forgets them: afterwards the burst is empty.
+    ///
+    /// # Safety
+    /// `take` gets a pointer to the held mbufs and their number; it must take ownership of
+    /// all of them (transmit or free each exactly once), since the burst no longer frees them.
+    #[inline]
+    pub(crate) unsafe fn hand_over<R>(
+        &mut self,
+        take: impl FnOnce(*mut *mut rte_mbuf, usize) -> R,
+    ) -> R {
+        let len = std::mem::take(&mut self.len);
+        take(self.pkts.as_mut_ptr(), len)
+    }
+
     /// Frees entries `from..len` and forgets them.
     #[inline]
-    pub(crate) fn free_from(&mut self, from: usize) {
+    fn free_from(&mut self, from: usize) {
         if from < self.len {
             let n = u32::try_from(self.len - from).expect("burst is at most 32");
             // SAFETY: entries from..len are valid mbufs owned by self; after the call they

@@ -95,25 +95,6 @@ pub struct PollGate {
     _installed: (),
 }
 
-// glibc's custom streams (`fopencookie(3)`); the libc crate does not bind them.
-type CookieWrite = unsafe extern "C" fn(*mut c_void, *const c_char, usize) -> isize;
-
-#[repr(C)]
-struct CookieIoFunctions {
-    read: Option<unsafe extern "C" fn(*mut c_void, *mut c_char, usize) -> isize>,
-    write: Option<CookieWrite>,
-    seek: Option<unsafe extern "C" fn(*mut c_void, *mut i64, c_int) -> c_int>,
-    close: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
-}
-
-extern "C" {
-    fn fopencookie(
-        cookie: *mut c_void,
-        mode: *const c_char,
-        funcs: CookieIoFunctions,
-    ) -> *mut libc::FILE;
-}
-
 impl PollGate {
     /// Registers the gate's interrupt source, routes DPDK's log through the gate's stream and
     /// turns the memif driver's DEBUG messages on (they are the signal; they are printed only
@@ -211,10 +192,15 @@ fn install_log_stream() -> Result<(), DpdkError> {
         unsafe { (dpdk_sys::rte_log_get_level(memif_type), dpdk_sys::rte_log_get_global_level()) };
     let print_memif = u32::try_from(print_memif)
         .map_err(|_| DpdkError::from_ret("rte_log_get_level", print_memif))?;
-    let funcs = CookieIoFunctions { read: None, write: Some(write_log), seek: None, close: None };
+    let funcs = dpdk_sys::cookie_io_functions_t {
+        read: None,
+        write: Some(write_log),
+        seek: None,
+        close: None,
+    };
     // SAFETY: a write-only stream with a null cookie (write_log ignores it); glibc copies the
     // function table.
-    let stream = unsafe { fopencookie(std::ptr::null_mut(), c"w".as_ptr(), funcs) };
+    let stream = unsafe { dpdk_sys::fopencookie(std::ptr::null_mut(), c"w".as_ptr(), funcs) };
     if stream.is_null() {
         return Err(DpdkError::Invalid {
             what: format!("fopencookie failed: {}", std::io::Error::last_os_error()),
@@ -223,7 +209,7 @@ fn install_log_stream() -> Result<(), DpdkError> {
     // Unbuffered: every message reaches write_log inside the rte_log call that made it, on
     // the logging thread (never flushed later by another thread).
     // SAFETY: stream is a fresh, valid FILE nothing has written to.
-    unsafe { libc::setvbuf(stream, std::ptr::null_mut(), libc::_IONBF, 0) };
+    unsafe { libc::setvbuf(stream.cast(), std::ptr::null_mut(), libc::_IONBF, 0) };
     // Only the first caller gets here (EAL starts once per process, on this thread).
     let _ = HOOK.set(Hook { memif_type, print_global, print_memif });
     // SAFETY: stream is a valid FILE that lives for the rest of the process (never closed);
@@ -312,8 +298,12 @@ unsafe extern "C" fn reopen(_arg: *mut c_void) {
 /// the current callback returns. Memif messages of EAL lcores are not control-channel events:
 /// a worker's own (it would wait for itself), or the main lcore's `rte_eth_dev_stop` / `close`
 /// at teardown, which runs after the workers have stopped.
-unsafe extern "C" fn write_log(_cookie: *mut c_void, buf: *const c_char, size: usize) -> isize {
-    let written = isize::try_from(size).unwrap_or(isize::MAX);
+unsafe extern "C" fn write_log(
+    _cookie: *mut c_void,
+    buf: *const c_char,
+    size: usize,
+) -> dpdk_sys::__ssize_t {
+    let written = dpdk_sys::__ssize_t::try_from(size).unwrap_or(dpdk_sys::__ssize_t::MAX);
     let Some(hook) = HOOK.get() else { return written };
     // SAFETY: called inside rte_vlog on the logging thread, which set this thread's current
     // message level and type before formatting.

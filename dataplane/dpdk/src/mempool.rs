@@ -77,26 +77,25 @@ impl<'e> Mempool<'e> {
     /// bulk allocation (`rte_pktmbuf_alloc_bulk`); all or nothing. Returns false, leaving the
     /// burst as it was, when the pool cannot give them all.
     pub fn alloc_bulk(&self, burst: &mut MbufBurst<'e>, n: usize) -> bool {
-        let have = burst.len;
-        let want = n.min(MAX_BURST - have);
+        let want = n.min(MAX_BURST - burst.len());
         if want == 0 {
             return true;
         }
-        // SAFETY: raw is a live packet pool; pkts[have..have + want] is inside the array and
-        // holds no owned mbuf (only the first `len` entries are owned).
-        let rc = unsafe {
-            dpdk_sys::rte_pktmbuf_alloc_bulk(
-                self.raw.as_ptr(),
-                burst.pkts.as_mut_ptr().add(have),
-                u32::try_from(want).expect("at most 32"),
-            )
+        let pool = self.raw.as_ptr();
+        // SAFETY: on success rte_pktmbuf_alloc_bulk writes `want` (<= room) fresh mbufs that
+        // nobody else owns to `free`, from this pool, which lives for 'e; on failure it writes
+        // none and we report 0.
+        let got = unsafe {
+            burst.fill(want, |free, room| {
+                let count = u32::try_from(want.min(room)).unwrap_or(0);
+                if dpdk_sys::rte_pktmbuf_alloc_bulk(pool, free, count) == 0 {
+                    count as usize
+                } else {
+                    0
+                }
+            })
         };
-        if rc != 0 {
-            return false;
-        }
-        // On success the pool wrote `want` fresh, exclusively owned mbufs there.
-        burst.len = have + want;
-        true
+        got == want
     }
 
     /// Mbufs currently free in the pool (including per-lcore caches).

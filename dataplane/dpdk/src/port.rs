@@ -383,14 +383,17 @@ impl<'p> RxQueue<'p> {
     #[inline]
     pub fn rx_burst(&mut self, max: u16) -> MbufBurst<'p> {
         let mut burst = MbufBurst::new();
-        let max = max.min(MAX_BURST as u16);
-        // SAFETY: the port is started (it outlives 'p), this queue exists and is polled only
-        // through &mut self; pkts has room for max <= MAX_BURST pointers.
-        let n = unsafe {
-            dpdk_sys::rte_eth_rx_burst(self.port, self.queue, burst.pkts.as_mut_ptr(), max)
-        };
-        // rx_burst wrote n owned, valid mbufs to the front of the array.
-        burst.len = usize::from(n);
+        let (port, queue) = (self.port, self.queue);
+        // SAFETY: rx_burst writes at most `room` (<= MAX_BURST) received mbufs to `free` and
+        // returns how many; each is a valid mbuf now owned by nobody else, from the port's
+        // pool, which lives for 'p. The port is started (it outlives 'p) and this queue is
+        // polled only through &mut self.
+        unsafe {
+            burst.fill(usize::from(max), |free, room| {
+                let room = u16::try_from(room).unwrap_or(u16::MAX);
+                usize::from(dpdk_sys::rte_eth_rx_burst(port, queue, free, room))
+            });
+        }
         burst
     }
 }
@@ -453,44 +456,42 @@ impl<'p> TxQueue<'p> {
         if self.buf.is_empty() {
             return TxResult::default();
         }
-        let result = send_raw(self.port, self.queue, &mut self.buf.pkts, self.buf.len);
-        // The driver owns the sent packets; send_raw freed the others.
-        self.buf.len = 0;
-        result
+        let (port, queue) = (self.port, self.queue);
+        // SAFETY: send_raw takes ownership of all of them (the driver the sent ones, the
+        // rest freed).
+        unsafe { self.buf.hand_over(|pkts, len| send_raw(port, queue, pkts, len)) }
     }
 
     /// Transmits a whole burst now, bypassing the buffer; frees what the driver does not take.
     pub fn send(&mut self, mut burst: MbufBurst<'p>) -> TxResult {
-        let len = burst.len;
-        let result = send_raw(self.port, self.queue, &mut burst.pkts, len);
-        burst.len = 0;
-        result
+        let (port, queue) = (self.port, self.queue);
+        // SAFETY: as in flush().
+        unsafe { burst.hand_over(|pkts, len| send_raw(port, queue, pkts, len)) }
     }
 }
 
-/// Transmits `pkts[..len]` on `port`/`queue`, all owned by the caller, and bulk-frees the ones
-/// the driver did not take. Afterwards the caller owns none of them. The caller must hold the
-/// queue exclusively (a `&mut TxQueue`).
+/// Transmits `pkts[..len]` on `port`/`queue` and bulk-frees the ones the driver did not take.
+///
+/// # Safety
+/// `pkts[..len]` (`len` <= [`MAX_BURST`]) are valid mbufs owned by the caller, which owns
+/// none of them afterwards; the caller holds the queue exclusively (a `&mut TxQueue`).
 #[inline]
-fn send_raw(
+unsafe fn send_raw(
     port: u16,
     queue: u16,
-    pkts: &mut [*mut dpdk_sys::rte_mbuf; MAX_BURST],
+    pkts: *mut *mut dpdk_sys::rte_mbuf,
     len: usize,
 ) -> TxResult {
-    let n = u16::try_from(len).expect("burst is at most 32");
+    let n = u16::try_from(len.min(MAX_BURST)).unwrap_or(0);
     // SAFETY: the port is started (the caller's TxQueue borrows it); the caller holds the
     // queue exclusively; pkts[..len] are valid mbufs owned by the caller. The driver takes
     // ownership of the first `sent`.
-    let sent = unsafe { dpdk_sys::rte_eth_tx_burst(port, queue, pkts.as_mut_ptr(), n) };
+    let sent = unsafe { dpdk_sys::rte_eth_tx_burst(port, queue, pkts, n) };
     if sent < n {
         // SAFETY: pkts[sent..len] were not taken by the driver and are still owned here;
         // they are freed once and the caller forgets them.
         unsafe {
-            dpdk_sys::rte_pktmbuf_free_bulk(
-                pkts.as_mut_ptr().add(usize::from(sent)),
-                u32::from(n - sent),
-            );
+            dpdk_sys::rte_pktmbuf_free_bulk(pkts.add(usize::from(sent)), u32::from(n - sent));
         }
     }
     TxResult { sent, dropped: n - sent }

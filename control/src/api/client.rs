@@ -1,0 +1,164 @@
+//! A client of the API over TCP or a Unix socket (hyper's HTTP/1.1 client connection, one
+//! connection per request), used by `spillwayctl` and the tests.
+
+use super::types::ErrorReply;
+use super::Listen;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The `--admin` address is malformed.
+    #[error("`{0}` is neither `host:port` nor `unix:/absolute/path`")]
+    BadAddress(String),
+    /// Nothing answers at the address.
+    #[error("cannot reach the spillway daemon at {admin}: {source}")]
+    Unreachable {
+        /// The address.
+        admin: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The HTTP exchange failed.
+    #[error("HTTP error talking to {admin}: {source}")]
+    Http {
+        /// The address.
+        admin: String,
+        /// hyper's error.
+        source: hyper::Error,
+    },
+    /// No complete reply in time.
+    #[error("no reply from {0} in time")]
+    Timeout(String),
+    /// The daemon answered with an error status.
+    #[error("{message} (HTTP {status})")]
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// The `error` field of the reply (or its body).
+        message: String,
+        /// The reply body.
+        body: String,
+    },
+    /// The reply is not the JSON expected.
+    #[error("unexpected reply: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// A client of one daemon.
+#[derive(Clone, Debug)]
+pub struct Client {
+    target: Listen,
+    timeout: Duration,
+}
+
+impl Client {
+    /// A client of the API at `admin` (`host:port` or `unix:/path`).
+    pub fn new(admin: &str, timeout: Duration) -> Result<Client, ClientError> {
+        let target = Listen::parse(admin).ok_or_else(|| ClientError::BadAddress(admin.into()))?;
+        Ok(Client { target, timeout })
+    }
+
+    /// `GET path`: status and body.
+    pub async fn get(&self, path: &str) -> Result<(u16, String), ClientError> {
+        self.request(Method::GET, path, None).await
+    }
+
+    /// `POST path` with a JSON body: status and body.
+    pub async fn post(
+        &self,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<(u16, String), ClientError> {
+        self.request(Method::POST, path, body).await
+    }
+
+    /// A request; a reply with an error status is `Ok` too (see [`Client::call`]).
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<(u16, String), ClientError> {
+        let admin = self.target.to_string();
+        let fut = self.exchange(method, path, body);
+        tokio::time::timeout(self.timeout, fut).await.map_err(|_| ClientError::Timeout(admin))?
+    }
+
+    /// A request whose error replies become [`ClientError::Status`]; the body on success.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<String, ClientError> {
+        let (status, text) = self.request(method, path, body).await?;
+        if (200..300).contains(&status) {
+            return Ok(text);
+        }
+        let message = serde_json::from_str::<ErrorReply>(&text)
+            .map(|e| e.error)
+            .unwrap_or_else(|_| text.trim().to_owned());
+        Err(ClientError::Status { status, message, body: text })
+    }
+
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<(u16, String), ClientError> {
+        let admin = self.target.to_string();
+        let unreachable = |source| ClientError::Unreachable { admin: admin.clone(), source };
+        let (host, payload) = match &self.target {
+            Listen::Tcp(a) => (a.as_str(), body),
+            Listen::Unix(_) => ("localhost", body),
+        };
+        let mut req = Request::builder().method(method).uri(path).header("host", host);
+        let data = match payload {
+            Some(v) => {
+                req = req.header("content-type", "application/json");
+                Bytes::from(serde_json::to_vec(v)?)
+            }
+            None => Bytes::new(),
+        };
+        let req = req.body(Full::new(data)).map_err(|e| ClientError::Unreachable {
+            admin: admin.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        match &self.target {
+            Listen::Tcp(a) => {
+                let s = tokio::net::TcpStream::connect(a.as_str()).await.map_err(unreachable)?;
+                send(s, req, &admin).await
+            }
+            Listen::Unix(p) => {
+                let s = tokio::net::UnixStream::connect(p).await.map_err(unreachable)?;
+                send(s, req, &admin).await
+            }
+        }
+    }
+}
+
+async fn send<S>(
+    stream: S,
+    req: Request<Full<Bytes>>,
+    admin: &str,
+) -> Result<(u16, String), ClientError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let http = |source| ClientError::Http { admin: admin.to_owned(), source };
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(http)?;
+    let driver = tokio::spawn(conn);
+    let reply = sender.send_request(req).await.map_err(http)?;
+    let status = reply.status().as_u16();
+    let body = reply.into_body().collect().await.map_err(http)?.to_bytes();
+    driver.abort();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}

@@ -1,0 +1,459 @@
+//! Request and reply bodies, shared by the server, `spillwayctl` and the tests.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Every error reply.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    /// What went wrong, in one message.
+    pub error: String,
+    /// For a rejected configuration: every problem with its position.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ConfigProblem>,
+}
+
+/// One problem of a rejected configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigProblem {
+    /// Dotted field path.
+    pub field: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// 1-based column, when known.
+    pub column: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// `GET /v1/status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReply {
+    /// Milliseconds since the daemon started.
+    pub uptime_ms: u64,
+    /// The published snapshot's generation.
+    pub generation: u64,
+    /// The configuration file.
+    pub config: String,
+    /// Data-plane workers.
+    pub workers: usize,
+    /// Configured services.
+    pub services: usize,
+    /// Services with `advanced` (section 7).
+    #[serde(default)]
+    pub advanced_services: usize,
+    /// Groups of those services drained by auto capacity drain (AL-6) now.
+    #[serde(default)]
+    pub auto_drained_groups: usize,
+    /// Backend counts.
+    pub backends: BackendCounts,
+    /// Conntrack totals over the workers.
+    pub conntrack: ConntrackTotals,
+}
+
+/// Backend counts of the status.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendCounts {
+    /// Configured backends.
+    pub total: usize,
+    /// Configured backends whose effective health is healthy.
+    pub healthy: usize,
+    /// Configured backends drained by the operator.
+    pub drained: usize,
+    /// Removed backends still draining (CD-3).
+    pub draining: usize,
+}
+
+/// Conntrack totals of the status.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConntrackTotals {
+    /// Entries in every shard.
+    pub entries: u64,
+    /// Capacity of every shard.
+    pub capacity: u64,
+}
+
+/// `GET /v1/services`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServicesReply {
+    /// Snapshot generation.
+    pub generation: u64,
+    /// Services in id order.
+    pub services: Vec<ServiceInfo>,
+}
+
+/// One service.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceInfo {
+    /// Name.
+    pub name: String,
+    /// Stable id.
+    pub id: u16,
+    /// Forwarding rules.
+    pub rules: Vec<RuleInfo>,
+    /// Policy settings.
+    pub policy: PolicyInfo,
+    /// FO-9 flush epoch.
+    pub epoch: u32,
+    /// FO-7 kind of the original eligible set A.
+    pub eligible_kind: String,
+    /// Size of A.
+    pub eligible_size: usize,
+    /// Members of A (`addr` or `addr:port`), sorted.
+    pub eligible: Vec<String>,
+    /// Size of the set clients without a zonal match get (= A).
+    pub default_size: usize,
+    /// Per zone of the topology: zonal match (ZA-2), spill and the final set's size.
+    pub zones: Vec<ZoneChoiceInfo>,
+    /// Section 7 state, for a service with `advanced` (`null` otherwise).
+    #[serde(default)]
+    pub advanced: Option<AdvancedInfo>,
+}
+
+/// A service's advanced load balancing (section 7).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdvancedInfo {
+    /// AL-1..AL-4: `WATERFALL_BY_REGION`, ...
+    pub algorithm: String,
+    /// Unit of capacities, loads and demand: `new_connections_per_second` or
+    /// `connections`.
+    pub unit: String,
+    /// AL-7 threshold (percent).
+    pub failover_health_threshold: u8,
+    /// Groups, in configuration order.
+    pub groups: Vec<AdvancedGroupInfo>,
+    /// Per client zone of the topology, then clients without a zone (`zone: null`).
+    pub clients: Vec<AdvancedClientInfo>,
+}
+
+/// One group's capacity, health and load (in the service's unit).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdvancedGroupInfo {
+    /// Group name.
+    pub name: String,
+    /// Zone name.
+    pub zone: String,
+    /// AL-5.
+    pub preferred: bool,
+    /// Configured endpoints (operator-drained ones excluded).
+    pub endpoints: usize,
+    /// Healthy endpoints.
+    pub healthy: usize,
+    /// Capacity now (per endpoint x healthy endpoints in the eligible set x scaler; 0
+    /// drained); `null` when unbounded.
+    pub capacity: Option<f64>,
+    /// Measured load / capacity; `null` when the capacity is unbounded or 0.
+    pub utilisation: Option<f64>,
+    /// Smoothed measured load.
+    pub measured: f64,
+    /// Load the published weights send it, from the smoothed demand.
+    pub expected_load: f64,
+    /// AL-6: drained by auto capacity drain.
+    pub auto_drained: bool,
+    /// AL-7: share of its traffic the group keeps (`min(1, h / T)`).
+    pub retained: f64,
+}
+
+/// One client zone's demand and split.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdvancedClientInfo {
+    /// Client zone name; `null` for clients without a zone.
+    pub zone: Option<String>,
+    /// Smoothed offered load.
+    pub demand: f64,
+    /// Published share of its new connections per group (sums to 1, or to 0 when no
+    /// group can take traffic and the choice falls back to the eligible set).
+    pub shares: BTreeMap<String, f64>,
+}
+
+/// One forwarding rule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleInfo {
+    /// VIP or destination prefix.
+    pub destination: String,
+    /// `TCP`, `UDP` or `L3_DEFAULT`.
+    pub protocol: String,
+    /// `ALL` or `80,443,8000-8080`.
+    pub ports: String,
+}
+
+/// A service's policy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolicyInfo {
+    /// SA.
+    pub session_affinity: String,
+    /// SA-8.
+    pub symmetric_hashing: bool,
+    /// CT-1.
+    pub tracking_mode: String,
+    /// CP.
+    pub persistence: String,
+    /// CT-8.
+    pub idle_timeout_sec: u64,
+    /// CD-3.
+    pub draining_timeout_sec: u32,
+    /// FO-2 applies.
+    pub has_failover_groups: bool,
+    /// FO-2.
+    pub failover_ratio: f64,
+    /// FO-3.
+    pub drop_traffic_if_unhealthy: bool,
+    /// FO-9.
+    pub disable_connection_drain_on_failover: bool,
+    /// Section 4 setting.
+    pub zonal_affinity: String,
+    /// ZA-5 ratio, for `ZONAL_AFFINITY_SPILL_CROSS_ZONE`.
+    pub spillover_ratio: Option<f64>,
+    /// `IPIP`, `GUE:port` or `L2`.
+    pub encapsulation: String,
+}
+
+/// A service's choice for clients of one zone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneChoiceInfo {
+    /// Zone name.
+    pub zone: String,
+    /// ZA-2.
+    pub zonal_match: bool,
+    /// SPILL_CROSS_ZONE fell back to A.
+    pub spilled: bool,
+    /// Size of the final set for this zone's clients.
+    pub size: usize,
+}
+
+/// `GET /v1/backends`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackendsReply {
+    /// Snapshot generation.
+    pub generation: u64,
+    /// Backends in slot order.
+    pub backends: Vec<BackendInfo>,
+}
+
+/// One configured or draining backend.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackendInfo {
+    /// Service name.
+    pub service: String,
+    /// Address.
+    pub address: String,
+    /// Port (0: none).
+    pub port: u16,
+    /// Group name.
+    pub group: String,
+    /// Zone name.
+    pub zone: String,
+    /// `primary` or `failover`.
+    pub role: String,
+    /// The probes' verdict: `healthy`, `unhealthy` or `unknown`.
+    pub probe: String,
+    /// HC-2 override: `healthy`, `unhealthy` or `auto`.
+    #[serde(rename = "override")]
+    pub health_override: String,
+    /// Effective health (override, else probe).
+    pub healthy: bool,
+    /// Drained by the operator (no new connections).
+    pub drained: bool,
+    /// `active` or `draining` (removed, CD-3).
+    pub status: String,
+    /// When a removed backend's entries stop being valid (ms since start).
+    pub draining_deadline_ms: Option<u64>,
+    /// Time left until then.
+    pub draining_remaining_ms: Option<u64>,
+    /// Weight of its group (CH-3); none once removed.
+    pub weight: Option<u32>,
+    /// Stable slot.
+    pub slot: u16,
+    /// Slot generation (CD-4).
+    pub generation: u16,
+    /// In its service's default eligible set now.
+    pub eligible: bool,
+    /// Its health check's name.
+    pub check: Option<String>,
+    /// The last probe's result.
+    pub last_result: Option<String>,
+    /// The last probe's duration.
+    pub last_latency_ms: Option<f64>,
+}
+
+/// Body of `POST /v1/backends/{addr}/health`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthRequest {
+    /// `healthy`, `unhealthy` or `auto`.
+    pub health: Option<String>,
+    /// Only this service's backend at the address.
+    #[serde(default)]
+    pub service: Option<String>,
+}
+
+/// Body of `POST /v1/backends/{addr}/drain` and `.../undrain` (may be empty).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainRequest {
+    /// Only this service's backend at the address.
+    #[serde(default)]
+    pub service: Option<String>,
+}
+
+/// Reply of the override and drain endpoints: the backends it applied to, after.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActionReply {
+    /// Snapshot generation after the change.
+    pub generation: u64,
+    /// The backends changed.
+    pub backends: Vec<BackendInfo>,
+}
+
+/// `POST /v1/reload` on success.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadReply {
+    /// Snapshot generation after the reload.
+    pub generation: u64,
+    /// Services now configured.
+    pub services: usize,
+    /// Backends added (`service/addr[:port]`).
+    pub added: Vec<String>,
+    /// Backends removed, with their draining deadline.
+    pub removed: Vec<RemovedBackend>,
+    /// Backends re-added while draining (CD-4).
+    pub undrained: Vec<String>,
+}
+
+/// A removed backend.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovedBackend {
+    /// `service/addr[:port]`.
+    pub backend: String,
+    /// When its entries stop being valid (ms since start).
+    pub draining_deadline_ms: u64,
+}
+
+/// `GET /v1/conntrack`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConntrackReply {
+    /// Per worker.
+    pub workers: Vec<WorkerConntrack>,
+    /// Sums (`worker` is the number of workers).
+    pub total: WorkerConntrack,
+}
+
+/// One worker's connection table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerConntrack {
+    /// Worker index.
+    pub worker: usize,
+    /// Entries.
+    pub entries: u64,
+    /// Capacity.
+    pub capacity: u64,
+    /// Inserts so far.
+    pub inserts: u64,
+    /// Live entries evicted from full sets so far.
+    pub evictions: u64,
+}
+
+/// `GET /v1/conntrack/lookup`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowLookupReply {
+    /// The flow asked about.
+    pub flow: String,
+    /// The service whose rule matches it.
+    pub service: String,
+    /// Its tracking key (CT-1).
+    pub tracking_key: String,
+    /// Its conntrack bucket hash.
+    pub tracking_hash: String,
+    /// Every worker's answer.
+    pub workers: Vec<WorkerEntry>,
+}
+
+/// One worker's answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerEntry {
+    /// Worker index.
+    pub worker: usize,
+    /// `found`, `absent` or `no_answer` (no reply within the timeout).
+    pub state: String,
+    /// The entry, when found.
+    pub entry: Option<EntryInfo>,
+}
+
+/// A conntrack entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryInfo {
+    /// The backend the slot holds now.
+    pub backend: Option<String>,
+    /// Its service.
+    pub backend_service: Option<String>,
+    /// Recorded slot.
+    pub slot: u16,
+    /// Recorded slot generation.
+    pub generation: u16,
+    /// The slot still holds the backend the entry was made for.
+    pub current_generation: bool,
+    /// Milliseconds since the last packet.
+    pub idle_ms: u64,
+    /// FO-9 epoch of the entry.
+    pub epoch: u32,
+    /// Made while its backend was unhealthy (CP-5).
+    pub created_unhealthy: bool,
+}
+
+/// `GET /v1/explain`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExplainReply {
+    /// The flow asked about.
+    pub flow: String,
+    /// Snapshot generation explained against.
+    pub generation: u64,
+    /// Matched service.
+    pub service: Option<String>,
+    /// Client zone when zonally compatible (ZA-1).
+    pub client_zone: Option<String>,
+    /// FO-7 kind.
+    pub eligible_kind: Option<String>,
+    /// ZA-2.
+    pub zonal_match: bool,
+    /// Spilled to A.
+    pub spilled: bool,
+    /// Size of the final set.
+    pub eligible_size: usize,
+    /// CT-2: this packet skips the lookup.
+    pub new_connection_syn: bool,
+    /// CT-1 tracking key.
+    pub tracking_key: Option<String>,
+    /// Conntrack bucket hash.
+    pub tracking_hash: String,
+    /// Selection-tuple hash (CH-1).
+    pub selection_hash: String,
+    /// The backend a new connection gets now.
+    pub hashed_backend: Option<String>,
+    /// Workers asked for an entry.
+    pub workers_asked: usize,
+    /// Workers that answered in time.
+    pub workers_answered: usize,
+    /// The flow's entry and whether it is valid now.
+    pub entry: Option<ExplainEntry>,
+    /// Where the packet goes now.
+    pub backend: Option<String>,
+    /// The reason `decide` would report.
+    pub reason: String,
+    /// Section 7: the client zone's split of new connections, `{group: share}`.
+    #[serde(default)]
+    pub group_shares: Option<BTreeMap<String, f64>>,
+    /// Section 7: the group of `backend`.
+    #[serde(default)]
+    pub backend_group: Option<String>,
+}
+
+/// The entry an explanation used.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExplainEntry {
+    /// The worker holding it.
+    pub worker: usize,
+    /// The entry.
+    pub entry: EntryInfo,
+    /// Valid now (NX-1).
+    pub valid: bool,
+    /// Why not (CT-13 order).
+    pub invalid_reason: Option<String>,
+}
