@@ -21,8 +21,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use serde_yaml::Value;
-use spillway_control::config::{Config, ConfigError};
+use serde_json::Value;
+use spillway_control::config::{yaml, Config, ConfigError};
 
 const PROBE: &str = "spillway_docs_probe";
 
@@ -32,6 +32,11 @@ fn root() -> PathBuf {
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// The YAML `text` as a generic value, read like a configuration file is.
+fn value(text: &str) -> Value {
+    yaml::from_str(text).unwrap_or_else(|e| panic!("{e}")).0
 }
 
 /// One mapping of the example: its concrete path (as errors print it), its normalized path
@@ -53,16 +58,14 @@ fn join(parent: &str, key: &str) -> String {
 /// Every mapping of `v`, parents before children.
 fn mappings(v: &Value, concrete: &str, normalized: &str, out: &mut Vec<Node>) {
     match v {
-        Value::Mapping(m) => {
-            let keys: Vec<String> =
-                m.keys().map(|k| k.as_str().expect("string keys").to_owned()).collect();
+        Value::Object(m) => {
+            let keys: Vec<String> = m.keys().cloned().collect();
             out.push(Node { concrete: concrete.into(), normalized: normalized.into(), keys });
             for (k, child) in m {
-                let k = k.as_str().unwrap_or_default();
                 mappings(child, &join(concrete, k), &join(normalized, k), out);
             }
         }
-        Value::Sequence(items) => {
+        Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
                 mappings(item, &format!("{concrete}[{i}]"), &format!("{normalized}[]"), out);
             }
@@ -94,9 +97,10 @@ fn at_mut<'a>(v: &'a mut Value, path: &str) -> &'a mut Value {
 /// The fields the struct at `path` accepts, or `None` when the mapping there is not a struct.
 fn struct_fields(example: &Value, path: &str) -> Option<Vec<String>> {
     let mut probed = example.clone();
-    let Value::Mapping(m) = at_mut(&mut probed, path) else { unreachable!() };
-    m.insert(Value::from(PROBE), Value::from(0));
-    let text = serde_yaml::to_string(&probed).unwrap();
+    let Value::Object(m) = at_mut(&mut probed, path) else { unreachable!() };
+    m.insert(PROBE.to_owned(), Value::from(0));
+    // JSON is YAML.
+    let text = serde_json::to_string_pretty(&probed).unwrap();
     let e = Config::from_yaml(Path::new("probe.yaml"), &text).expect_err("the probe is unknown");
     let ConfigError::Parse { field, message, .. } = &e else { return None };
     if *field != join(path, PROBE) || !message.starts_with(&format!("unknown field `{PROBE}`")) {
@@ -115,7 +119,7 @@ struct Example {
 
 fn example() -> Example {
     let text = read("configs/example.yaml");
-    let value: Value = serde_yaml::from_str(&text).unwrap();
+    let value = value(&text);
     let mut nodes = Vec::new();
     mappings(&value, "", "", &mut nodes);
     // Which mappings are maps keyed by name: their children's normalized paths use `<name>`.
@@ -218,7 +222,7 @@ fn the_doc_shows_the_example_verbatim() {
 #[test]
 fn the_probe_reads_serde_field_lists() {
     let text = "dataplane:\n  ports: [a]\n  node: {}\n";
-    let value: Value = serde_yaml::from_str(text).unwrap();
+    let value = value(text);
     let fields = struct_fields(&value, "dataplane.node").unwrap();
     assert_eq!(fields, ["ipv4", "ipv6", "gateway_ipv4", "gateway_ipv6", "mtu"]);
     let maps: BTreeSet<String> = ["health_checks".to_owned()].into();

@@ -1,25 +1,21 @@
-//! Where each field of a configuration file is: a map from field path to line and column.
+//! Where each field of a YAML text is: a map from field path to line and column.
 //!
-//! `serde_yaml` forgets positions once a file is deserialized, yet a validation error must name
-//! the line of the offending value (NX-3). This module parses the same text a second time with
-//! a YAML event parser that reports spans ([`saphyr_parser`]) and records, for every node, the
-//! path serde would give it (`services[0].backend_service.failover_policy.failover_ratio`,
-//! `health_checks.web.type`, `dataplane.ports[1]`):
+//! A validation error must name the line of the offending value (NX-3), but the checks run on
+//! deserialised values, which have no positions. So the one parse of [`super::yaml`] also
+//! records, for every node, the path serde gives it (`services[0].backend_service.
+//! failover_policy.failover_ratio`, `health_checks.web.type`, `dataplane.ports[1]`) and where
+//! it is:
 //!
 //! - a scalar value (or an alias): the position of the value itself;
 //! - a mapping or sequence under a key: the position of the key (`backend_service:`), which is
 //!   where a reader looks for a block;
 //! - an item of a sequence: the position where the item starts (`- name: web` -> `name`).
 //!
-//! It is best effort and never fails: only the first document is read, and on a syntax error
-//! (which serde will have reported already) the map holds what was read before it. Lookups of a
-//! path that is not in the file (a defaulted field) fall back to the nearest ancestor that is.
-//!
-//! It must never judge the file: it only says where things are.
+//! Keys that are not scalars name no path. Lookups of a path that is not in the file (a
+//! defaulted field) fall back to the nearest ancestor that is. This module only says where
+//! things are; it never judges the file.
 
 use std::collections::HashMap;
-
-use saphyr_parser::{Event, Marker, Parser};
 
 /// 1-based line and column.
 pub type Position = (usize, usize);
@@ -30,136 +26,16 @@ pub struct Locations {
     by_path: HashMap<String, Position>,
 }
 
-enum Frame {
-    /// A mapping at `path`; `key` is the key read and awaiting its value.
-    Map { path: String, key: Option<(String, Position)> },
-    /// A sequence at `path`; `next` is the index of the next item.
-    Seq { path: String, next: usize },
-    /// A node we do not track (a complex mapping key); events inside it are skipped.
-    Skip { depth: usize },
-}
-
-fn pos(m: Marker) -> Position {
-    (m.line(), m.col() + 1)
-}
-
-fn join(parent: &str, key: &str) -> String {
-    if parent.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{parent}.{key}")
-    }
-}
-
 impl Locations {
-    /// Reads `text`. Never fails; see the module doc.
+    /// The positions of the field paths of `text`, for a caller that has only the text
+    /// ([`super::yaml::from_str`] returns them with the values). Never fails: on a syntax
+    /// error the map holds what was read before it.
     pub fn parse(text: &str) -> Locations {
-        let mut out = Locations::default();
-        let mut stack: Vec<Frame> = Vec::new();
-        let mut started = false;
-        for item in Parser::new_from_str(text) {
-            let Ok((event, span)) = item else { break };
-            let here = pos(span.start);
-            if let Some(Frame::Skip { depth }) = stack.last_mut() {
-                match event {
-                    Event::MappingStart(..) | Event::SequenceStart(..) => *depth += 1,
-                    Event::MappingEnd | Event::SequenceEnd => {
-                        if *depth == 0 {
-                            stack.pop();
-                            out.value_done(&mut stack);
-                        } else {
-                            *depth -= 1;
-                        }
-                    }
-                    _ => {}
-                }
-                continue;
-            }
-            match event {
-                Event::DocumentStart(_) => {
-                    if started {
-                        break;
-                    }
-                    started = true;
-                }
-                Event::DocumentEnd | Event::StreamEnd => {
-                    if started {
-                        break;
-                    }
-                }
-                Event::Scalar(value, ..) => {
-                    if let Some(Frame::Map { key: key @ None, .. }) = stack.last_mut() {
-                        *key = Some((value.into_owned(), here));
-                    } else if let Some((path, _)) = out.child(&mut stack, here) {
-                        out.by_path.insert(path, here);
-                        out.value_done(&mut stack);
-                    }
-                }
-                Event::Alias(_) => {
-                    if let Some(Frame::Map { key: key @ None, .. }) = stack.last_mut() {
-                        *key = Some((String::from("*"), here));
-                    } else if let Some((path, _)) = out.child(&mut stack, here) {
-                        out.by_path.insert(path, here);
-                        out.value_done(&mut stack);
-                    }
-                }
-                Event::MappingStart(..) | Event::SequenceStart(..) => {
-                    let is_map = matches!(event, Event::MappingStart(..));
-                    if let Some(Frame::Map { key: None, .. }) = stack.last() {
-                        // A mapping or sequence used as a key: not something serde names.
-                        stack.push(Frame::Skip { depth: 0 });
-                        continue;
-                    }
-                    let path = if stack.is_empty() {
-                        String::new()
-                    } else {
-                        match out.child(&mut stack, here) {
-                            Some((path, at)) => {
-                                out.by_path.insert(path.clone(), at);
-                                path
-                            }
-                            None => continue,
-                        }
-                    };
-                    stack.push(if is_map {
-                        Frame::Map { path, key: None }
-                    } else {
-                        Frame::Seq { path, next: 0 }
-                    });
-                }
-                Event::MappingEnd | Event::SequenceEnd => {
-                    stack.pop();
-                    out.value_done(&mut stack);
-                }
-                Event::Nothing | Event::StreamStart => {}
-            }
-        }
-        out
+        super::yaml::locations(text)
     }
 
-    /// The path of the value about to be read under the top frame and where to report it:
-    /// its key's position inside a mapping, `here` inside a sequence.
-    fn child(&self, stack: &mut [Frame], here: Position) -> Option<(String, Position)> {
-        match stack.last_mut()? {
-            Frame::Map { path, key } => {
-                let (k, at) = key.as_ref()?;
-                Some((join(path, k), *at))
-            }
-            Frame::Seq { path, next } => {
-                let p = format!("{path}[{next}]");
-                *next += 1;
-                Some((p, here))
-            }
-            Frame::Skip { .. } => None,
-        }
-    }
-
-    /// A value under the top frame is complete: a mapping now waits for its next key. The
-    /// position of a scalar value (rather than its key) was recorded by the caller.
-    fn value_done(&mut self, stack: &mut [Frame]) {
-        if let Some(Frame::Map { key, .. }) = stack.last_mut() {
-            *key = None;
-        }
+    pub(super) fn insert(&mut self, path: String, at: Position) {
+        self.by_path.insert(path, at);
     }
 
     /// The position recorded for exactly `path`.

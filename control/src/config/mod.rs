@@ -9,14 +9,15 @@
 //! (does the port exist, are there enough EAL lcores) belong to the daemon, which reports them
 //! with the same field paths.
 //!
-//! Loading is two steps. Serde parses the text into the types of this module and [`services`];
-//! a syntax error, an unknown field or a wrong type stops there and only the first one is
-//! reported ([`ConfigError::Parse`]). Then [`validate`] checks everything serde cannot see and
-//! collects **every** problem; [`locate`] finds the line and column of each offending field in
-//! the same text, and [`ConfigError::Invalid`] prints one line per problem (NX-3: a file that
-//! fails either step is never applied). [`compile`] turns a valid file into the decision core's
-//! model, the health checker's targets and the node's addresses. The reference of every field
-//! is `docs/configuration.md`.
+//! Loading is two steps. [`yaml`] parses the text once into the types of this module and
+//! [`services`], and records where every field is ([`locate`]); a syntax error, an unknown
+//! field or a wrong type stops there and only the first one is reported, with its line and
+//! column ([`ConfigError::Parse`]). Then [`validate`] checks everything serde cannot see and
+//! collects **every** problem, each placed at its field's recorded position, and
+//! [`ConfigError::Invalid`] prints one line per problem (NX-3: a file that fails either step is
+//! never applied). [`compile`] turns a valid file into the decision core's model, the health
+//! checker's targets and the node's addresses. The reference of every field is
+//! `docs/configuration.md`.
 //!
 //! To add a top-level section (`topology:`, `services:`, ...): add a field to [`Config`] with
 //! its own `#[serde(deny_unknown_fields)]` struct, check it in [`validate`], compile it in
@@ -32,6 +33,7 @@ pub mod compile;
 pub mod locate;
 pub mod services;
 pub mod validate;
+pub mod yaml;
 pub use compile::NodeAddrs;
 pub use services::*;
 pub use validate::FieldError;
@@ -228,38 +230,17 @@ impl Config {
 
     /// Parses and validates YAML text. `path` only labels errors.
     pub fn from_yaml(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let de = serde_yaml::Deserializer::from_str(text);
-        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
-            let field = e.path().to_string();
-            let inner = e.into_inner();
-            let location = inner.location().map(|l| (l.line(), l.column()));
-            let mut message = inner.to_string();
-            // The location is shown in front already; drop serde_yaml's copy of it.
-            if let Some((line, column)) = location {
-                let suffix = format!(" at line {line} column {column}");
-                if let Some(stripped) = message.strip_suffix(&suffix) {
-                    message.truncate(stripped.len());
-                }
-            }
-            // So is the field path; serde_yaml starts its message with its own copy of (a
-            // prefix of) it: `dataplane.node: unknown field ...`.
-            if let Some((head, rest)) = message.split_once(": ") {
-                if !head.is_empty() && field.starts_with(head) && !head.contains(' ') {
-                    message = rest.to_owned();
-                }
-            }
-            ConfigError::Parse {
+        let (config, locations) =
+            yaml::from_str::<Config>(text).map_err(|e| ConfigError::Parse {
                 path: path.to_owned(),
-                field: if field == "." { String::new() } else { field },
-                location,
-                message,
-            }
-        })?;
+                field: e.field,
+                location: Some(e.location),
+                message: e.message,
+            })?;
         let problems = config.validate();
         if problems.is_empty() {
             return Ok(config);
         }
-        let locations = locate::Locations::parse(text);
         let mut errors: Vec<InvalidField> = problems
             .into_iter()
             .map(|FieldError { field, message }| InvalidField {
