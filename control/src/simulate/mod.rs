@@ -78,8 +78,7 @@ pub fn run(config: &Path, scenario: &Path, out: &mut dyn Write) -> Result<(), Si
     let cfg = config::load(config).map_err(SimulateError::Config)?;
     let text = std::fs::read_to_string(scenario)
         .map_err(|source| SimulateError::Io { path: scenario.to_owned(), source })?;
-    let parsed = parse_scenario(scenario, &text)?;
-    let locations = Locations::parse(&text);
+    let (parsed, locations) = parse_scenario(scenario, &text)?;
     let at = |field: String, message: String| SimulateError::Scenario {
         path: scenario.to_owned(),
         location: locations.get(&field),
@@ -328,7 +327,7 @@ mod tests {
     use std::time::Duration;
 
     fn scenario(text: &str) -> Result<Scenario, SimulateError> {
-        parse_scenario(Path::new("s.yaml"), text)
+        parse_scenario(Path::new("s.yaml"), text).map(|(s, _)| s)
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub(super) enum Step {
     Traffic(TrafficStep),
 }
 
-/// A step as written: a mapping with exactly one of these keys (serde_yaml reads enums only
+/// A step as written: a mapping with exactly one of these keys (the YAML reader takes enums only
 /// from `!tags`, so the mapping is read as a struct and checked).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -450,33 +450,14 @@ impl<'de> Deserialize<'de> for Seconds {
     }
 }
 
-pub(super) fn parse_scenario(path: &Path, text: &str) -> Result<Scenario, SimulateError> {
-    let de = serde_yaml::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let field = e.path().to_string();
-        let inner = e.into_inner();
-        let mut location = inner.location().map(|l| (l.line(), l.column()));
-        let mut message = inner.to_string();
-        if let Some((line, column)) = location {
-            let suffix = format!(" at line {line} column {column}");
-            if let Some(stripped) = message.strip_suffix(&suffix) {
-                message.truncate(stripped.len());
-            }
-        }
-        if let Some((head, rest)) = message.split_once(": ") {
-            if !head.is_empty() && field.starts_with(head) && !head.contains(' ') {
-                message = rest.to_owned();
-            }
-        }
-        let field = if field == "." { String::new() } else { field };
-        // serde_yaml sometimes reports where the enclosing mapping starts: the event parser's
-        // position of the field itself is more precise when the field is in the file.
-        let locations = Locations::parse(text);
-        if let Some(exact) = locations.exact(&field).filter(|_| !field.is_empty()) {
-            location = Some(exact);
-        } else if location.is_none() && !field.is_empty() {
-            location = locations.get(&field);
-        }
-        SimulateError::Scenario { path: path.to_owned(), location, field, message }
+pub(super) fn parse_scenario(
+    path: &Path,
+    text: &str,
+) -> Result<(Scenario, Locations), SimulateError> {
+    config::yaml::from_str(text).map_err(|e| SimulateError::Scenario {
+        path: path.to_owned(),
+        location: Some(e.location),
+        field: e.field,
+        message: e.message,
     })
 }
