@@ -253,6 +253,23 @@ def main():
         with open(os.path.join(d, name), "wb") as f:
             f.write(frame)
     print(f"wrote {len(frames)} frames to {d}")
+    # The `path` target reads a burst: a byte whose bits mark frames as shared buffers, then
+    # frames each preceded by a 2-byte big-endian length. One input per frame, one with every
+    # frame as a burst, and the same burst with every other frame shared.
+    d = os.path.join(here, "corpus", "path")
+    os.makedirs(d, exist_ok=True)
+
+    def burst(shared, fs):
+        return bytes([shared]) + b"".join(struct.pack("!H", len(f)) + f for f in fs)
+
+    items = sorted(frames.items())
+    inputs = {name: burst(0, [frame]) for name, frame in items}
+    inputs["burst_all"] = burst(0, [f for _, f in items][:32])
+    inputs["burst_shared"] = burst(0x55, [f for _, f in items][:32])
+    for name, data in inputs.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    print(f"wrote {len(inputs)} bursts to {d}")
 
 
 if __name__ == "__main__":

@@ -488,3 +488,39 @@ fn a_burst_is_decided_in_order_exactly_like_frame_by_frame() {
     assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), 3);
     assert_eq!(r.shard.len(), 3);
 }
+
+/// A driver may hand over a buffer shared with another owner (reference count above one,
+/// indirect or external mbuf). Rewriting it would change the other owner's packet, and the
+/// old code asserted exclusivity, which aborts the process: the path drops it, counted as
+/// `shared_buffer`, leaves its bytes alone, and creates no entry; the next exclusive buffer
+/// of the same flow is forwarded as usual.
+#[test]
+fn a_shared_buffer_is_a_counted_drop_and_left_untouched() {
+    let mut r = Rig::new(Encap::Ipip);
+    let (frame, _) = syn_to_vip();
+    r.next_hops.refresh(&r.snap, &r.neighbours, &r.node);
+    let mut ctx = PathCtx {
+        snap: &r.snap,
+        shard: &mut r.shard,
+        now: Time::ZERO,
+        node: &r.node,
+        neighbours: &r.neighbours,
+        next_hops: &r.next_hops,
+        events: &r.events,
+        counters: &r.counters,
+    };
+    let mut shared = VecBuf::with_frame(&frame);
+    shared.set_shared(true);
+    assert_eq!(process(&mut shared, &mut ctx), Outcome::Drop(Reason::Path(PathDrop::SharedBuffer)));
+    let mut burst = vec![VecBuf::with_frame(&frame), VecBuf::with_frame(&frame)];
+    burst[0].set_shared(true);
+    let mut out = [Outcome::Consumed; MAX_BURST];
+    process_burst(&mut burst, &mut ctx, &mut out);
+    assert_eq!(out[0], Outcome::Drop(Reason::Path(PathDrop::SharedBuffer)));
+    assert_eq!(out[1], Outcome::Transmit, "the exclusive copy of the same frame is forwarded");
+    assert_eq!(shared.data(), &frame[..], "the shared buffer's bytes are not written");
+    assert_eq!(burst[0].data(), &frame[..]);
+    assert_eq!(&burst[1].data()[0..6], &B1_MAC, "the exclusive one was encapsulated");
+    assert_eq!(r.count(Reason::Path(PathDrop::SharedBuffer)), 2);
+    assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), 1);
+}
