@@ -16,24 +16,24 @@ use crate::node::Node;
 use crate::path::PacketBuf;
 
 /// Frames the control thread gives worker 0 to transmit.
-pub type Outbox<'e> = Arc<ArrayQueue<Mbuf<'e>>>;
+pub type Outbox<'p> = Arc<ArrayQueue<Mbuf<'p>>>;
 
 /// Capacity of an [`Outbox`]; a request that finds it full is not sent (the resolver retries).
 pub const OUTBOX_CAPACITY: usize = 256;
 
 /// A new, empty outbox.
-pub fn outbox<'e>() -> Outbox<'e> {
+pub fn outbox<'p>() -> Outbox<'p> {
     Arc::new(ArrayQueue::new(OUTBOX_CAPACITY))
 }
 
 /// The resolver's [`RequestSender`]: builds ARP requests and neighbour solicitations from the
 /// node's addresses into mbufs of `pool` and queues them in `outbox`.
 #[derive(Debug)]
-pub struct OutboxSender<'e> {
+pub struct OutboxSender<'p> {
     /// Where the frames go.
-    pub outbox: Outbox<'e>,
+    pub outbox: Outbox<'p>,
     /// Where their buffers come from.
-    pub pool: &'e Mempool<'e>,
+    pub pool: &'p Mempool<'p>,
     /// The source MAC and addresses.
     pub node: Node,
 }

@@ -267,7 +267,7 @@ fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome
                 return drop_path(PathDrop::NotForUs);
             }
             // The advertisement can be longer than the solicitation (options).
-            let want = usize::from(f.l3_offset) + 40 + 32;
+            let want = usize::from(f.l3_offset) + ADVERTISEMENT_L3_LEN;
             if buf.data().len() < want && !buf.extend_to(want) {
                 return drop_path(PathDrop::NoHeadroom);
             }
@@ -296,6 +296,13 @@ fn echo_reply<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Ou
         _ => drop_path(PathDrop::NoHeadroom),
     }
 }
+
+/// A neighbour advertisement's IPv6 packet: the IPv6 header (40 bytes), the ICMPv6 message
+/// (24) and its target link-layer address option (8).
+const ADVERTISEMENT_L3_LEN: usize = 40 + 24 + 8;
+
+/// Room beyond the ICMP error's IP size limit for the Ethernet header (and VLAN tags).
+const ICMP_ERROR_FRAME_ROOM: usize = 64;
 
 /// Decide and send on to the backend.
 fn forward<B: PacketBuf>(
@@ -430,7 +437,8 @@ fn too_big<B: PacketBuf>(
     let mut quote = [0u8; build::ICMP_ERROR_MAX_V6];
     let n = (l3.end - l3.start).min(quote.len());
     quote[..n].copy_from_slice(&buf.data()[l3.start..l3.start + n]);
-    let cap = if ip.is_v4 { build::ICMP_ERROR_MAX_V4 } else { build::ICMP_ERROR_MAX_V6 } + 64;
+    let cap = if ip.is_v4 { build::ICMP_ERROR_MAX_V4 } else { build::ICMP_ERROR_MAX_V6 }
+        + ICMP_ERROR_FRAME_ROOM;
     if !buf.reset(cap) {
         return drop_path(PathDrop::TooBig);
     }

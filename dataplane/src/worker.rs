@@ -113,11 +113,11 @@ pub struct WorkerParams {
 
 /// What a load-balancing worker reads and owns besides its queues.
 #[derive(Debug)]
-pub struct Balancer<'e> {
+pub struct Balancer<'p> {
     /// Conntrack queries from the control thread, answered between bursts.
     pub mailbox: Mailbox,
     /// Frames from the control thread to send on the first port (worker 0 only).
-    pub outbox: Option<Outbox<'e>>,
+    pub outbox: Option<Outbox<'p>>,
     /// The current snapshot, loaded once per burst.
     pub snapshots: SnapshotReader,
     /// The current neighbour table, loaded once per burst.

@@ -296,7 +296,7 @@ pub struct GroupState {
     pub size: f64,
     /// Healthy percentage in [0, 100] (AL-7).
     pub healthy_pct: f64,
-    /// AL-5.
+    /// A preferred group: filled up to its capacity first, in latency order (AL-5).
     pub preferred: bool,
 }
 

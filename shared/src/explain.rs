@@ -26,7 +26,7 @@ pub struct Explanation {
     pub client_zone: Option<String>,
     /// FO-7 kind of the original eligible set.
     pub kind: Option<EligibleKind>,
-    /// ZA-2.
+    /// A zonal match happened (ZA-2): zonal affinity is on, the client is compatible and the zonal-match test set has members in its zone.
     pub zonal_match: bool,
     /// SPILL_CROSS_ZONE spilled to the whole eligible set.
     pub spilled: bool,

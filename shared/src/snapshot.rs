@@ -113,13 +113,13 @@ pub struct ServiceView {
     pub id: u16,
     /// Name.
     pub name: Arc<str>,
-    /// SA.
+    /// Session affinity: which tuple the backend-selection hash uses (SA-1..SA-4).
     pub affinity: Affinity,
-    /// SA-8.
+    /// Both directions of a flow hash alike: the tuple is put in canonical order before hashing (SA-8).
     pub symmetric_hashing: bool,
-    /// CT-1.
+    /// Tracking mode: what the tracking key holds (CT-1).
     pub tracking: TrackingMode,
-    /// CP.
+    /// Whether entries persist on a backend that became unhealthy (CP-1..CP-4).
     pub persistence: Persistence,
     /// CT-8: idle timeout in milliseconds.
     pub idle_timeout_ms: u64,
@@ -161,7 +161,7 @@ pub struct AdvancedGroupView {
     pub name: Arc<str>,
     /// Zone id.
     pub zone: ZoneId,
-    /// AL-5.
+    /// A preferred group: filled up to its capacity first, in latency order (AL-5).
     pub preferred: bool,
     /// Configured endpoints (operator-drained ones excluded).
     pub endpoints: usize,

@@ -133,7 +133,7 @@ pub struct AdvancedGroupInfo {
     pub name: String,
     /// Zone name.
     pub zone: String,
-    /// AL-5.
+    /// A preferred group: filled up to its capacity first, in latency order (AL-5).
     pub preferred: bool,
     /// Configured endpoints (operator-drained ones excluded).
     pub endpoints: usize,
@@ -180,25 +180,25 @@ pub struct RuleInfo {
 /// A service's policy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PolicyInfo {
-    /// SA.
+    /// Session affinity (SA-1..SA-4).
     pub session_affinity: String,
-    /// SA-8.
+    /// Both directions of a flow hash alike: the tuple is put in canonical order before hashing (SA-8).
     pub symmetric_hashing: bool,
-    /// CT-1.
+    /// `PER_CONNECTION` or `PER_SESSION`: what the tracking key holds (CT-1).
     pub tracking_mode: String,
-    /// CP.
+    /// Whether entries persist on a backend that became unhealthy (CP-1..CP-4).
     pub persistence: String,
-    /// CT-8.
+    /// Seconds without a packet after which an entry expires (CT-8).
     pub idle_timeout_sec: u64,
-    /// CD-3.
+    /// Seconds a removed backend's entries stay valid (CD-3; 0: invalid at once).
     pub draining_timeout_sec: u32,
-    /// FO-2 applies.
+    /// Failover groups are configured, so FO-2 (not FO-1) chooses the eligible set.
     pub has_failover_groups: bool,
-    /// FO-2.
+    /// Healthy share of primaries below which failover backends take over (FO-2).
     pub failover_ratio: f64,
-    /// FO-3.
+    /// Drop new connections when no backend at all is healthy, instead of using the unhealthy primaries (FO-3).
     pub drop_traffic_if_unhealthy: bool,
-    /// FO-9.
+    /// Invalidate the service's entries when the eligible set flips between primaries and failovers (FO-9).
     pub disable_connection_drain_on_failover: bool,
     /// Section 4 setting.
     pub zonal_affinity: String,
@@ -213,7 +213,7 @@ pub struct PolicyInfo {
 pub struct ZoneChoiceInfo {
     /// Zone name.
     pub zone: String,
-    /// ZA-2.
+    /// A zonal match happened (ZA-2): zonal affinity is on, the client is compatible and the zonal-match test set has members in its zone.
     pub zonal_match: bool,
     /// SPILL_CROSS_ZONE fell back to A.
     pub spilled: bool,
@@ -411,7 +411,7 @@ pub struct ExplainReply {
     pub client_zone: Option<String>,
     /// FO-7 kind.
     pub eligible_kind: Option<String>,
-    /// ZA-2.
+    /// A zonal match happened (ZA-2): zonal affinity is on, the client is compatible and the zonal-match test set has members in its zone.
     pub zonal_match: bool,
     /// Spilled to A.
     pub spilled: bool,

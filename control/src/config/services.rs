@@ -230,13 +230,13 @@ pub struct BackendServiceConfig {
     /// `CLIENT_IP_NO_DESTINATION`.
     #[serde(default = "default_affinity")]
     pub session_affinity: String,
-    /// SA-8.
+    /// Both directions of a flow hash alike: the tuple is put in canonical order before hashing (SA-8).
     #[serde(default)]
     pub symmetric_hashing: bool,
-    /// CT.
+    /// Connection tracking: mode, persistence on unhealthy backends, idle timeout (CT, CP).
     #[serde(default)]
     pub connection_tracking_policy: ConnectionTrackingConfig,
-    /// CD.
+    /// Connection draining of removed backends (CD).
     #[serde(default)]
     pub connection_draining: ConnectionDrainingConfig,
     /// Section 3; only with failover groups.
@@ -316,9 +316,9 @@ pub struct ConnectionDrainingConfig {
 pub struct FailoverPolicyConfig {
     /// FO-2: in [0, 1], default 0.
     pub failover_ratio: f64,
-    /// FO-3.
+    /// Drop new connections when no backend at all is healthy, instead of using the unhealthy primaries (FO-3).
     pub drop_traffic_if_unhealthy: bool,
-    /// FO-9.
+    /// Invalidate the service's entries when the eligible set flips between primaries and failovers (FO-9).
     pub disable_connection_drain_on_failover: bool,
 }
 

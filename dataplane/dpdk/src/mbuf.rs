@@ -40,21 +40,21 @@ pub enum WriteError {
 /// Data accessors cover the first segment (the whole packet for everything Spillway
 /// receives: RX scatter is not enabled).
 #[repr(transparent)]
-pub struct Mbuf<'a> {
+pub struct Mbuf<'p> {
     raw: NonNull<rte_mbuf>,
-    _pool: PhantomData<&'a ()>,
+    _pool: PhantomData<&'p ()>,
 }
 
 // SAFETY: an Mbuf is the only handle to its buffer, and DPDK allows freeing an mbuf from any
 // thread (the pool is thread-safe), so moving it to another thread is sound.
 unsafe impl Send for Mbuf<'_> {}
 
-impl<'a> Mbuf<'a> {
+impl<'p> Mbuf<'p> {
     /// Takes ownership of a raw mbuf.
     ///
     /// # Safety
     /// `raw` must be a valid, non-null mbuf that nobody else owns or references, from a pool
-    /// that lives at least for `'a`.
+    /// that lives at least for `'p`.
     pub(crate) unsafe fn from_raw(raw: *mut rte_mbuf) -> Self {
         Mbuf {
             // SAFETY: the caller guarantees raw is non-null.
@@ -269,12 +269,12 @@ impl fmt::Debug for Mbuf<'_> {
 
 /// Up to [`MAX_BURST`] owned mbufs in an on-stack array. Dropping it frees what it still
 /// holds (one bulk free).
-pub struct MbufBurst<'a> {
+pub struct MbufBurst<'p> {
     /// Invariant: the first `len` entries are valid mbufs owned by this burst; the rest are
     /// ignored. Private to this file; see the module doc.
     pkts: [*mut rte_mbuf; MAX_BURST],
     len: usize,
-    _pool: PhantomData<&'a ()>,
+    _pool: PhantomData<&'p ()>,
 }
 
 // SAFETY: the burst owns its mbufs exclusively, like Mbuf, which is Send.
@@ -286,7 +286,7 @@ impl Default for MbufBurst<'_> {
     }
 }
 
-impl<'a> MbufBurst<'a> {
+impl<'p> MbufBurst<'p> {
     /// An empty burst.
     #[inline]
     pub fn new() -> Self {
@@ -313,7 +313,7 @@ impl<'a> MbufBurst<'a> {
 
     /// Adds a packet; gives it back if the burst is full.
     #[inline]
-    pub fn push(&mut self, m: Mbuf<'a>) -> Result<(), Mbuf<'a>> {
+    pub fn push(&mut self, m: Mbuf<'p>) -> Result<(), Mbuf<'p>> {
         if self.is_full() {
             return Err(m);
         }
@@ -324,30 +324,30 @@ impl<'a> MbufBurst<'a> {
 
     /// The packets, borrowed.
     #[inline]
-    pub fn as_slice(&self) -> &[Mbuf<'a>] {
+    pub fn as_slice(&self) -> &[Mbuf<'p>] {
         // SAFETY: Mbuf is repr(transparent) over NonNull<rte_mbuf>, which has the layout of
         // *mut rte_mbuf; the first len entries are non-null mbufs owned by self.
-        unsafe { std::slice::from_raw_parts(self.pkts.as_ptr().cast::<Mbuf<'a>>(), self.len) }
+        unsafe { std::slice::from_raw_parts(self.pkts.as_ptr().cast::<Mbuf<'p>>(), self.len) }
     }
 
     /// The packets, mutably borrowed.
     #[inline]
-    pub fn as_mut_slice(&mut self) -> &mut [Mbuf<'a>] {
+    pub fn as_mut_slice(&mut self) -> &mut [Mbuf<'p>] {
         // SAFETY: as in as_slice(), with exclusive access through &mut self.
         unsafe {
-            std::slice::from_raw_parts_mut(self.pkts.as_mut_ptr().cast::<Mbuf<'a>>(), self.len)
+            std::slice::from_raw_parts_mut(self.pkts.as_mut_ptr().cast::<Mbuf<'p>>(), self.len)
         }
     }
 
     /// Iterates over the packets.
     #[inline]
-    pub fn iter(&self) -> std::slice::Iter<'_, Mbuf<'a>> {
+    pub fn iter(&self) -> std::slice::Iter<'_, Mbuf<'p>> {
         self.as_slice().iter()
     }
 
     /// Iterates over the packets, mutably.
     #[inline]
-    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Mbuf<'a>> {
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Mbuf<'p>> {
         self.as_mut_slice().iter_mut()
     }
 
@@ -357,7 +357,7 @@ impl<'a> MbufBurst<'a> {
     /// # Safety
     /// `fill` gets a pointer to the first free entry and how many entries it may write; it
     /// must return how many it wrote (at most that many), and each must be a valid mbuf
-    /// that nobody else owns, from a pool that lives for `'a`.
+    /// that nobody else owns, from a pool that lives for `'p`.
     #[inline]
     pub(crate) unsafe fn fill(
         &mut self,
@@ -411,18 +411,18 @@ impl fmt::Debug for MbufBurst<'_> {
     }
 }
 
-impl<'a> IntoIterator for MbufBurst<'a> {
-    type Item = Mbuf<'a>;
-    type IntoIter = BurstIntoIter<'a>;
+impl<'p> IntoIterator for MbufBurst<'p> {
+    type Item = Mbuf<'p>;
+    type IntoIter = BurstIntoIter<'p>;
 
-    fn into_iter(self) -> BurstIntoIter<'a> {
+    fn into_iter(self) -> BurstIntoIter<'p> {
         BurstIntoIter { burst: self, next: 0 }
     }
 }
 
-impl<'s, 'a> IntoIterator for &'s MbufBurst<'a> {
-    type Item = &'s Mbuf<'a>;
-    type IntoIter = std::slice::Iter<'s, Mbuf<'a>>;
+impl<'s, 'p> IntoIterator for &'s MbufBurst<'p> {
+    type Item = &'s Mbuf<'p>;
+    type IntoIter = std::slice::Iter<'s, Mbuf<'p>>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.iter()
@@ -431,16 +431,16 @@ impl<'s, 'a> IntoIterator for &'s MbufBurst<'a> {
 
 /// Moves the packets out of a burst one by one; frees the ones not taken when dropped.
 #[derive(Debug)]
-pub struct BurstIntoIter<'a> {
-    burst: MbufBurst<'a>,
+pub struct BurstIntoIter<'p> {
+    burst: MbufBurst<'p>,
     next: usize,
 }
 
-impl<'a> Iterator for BurstIntoIter<'a> {
-    type Item = Mbuf<'a>;
+impl<'p> Iterator for BurstIntoIter<'p> {
+    type Item = Mbuf<'p>;
 
     #[inline]
-    fn next(&mut self) -> Option<Mbuf<'a>> {
+    fn next(&mut self) -> Option<Mbuf<'p>> {
         if self.next == self.burst.len {
             return None;
         }

@@ -244,7 +244,7 @@ impl<'e> Port<'e> {
         names
     }
 
-    /// The ethdev port id.
+    /// DPDK's id of the port (the index of `rte_eth_devices`).
     pub fn id(&self) -> PortId {
         self.id
     }
@@ -369,12 +369,12 @@ pub struct RxQueue<'p> {
 }
 
 impl<'p> RxQueue<'p> {
-    /// The queue id.
+    /// The queue's index on its port (worker `i` owns queue `i` of every port).
     pub fn queue(&self) -> u16 {
         self.queue
     }
 
-    /// The port id.
+    /// The port the queue belongs to.
     pub fn port(&self) -> PortId {
         PortId(self.port)
     }
@@ -420,12 +420,12 @@ pub struct TxQueue<'p> {
 }
 
 impl<'p> TxQueue<'p> {
-    /// The queue id.
+    /// The queue's index on its port (worker `i` owns queue `i` of every port).
     pub fn queue(&self) -> u16 {
         self.queue
     }
 
-    /// The port id.
+    /// The port the queue belongs to.
     pub fn port(&self) -> PortId {
         PortId(self.port)
     }
