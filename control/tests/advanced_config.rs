@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use spillway_control::config::{self, Config};
-use spillway_shared::advanced::{Distances, Latency, Topology, OTHER_REGION};
+use spillway_shared::advanced::{Distances, Latency, LoadUnit, Topology, OTHER_REGION};
 use spillway_shared::model::{
     AdvancedPolicy, Algorithm, Capacity, Damping, GroupAdvanced, DEFAULT_FAILOVER_HEALTH_THRESHOLD,
 };
@@ -152,11 +152,48 @@ fn the_example_compiles_its_advanced_service_and_topology() {
         }
     );
     // The policy state accepts both and builds a snapshot with the advanced service.
+    let zones = m.zones.len();
+    let zone_of = |name: &str| m.zone_id(name).unwrap_or_else(|| panic!("zone {name}"));
+    let group_zones =
+        [zone_of("us-central1-a"), zone_of("us-central1-b"), zone_of("europe-west1-b")];
     let mut st = PolicyState::new(true);
     st.set_topology(c.advanced_topology());
     st.apply_model(m, Time::ZERO).unwrap();
     assert!(st.has_advanced());
-    let _ = st.snapshot(Time::ZERO);
+    let snap = st.snapshot(Time::ZERO);
+    let views: Vec<_> = snap.services.iter().flatten().collect();
+    assert!(views.iter().filter(|s| &*s.name != "api").all(|s| s.advanced.is_none()));
+    let api = views.iter().find(|s| &*s.name == "api").expect("api in the snapshot");
+    let adv = api.advanced.as_ref().expect("the api service's section 7 view");
+    assert_eq!(
+        (adv.algorithm, adv.unit, adv.failover_health_threshold),
+        (Algorithm::WaterfallByRegion, LoadUnit::Rate, 70)
+    );
+    // Groups in configuration order, every endpoint healthy (the state's default here); the
+    // rate capacities are per-endpoint capacity x healthy endpoints x capacity_scaler.
+    let groups: Vec<_> = adv
+        .groups
+        .iter()
+        .map(|g| (&*g.name, g.zone, g.preferred, g.endpoints, g.healthy, g.in_eligible))
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            ("api-a", group_zones[0], true, 2, 2, 2),
+            ("api-b", group_zones[1], false, 2, 2, 2),
+            ("api-eu", group_zones[2], false, 1, 1, 1),
+        ]
+    );
+    assert_eq!((adv.groups[0].capacity, adv.groups[1].capacity), (1000.0, 500.0));
+    assert!(adv.groups.iter().all(|g| !g.auto_drained && g.retained == 1.0));
+    // One client view per zone and one for clients without a zone; with no demand yet, each
+    // places its next flow in the preferred group first (AL-5): weights (1, 0, 0).
+    assert_eq!(adv.clients.len(), zones + 1);
+    assert_eq!(adv.clients.last().map(|c| c.zone), Some(None));
+    for client in &adv.clients {
+        assert_eq!(client.weights, [1.0, 0.0, 0.0], "{client:?}");
+    }
+    assert_eq!(api.zone_choices.len(), zones);
 }
 
 #[test]

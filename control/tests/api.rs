@@ -648,7 +648,23 @@ async fn metrics_parse_and_carry_the_counters_and_decision_gauges() {
     };
     let count = sample(&m, "spillway_health_check_duration_seconds_count", &dns[..2]);
     let sum = sample(&m, "spillway_health_check_duration_seconds_sum", &dns[..2]);
-    assert!(count >= 2.0 && sum >= 0.0 && sum < count, "count {count} sum {sum}");
+    // One duration per probe, whatever its result (read from the same scrape).
+    let probes: f64 = m
+        .samples
+        .iter()
+        .filter(|x| {
+            x.metric == "spillway_health_check_probes_total"
+                && dns[..2].iter().all(|(k, v)| x.labels.get(k) == Some(*v))
+        })
+        .map(|x| match x.value {
+            prometheus_parse::Value::Counter(v) => v,
+            ref other => panic!("probes_total: {other:?}"),
+        })
+        .sum();
+    assert!(count >= 2.0 && count == probes, "count {count}, probes {probes}");
+    // Each probe took some time, and at most its 40 ms timeout (a timeout counts as the time
+    // waited, which the runtime may measure a few milliseconds late).
+    assert!(sum > 0.0 && sum <= count * 0.05, "count {count} sum {sum}");
     assert_eq!(
         sample(
             &m,

@@ -1,8 +1,11 @@
 //! Health checker against real sockets on loopback (SPEC section 6, HC-1 and HC-3).
 //!
 //! Every test runs on a current-thread runtime, like the control plane, with the probed servers
-//! on the same runtime. Intervals are short (50-100 ms); timing assertions leave a margin for a
-//! loaded 2-core machine.
+//! on the same runtime, and in virtual time ([`Clock`]): the runtime's clock is paused and moves
+//! only when the test lets it, one millisecond at a time, and between two steps the probes'
+//! loopback I/O runs to completion. So probe rates, detection times and timeouts are exact
+//! consequences of the intervals (50-100 ms, +-5 % jitter) and thresholds, whatever the load on
+//! the machine, and every wait has a deadline in virtual time: a test fails, it never hangs.
 
 use spillway_control::health::{
     CheckKind, CheckSpec, HealthChecker, HealthEvent, ProbeResult, Target, TargetStatus,
@@ -15,8 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
-use tokio::time::{sleep, timeout, Instant};
+use tokio::time::Instant;
 
 const LO4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const LO6: IpAddr = IpAddr::V6(Ipv6Addr::LOCALHOST);
@@ -50,15 +54,90 @@ fn status_of(hc: &HealthChecker, key: &BackendKey) -> TargetStatus {
     hc.status().into_iter().find(|s| &s.key == key).expect("target present")
 }
 
-/// The next event, failing the test after `within`.
-async fn next_event(rx: &mut UnboundedReceiver<HealthEvent>, within: Duration) -> HealthEvent {
-    timeout(within, rx.recv()).await.expect("event in time").expect("channel open")
+/// Yields per virtual millisecond: each lets the runtime poll its I/O driver once without moving
+/// the clock (`yield_now`), enough for a probe's whole loopback exchange (connect, accept,
+/// request, reply: the kernel completes each within the system call) to finish at one instant.
+const SETTLE_YIELDS: usize = 24;
+
+/// Virtual time for one test. The test's runtime starts paused (`start_paused = true`); on its
+/// own, tokio would then auto-advance the clock to the next timer whenever the runtime waits,
+/// also while a probe's socket I/O is still on its way (a connect would seem to take as long as
+/// the probe's timeout). A blocking task held for the life of the `Clock` inhibits that (as the
+/// docs of `tokio::time::pause` describe), so the clock moves only in [`Clock::step`]: 1 ms at a
+/// time, with the I/O of every instant completed before the next. Waits are bounded in virtual
+/// time and fail with a message: nothing here can hang.
+struct Clock {
+    start: Instant,
+    _hold: std::sync::mpsc::Sender<()>,
 }
 
-/// Asserts that no event arrives during `d`.
-async fn no_event(rx: &mut UnboundedReceiver<HealthEvent>, d: Duration) {
-    if let Ok(ev) = timeout(d, rx.recv()).await {
-        panic!("unexpected event {ev:?}");
+impl Clock {
+    fn start() -> Clock {
+        let (hold, release) = std::sync::mpsc::channel::<()>();
+        // Ends when `hold` is dropped (also when the test panics).
+        drop(tokio::task::spawn_blocking(move || release.recv()));
+        Clock { start: Instant::now(), _hold: hold }
+    }
+
+    /// Virtual time since the clock started.
+    fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// One virtual millisecond: timers due fire, then their I/O completes.
+    async fn step(&self) {
+        tokio::time::advance(Duration::from_millis(1)).await;
+        for _ in 0..SETTLE_YIELDS {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Lets `d` of virtual time pass.
+    async fn run_for(&self, d: Duration) {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            self.step().await;
+        }
+    }
+
+    /// Steps until `f` returns `Some`, at most `within` of virtual time; panics naming `what`.
+    async fn until<T>(&self, within: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+        let end = Instant::now() + within;
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(Instant::now() < end, "no {what} within {within:?} (virtual time)");
+            self.step().await;
+        }
+    }
+
+    /// The next event, failing the test after `within`.
+    async fn event(
+        &self,
+        rx: &mut UnboundedReceiver<HealthEvent>,
+        within: Duration,
+    ) -> HealthEvent {
+        self.until(within, "health event", || match rx.try_recv() {
+            Ok(ev) => Some(ev),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => panic!("event channel closed"),
+        })
+        .await
+    }
+
+    /// Asserts that no event arrives during `d`.
+    async fn no_event(&self, rx: &mut UnboundedReceiver<HealthEvent>, d: Duration) {
+        let end = Instant::now() + d;
+        loop {
+            if let Ok(ev) = rx.try_recv() {
+                panic!("unexpected event {ev:?} at {:?}", self.elapsed());
+            }
+            if Instant::now() >= end {
+                return;
+            }
+            self.step().await;
+        }
     }
 }
 
@@ -151,10 +230,20 @@ async fn udp_echo(ip: IpAddr) -> u16 {
     port
 }
 
+/// The most probes of one target with interval `interval_ms` that can start within `d`, and the
+/// fewest, from the moment its task starts (first probe within one interval, then every
+/// interval +-5 %, each deadline rounded up to the next millisecond).
+fn probes_within(interval_ms: u64, d: Duration) -> (u64, u64) {
+    let d = u64::try_from(d.as_millis()).unwrap();
+    let (short, long) = (interval_ms * 95 / 100, interval_ms * 105 / 100 + 1);
+    (1 + d.saturating_sub(interval_ms) / long, 1 + d / short)
+}
+
 /// HC-1 (TCP) and HC-3: a listening port turns healthy after exactly `healthy_threshold`
 /// consecutive successes, not before; the event comes once.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn hc_1_hc_3_tcp_listening_turns_healthy_after_threshold() {
+    let clock = Clock::start();
     let (tx, mut rx) = unbounded_channel();
     let mut hc = HealthChecker::new(tx);
     let (port, accepted) = tcp_server(LO4).await;
@@ -166,8 +255,8 @@ async fn hc_1_hc_3_tcp_listening_turns_healthy_after_threshold() {
     let st = status_of(&hc, &k);
     assert_eq!((st.last_result, st.probes.total()), (None, 0));
 
-    let start = Instant::now();
-    let ev = next_event(&mut rx, Duration::from_secs(3)).await;
+    let ev = clock.event(&mut rx, Duration::from_secs(1)).await;
+    let healthy_after = clock.elapsed();
     assert_eq!(ev, HealthEvent { key: k.clone(), healthy: true });
     let st = status_of(&hc, &k);
     // Turned healthy on the third success, not before.
@@ -175,38 +264,49 @@ async fn hc_1_hc_3_tcp_listening_turns_healthy_after_threshold() {
     assert_eq!(st.consecutive_ok, 3);
     assert!(st.healthy && st.last_result == Some(ProbeResult::Success));
     assert!(st.last_latency.is_some() && st.latency_count == 3);
-    assert!(accepted.load(Ordering::Relaxed) >= 3);
-    // First probe within one interval, then two intervals: at most ~300 ms + noise.
-    eprintln!("tcp: healthy after {:?}", start.elapsed());
-    assert!(start.elapsed() < Duration::from_millis(1000));
+    assert_eq!(accepted.load(Ordering::Relaxed), 3);
+    // First probe within one interval, then two intervals (+-5 %): 190 ms to 100 + 2 x 106 ms.
+    eprintln!("tcp: healthy after {healthy_after:?}");
+    assert!(
+        (Duration::from_millis(190)..=Duration::from_millis(312)).contains(&healthy_after),
+        "{healthy_after:?}"
+    );
 
-    // Exactly one event per change: staying healthy sends nothing more.
-    no_event(&mut rx, Duration::from_millis(400)).await;
-    assert!(status_of(&hc, &k).probes.get(ProbeResult::Success) >= 5);
+    // Exactly one event per change: staying healthy sends nothing more, and probing goes on at
+    // its interval: 3 or 4 more probes in 400 ms.
+    clock.no_event(&mut rx, Duration::from_millis(400)).await;
+    let n = status_of(&hc, &k).probes.get(ProbeResult::Success);
+    assert!((6..=7).contains(&n), "{n} probes");
 }
 
 /// HC-3 and HC-1 (TCP): a closed port stays unhealthy, with `Refused` as last result.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn hc_3_tcp_closed_port_stays_unhealthy_refused() {
+    let clock = Clock::start();
     let (tx, mut rx) = unbounded_channel();
     let mut hc = HealthChecker::new(tx);
     let port = closed_tcp_port(LO4).await;
     let k = key("web", LO4, port);
     hc.set_targets(vec![target(&k, spec(CheckKind::Tcp, 50, 2, 2))]);
-    no_event(&mut rx, Duration::from_millis(500)).await;
+    let d = Duration::from_millis(500);
+    clock.no_event(&mut rx, d).await;
     let st = status_of(&hc, &k);
     assert!(!st.healthy);
     assert_eq!(hc.verdict(&k), Some(false));
     assert_eq!(st.last_result, Some(ProbeResult::Refused));
-    assert!(st.probes.get(ProbeResult::Refused) >= 4, "{st:?}");
-    assert_eq!(st.probes.get(ProbeResult::Refused), st.probes.total());
+    // Every probe of the 500 ms was refused, at the check's rate.
+    let (least, most) = probes_within(50, d);
+    let refused = st.probes.get(ProbeResult::Refused);
+    assert!((least..=most).contains(&refused), "{refused} not in {least}..={most}: {st:?}");
+    assert_eq!(refused, st.probes.total());
     assert_eq!(u64::from(st.consecutive_fail), st.probes.total());
 }
 
 /// HC-1 over IPv6, and `check.port` overriding the endpoint's port; a target without any port
 /// reports `Error` on every probe.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn hc_1_tcp_ipv6_check_port_and_missing_port() {
+    let clock = Clock::start();
     let (tx, mut rx) = unbounded_channel();
     let mut hc = HealthChecker::new(tx);
     let (port, _) = tcp_server(LO6).await;
@@ -219,19 +319,23 @@ async fn hc_1_tcp_ipv6_check_port_and_missing_port() {
         target(&with_check_port, sp),
         target(&no_port, spec(CheckKind::Tcp, 50, 1, 1)),
     ]);
-    let ev = next_event(&mut rx, Duration::from_secs(2)).await;
+    let ev = clock.event(&mut rx, Duration::from_millis(60)).await;
     assert_eq!(ev, HealthEvent { key: with_check_port.clone(), healthy: true });
-    sleep(Duration::from_millis(200)).await;
+    clock.run_for(Duration::from_millis(200)).await;
     let st = status_of(&hc, &no_port);
     assert!(!st.healthy);
     assert_eq!(st.last_result, Some(ProbeResult::Error));
-    assert!(st.probes.get(ProbeResult::Error) >= 2);
+    let (least, most) = probes_within(50, clock.elapsed());
+    let errors = st.probes.get(ProbeResult::Error);
+    assert!((least..=most).contains(&errors), "{errors} not in {least}..={most}: {st:?}");
+    assert_eq!(errors, st.probes.total());
 }
 
 /// HC-1 (HTTP): 200 turns healthy, then 500 turns unhealthy after `unhealthy_threshold`
-/// failures, within `interval × unhealthy_threshold + interval` (plus a margin for noise).
-#[tokio::test]
+/// failures, within `interval × unhealthy_threshold + interval` (no margin: virtual time).
+#[tokio::test(start_paused = true)]
 async fn hc_1_http_status_drives_verdict_and_detection_time() {
+    let clock = Clock::start();
     let (tx, mut rx) = unbounded_channel();
     let mut hc = HealthChecker::new(tx);
     let srv = http_server(200).await;
@@ -240,46 +344,54 @@ async fn hc_1_http_status_drives_verdict_and_detection_time() {
     let unhealthy_threshold = 3;
     hc.set_targets(vec![target(&k, spec(http(200), 100, 2, unhealthy_threshold))]);
 
-    let ev = next_event(&mut rx, Duration::from_secs(3)).await;
+    let ev = clock.event(&mut rx, Duration::from_secs(1)).await;
     assert_eq!(ev, HealthEvent { key: k.clone(), healthy: true });
     let req = srv.last_request.lock().unwrap().clone();
     assert!(req.starts_with("GET /healthz HTTP/1.1\r\n"), "{req}");
     assert!(req.contains(&format!("\r\nHost: 127.0.0.1:{}\r\n", srv.port)), "{req}");
     assert!(req.contains("\r\nConnection: close\r\n"), "{req}");
 
-    no_event(&mut rx, Duration::from_millis(250)).await;
+    clock.no_event(&mut rx, Duration::from_millis(250)).await;
     srv.status.store(500, Ordering::Relaxed);
-    let switched = Instant::now();
-    let ev = next_event(&mut rx, Duration::from_secs(3)).await;
-    let detection = switched.elapsed();
-    assert_eq!(ev, HealthEvent { key: k.clone(), healthy: false });
+    let switched = clock.elapsed();
     let bound = interval * (unhealthy_threshold + 1);
-    eprintln!("http: 500 detected after {detection:?} (bound {bound:?} + 250 ms margin)");
-    assert!(detection <= bound + Duration::from_millis(250), "{detection:?}");
-    // And not before `unhealthy_threshold` failures: at least two full intervals.
-    assert!(detection >= interval * (unhealthy_threshold - 1) * 9 / 10, "{detection:?}");
+    let ev = clock.event(&mut rx, bound).await;
+    let detection = clock.elapsed() - switched;
+    assert_eq!(ev, HealthEvent { key: k.clone(), healthy: false });
+    eprintln!("http: 500 detected after {detection:?} (bound {bound:?})");
+    assert!(detection <= bound, "{detection:?}");
+    // And not before `unhealthy_threshold` failures: at least two intervals (-5 %).
+    assert!(detection >= interval * (unhealthy_threshold - 1) * 95 / 100, "{detection:?}");
     let st = status_of(&hc, &k);
     assert_eq!(st.last_result, Some(ProbeResult::BadStatus(500)));
     assert_eq!(st.consecutive_fail, unhealthy_threshold, "{st:?}");
     assert_eq!(st.probes.get(ProbeResult::BadStatus(0)), u64::from(unhealthy_threshold));
-    assert!(srv.requests.load(Ordering::Relaxed) >= 2 + u64::from(unhealthy_threshold));
+    assert_eq!(srv.requests.load(Ordering::Relaxed), st.probes.total());
+    assert!(st.probes.total() >= 2 + u64::from(unhealthy_threshold));
 
     // Exactly one event for the change; back to 200 gives exactly one more.
-    no_event(&mut rx, Duration::from_millis(250)).await;
+    clock.no_event(&mut rx, Duration::from_millis(250)).await;
     srv.status.store(200, Ordering::Relaxed);
-    let ev = next_event(&mut rx, Duration::from_secs(3)).await;
+    let ev = clock.event(&mut rx, Duration::from_secs(1)).await;
     assert_eq!(ev, HealthEvent { key: k.clone(), healthy: true });
-    no_event(&mut rx, Duration::from_millis(250)).await;
+    clock.no_event(&mut rx, Duration::from_millis(250)).await;
 }
 
 /// HC-1 (HTTP): a reply that is not HTTP is `BadReply`.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn hc_1_http_garbage_reply_is_bad_reply() {
+    let clock = Clock::start();
     let l = TcpListener::bind(SocketAddr::new(LO4, 0)).await.unwrap();
     let port = l.local_addr().unwrap().port();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
-            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").await;
+            tokio::spawn(async move {
+                let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").await;
+                // Read the request before closing: closing on unread data would reset the
+                // connection, and the probe could see the reset instead of the reply.
+                let mut sink = [0u8; 1024];
+                while matches!(s.read(&mut sink).await, Ok(n) if n > 0) {}
+            });
         }
     });
     let (tx, mut rx) = unbounded_channel();
@@ -288,15 +400,18 @@ async fn hc_1_http_garbage_reply_is_bad_reply() {
     let mut sp = spec(http(200), 50, 1, 2);
     sp.initial_healthy = true;
     hc.set_targets(vec![target(&k, sp)]);
-    let ev = next_event(&mut rx, Duration::from_secs(2)).await;
+    let ev = clock.event(&mut rx, Duration::from_secs(1)).await;
     assert_eq!(ev, HealthEvent { key: k.clone(), healthy: false });
-    assert_eq!(status_of(&hc, &k).last_result, Some(ProbeResult::BadReply));
+    let st = status_of(&hc, &k);
+    assert_eq!(st.last_result, Some(ProbeResult::BadReply));
+    assert_eq!((st.probes.get(ProbeResult::BadReply), st.probes.total()), (2, 2), "{st:?}");
 }
 
 /// HC-1 (UDP): an echo server is healthy when the reply contains `expect`, unhealthy with
 /// `BadReply` when it does not; a closed UDP port is `Refused` (ICMP port unreachable).
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn hc_1_udp_request_reply() {
+    let clock = Clock::start();
     let (tx, mut rx) = unbounded_channel();
     let mut hc = HealthChecker::new(tx);
     let port4 = udp_echo(LO4).await;
@@ -323,7 +438,7 @@ async fn hc_1_udp_request_reply() {
     ]);
     let mut events = Vec::new();
     for _ in 0..3 {
-        events.push(next_event(&mut rx, Duration::from_secs(3)).await);
+        events.push(clock.event(&mut rx, Duration::from_secs(1)).await);
     }
     let mut expected = vec![
         HealthEvent { key: good.clone(), healthy: true },
@@ -333,17 +448,19 @@ async fn hc_1_udp_request_reply() {
     events.sort_by(|a, b| a.key.cmp(&b.key));
     expected.sort_by(|a, b| a.key.cmp(&b.key));
     assert_eq!(events, expected);
-    no_event(&mut rx, Duration::from_millis(300)).await;
+    clock.no_event(&mut rx, Duration::from_millis(300)).await;
     assert_eq!(status_of(&hc, &wrong).last_result, Some(ProbeResult::BadReply));
     let st = status_of(&hc, &refused);
     assert!(!st.healthy);
     assert_eq!(st.last_result, Some(ProbeResult::Refused), "{st:?}");
+    assert_eq!(st.probes.get(ProbeResult::Refused), st.probes.total(), "{st:?}");
 }
 
 /// A hung backend (accepts, never answers HTTP) with a 500 ms timeout does not delay a healthy
 /// target probed every 50 ms.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn hung_backend_does_not_delay_others() {
+    let clock = Clock::start();
     let (tx, _rx) = unbounded_channel();
     let mut hc = HealthChecker::new(tx);
     let hung = key("slow", LO4, hung_server().await);
@@ -353,36 +470,39 @@ async fn hung_backend_does_not_delay_others() {
     hung_spec.initial_healthy = true;
     hc.set_targets(vec![target(&hung, hung_spec), target(&fast, spec(CheckKind::Tcp, 50, 1, 1))]);
 
-    sleep(Duration::from_millis(300)).await;
-    let t0 = Instant::now();
+    clock.run_for(Duration::from_millis(300)).await;
     let before = status_of(&hc, &fast).probes.total();
-    sleep(Duration::from_millis(1500)).await;
-    let elapsed = t0.elapsed();
+    let window = Duration::from_millis(1500);
+    clock.run_for(window).await;
     let fast_st = status_of(&hc, &fast);
     let hung_st = status_of(&hc, &hung);
     let grew = fast_st.probes.total() - before;
-    let expected = u64::try_from(elapsed.as_millis() / 50).unwrap();
     eprintln!(
-        "hung: fast target ran {grew} probes in {elapsed:?} (~{expected} expected); hung target: \
-         {:?} timeouts",
+        "hung: fast target ran {grew} probes in {window:?}; hung target: {:?} timeouts",
         hung_st.probes.get(ProbeResult::Timeout)
     );
-    // At its own rate (with margin for noise), far above the 3 a 500 ms stall would allow.
-    assert!(grew >= expected * 7 / 10, "{grew} < 70% of {expected}");
+    // At its own rate (every 47.5 to 52.5 ms, deadlines rounded up to the millisecond), far
+    // above the 3 a 500 ms stall would allow.
+    let (least, most) = (window.as_millis() / 54, window.as_millis() / 47 + 1);
+    let grew_ms = u128::from(grew);
+    assert!((least..=most).contains(&grew_ms), "{grew} probes in {window:?}: not {least}..={most}");
     assert!(fast_st.healthy && fast_st.probes.get(ProbeResult::Success) == fast_st.probes.total());
-    // The hung target times out, at most once per 500 ms (its probes never overlap).
+    // The hung target times out once per 500 ms (its probes never overlap): its first probe
+    // starts within 100 ms, so exactly 3 timed out by 1.8 s.
     assert!(!hung_st.healthy);
     assert_eq!(hung_st.last_result, Some(ProbeResult::Timeout));
     let timeouts = hung_st.probes.get(ProbeResult::Timeout);
-    assert!((2..=4).contains(&timeouts), "{timeouts} timeouts in ~1.8 s");
+    assert_eq!(timeouts, 3, "timeouts in 1.8 s: {hung_st:?}");
+    assert_eq!(timeouts, hung_st.probes.total());
     let lat = hung_st.last_latency.unwrap();
-    assert!(lat >= Duration::from_millis(500) && lat < Duration::from_millis(800), "{lat:?}");
+    assert!(lat >= Duration::from_millis(500) && lat <= Duration::from_millis(502), "{lat:?}");
 }
 
 /// HC-3 `initial: healthy`: a never-probed backend starts healthy, and a failing one leaves it
 /// after `unhealthy_threshold` failures.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn hc_3_initial_healthy_starts_healthy() {
+    let clock = Clock::start();
     let (tx, mut rx) = unbounded_channel();
     let mut hc = HealthChecker::new(tx);
     let (up_port, _) = tcp_server(LO4).await;
@@ -397,17 +517,19 @@ async fn hc_3_initial_healthy_starts_healthy() {
     ]);
     assert_eq!(hc.verdict(&up), Some(true));
     assert_eq!(hc.verdict(&down), Some(true));
-    let ev = next_event(&mut rx, Duration::from_secs(2)).await;
+    let ev = clock.event(&mut rx, Duration::from_secs(1)).await;
     assert_eq!(ev, HealthEvent { key: down.clone(), healthy: false });
-    no_event(&mut rx, Duration::from_millis(300)).await;
+    assert_eq!(status_of(&hc, &down).probes.get(ProbeResult::Refused), 2);
+    clock.no_event(&mut rx, Duration::from_millis(300)).await;
     assert_eq!(hc.verdict(&up), Some(true));
 }
 
 /// Reconcile: an unchanged target keeps its state (verdict and counters, even when its check
 /// comes in a new, equal `Arc`); a removed one is no longer probed and sends no event; a new
 /// one starts from HC-3; a changed check keeps the verdict and restarts the counters.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn reconcile_keeps_unchanged_and_drops_removed() {
+    let clock = Clock::start();
     let (tx, mut rx) = unbounded_channel();
     let mut hc = HealthChecker::new(tx);
     let (kept_port, _) = tcp_server(LO4).await;
@@ -417,8 +539,8 @@ async fn reconcile_keeps_unchanged_and_drops_removed() {
     let kept_spec = || spec(CheckKind::Tcp, 50, 2, 2);
     hc.set_targets(vec![target(&kept, kept_spec()), target(&removed, spec(http(200), 50, 1, 1))]);
     let mut evs = vec![
-        next_event(&mut rx, Duration::from_secs(2)).await,
-        next_event(&mut rx, Duration::from_secs(2)).await,
+        clock.event(&mut rx, Duration::from_secs(1)).await,
+        clock.event(&mut rx, Duration::from_secs(1)).await,
     ];
     evs.sort_by(|a, b| a.key.cmp(&b.key));
     assert_eq!(
@@ -428,7 +550,7 @@ async fn reconcile_keeps_unchanged_and_drops_removed() {
             HealthEvent { key: kept.clone(), healthy: true },
         ]
     );
-    sleep(Duration::from_millis(100)).await;
+    clock.run_for(Duration::from_millis(100)).await;
     let before = status_of(&hc, &kept);
 
     // Reload: `kept` with an equal check in a new Arc, `removed` gone, `new` added.
@@ -437,20 +559,20 @@ async fn reconcile_keeps_unchanged_and_drops_removed() {
     hc.set_targets(vec![target(&kept, kept_spec()), target(&new, kept_spec())]);
     let after = status_of(&hc, &kept);
     assert!(after.healthy);
-    assert!(after.probes.total() >= before.probes.total());
-    assert!(after.consecutive_ok >= before.consecutive_ok);
+    assert_eq!(after.probes.total(), before.probes.total());
+    assert_eq!(after.consecutive_ok, before.consecutive_ok);
     assert_eq!(hc.verdict(&removed), None);
     assert_eq!(hc.verdict(&new), Some(false));
     assert_eq!(hc.len(), 2);
     assert!(hc.status().iter().all(|s| s.key != removed));
 
     // The removed target is no longer probed, and its failure sends nothing.
-    sleep(Duration::from_millis(100)).await;
+    clock.run_for(Duration::from_millis(100)).await;
     let requests = removed_srv.requests.load(Ordering::Relaxed);
     removed_srv.status.store(503, Ordering::Relaxed);
-    let ev = next_event(&mut rx, Duration::from_secs(2)).await;
+    let ev = clock.event(&mut rx, Duration::from_secs(1)).await;
     assert_eq!(ev, HealthEvent { key: new.clone(), healthy: true });
-    no_event(&mut rx, Duration::from_millis(300)).await;
+    clock.no_event(&mut rx, Duration::from_millis(300)).await;
     assert_eq!(removed_srv.requests.load(Ordering::Relaxed), requests);
     let counters_kept = status_of(&hc, &kept).probes.total();
     assert!(counters_kept > before.probes.total());
@@ -461,25 +583,34 @@ async fn reconcile_keeps_unchanged_and_drops_removed() {
     hc.set_targets(vec![target(&kept, changed), target(&new, kept_spec())]);
     let st = status_of(&hc, &kept);
     assert!(st.healthy);
-    assert!(st.probes.total() < counters_kept, "{st:?}");
-    no_event(&mut rx, Duration::from_millis(300)).await;
-    assert!(status_of(&hc, &kept).probes.total() >= 2);
+    assert_eq!(st.probes.total(), 0, "{st:?}");
+    clock.no_event(&mut rx, Duration::from_millis(300)).await;
+    let (least, most) = probes_within(60, Duration::from_millis(300));
+    let n = status_of(&hc, &kept).probes.total();
+    assert!((least..=most).contains(&n), "{n} not in {least}..={most}");
 }
 
 /// Dropping the checker stops every task: their event senders go, so the channel closes, and
 /// the backend sees no more probes.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn drop_stops_all_tasks() {
+    let clock = Clock::start();
     let (tx, mut rx) = unbounded_channel();
     let mut hc = HealthChecker::new(tx);
     let (port, accepted) = tcp_server(LO4).await;
     let k = key("web", LO4, port);
     hc.set_targets(vec![target(&k, spec(CheckKind::Tcp, 50, 1, 1))]);
-    let ev = next_event(&mut rx, Duration::from_secs(2)).await;
+    let ev = clock.event(&mut rx, Duration::from_secs(1)).await;
     assert!(ev.healthy);
     drop(hc);
-    assert_eq!(timeout(Duration::from_secs(1), rx.recv()).await, Ok(None));
+    clock
+        .until(Duration::from_secs(1), "closed event channel", || match rx.try_recv() {
+            Err(TryRecvError::Disconnected) => Some(()),
+            Err(TryRecvError::Empty) => None,
+            Ok(ev) => panic!("event after drop: {ev:?}"),
+        })
+        .await;
     let n = accepted.load(Ordering::Relaxed);
-    sleep(Duration::from_millis(250)).await;
+    clock.run_for(Duration::from_millis(250)).await;
     assert_eq!(accepted.load(Ordering::Relaxed), n);
 }

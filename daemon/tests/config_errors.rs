@@ -49,10 +49,9 @@ fn missing_file_is_an_error() {
 }
 
 #[test]
+#[ignore = "needs root: DPDK EAL, network namespaces, tap devices (scripts/test.sh runs it)"]
 fn unknown_port_is_an_error_listing_the_ports_found() {
-    if !root_or_skip("unknown_port_is_an_error_listing_the_ports_found") {
-        return;
-    }
+    require_root("unknown_port_is_an_error_listing_the_ports_found");
     let t = tag("spwnoport");
     let _runtime_dir = RuntimeDir(t.clone());
     let c = TempFile::new(
@@ -69,10 +68,9 @@ fn unknown_port_is_an_error_listing_the_ports_found() {
 }
 
 #[test]
+#[ignore = "needs root: DPDK EAL, network namespaces, tap devices (scripts/test.sh runs it)"]
 fn more_workers_than_lcores_is_an_error() {
-    if !root_or_skip("more_workers_than_lcores_is_an_error") {
-        return;
-    }
+    require_root("more_workers_than_lcores_is_an_error");
     let t = tag("spwlcores");
     let _runtime_dir = RuntimeDir(t.clone());
     let c = TempFile::new(
@@ -92,10 +90,9 @@ fn more_workers_than_lcores_is_an_error() {
 }
 
 #[test]
+#[ignore = "needs root: DPDK EAL, network namespaces, tap devices (scripts/test.sh runs it)"]
 fn unknown_driver_is_an_error() {
-    if !root_or_skip("unknown_driver_is_an_error") {
-        return;
-    }
+    require_root("unknown_driver_is_an_error");
     let t = tag("spwdrv");
     let _runtime_dir = RuntimeDir(t.clone());
     let c = TempFile::new(

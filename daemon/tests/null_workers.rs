@@ -9,10 +9,9 @@ use std::time::Duration;
 use common::*;
 
 #[test]
+#[ignore = "needs root: DPDK EAL, network namespaces, tap devices (scripts/test.sh runs it)"]
 fn two_workers_each_get_packets_and_counters_agree() {
-    if !root_or_skip("two_workers_each_get_packets_and_counters_agree") {
-        return;
-    }
+    require_root("two_workers_each_get_packets_and_counters_agree");
     let t = tag("spwnull");
     let _runtime_dir = RuntimeDir(t.clone());
     let config = TempFile::new(

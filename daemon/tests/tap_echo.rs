@@ -13,10 +13,9 @@ use common::*;
 const TAP_TRAFFIC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/tap_traffic.py");
 
 #[test]
+#[ignore = "needs root: DPDK EAL, network namespaces, tap devices (scripts/test.sh runs it)"]
 fn tap_frames_are_echoed_back_byte_for_byte() {
-    if !root_or_skip("tap_frames_are_echoed_back_byte_for_byte") {
-        return;
-    }
+    require_root("tap_frames_are_echoed_back_byte_for_byte");
     const FRAMES: u64 = 50;
     let t = tag("spwtap");
     let _runtime_dir = RuntimeDir(t.clone());

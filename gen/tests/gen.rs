@@ -3,7 +3,8 @@
 //! Pure tests parse every frame with the balancer's own classifier and check the checksums
 //! with an independent verifier written here; they need no privileges. The `cli_*` tests run
 //! the `spillway-gen` binary on DPDK virtual devices (`--no-huge`, root) as a child process,
-//! like the other data-plane tests, and are skipped without root.
+//! like the other data-plane tests: they need root, so they are `#[ignore]`d in a plain
+//! `cargo test` and run by `scripts/test.sh` (`--include-ignored`, as root).
 
 #[path = "../../daemon/tests/common/mod.rs"]
 mod common;
@@ -699,10 +700,9 @@ fn report(stdout: &str) -> HashMap<String, f64> {
 }
 
 #[test]
+#[ignore = "needs root: DPDK EAL, network namespaces, tap devices (scripts/test.sh runs it)"]
 fn cli_sends_exactly_count_frames_on_net_null() {
-    if !common::root_or_skip("cli_sends_exactly_count_frames_on_net_null") {
-        return;
-    }
+    common::require_root("cli_sends_exactly_count_frames_on_net_null");
     let t = common::tag("spwgen");
     let _dir = common::RuntimeDir(t.clone());
     let (code, out, err) = run_gen(
@@ -733,10 +733,9 @@ fn cli_sends_exactly_count_frames_on_net_null() {
 }
 
 #[test]
+#[ignore = "needs root: DPDK EAL, network namespaces, tap devices (scripts/test.sh runs it)"]
 fn cli_loopback_on_net_ring_receives_every_frame_at_the_rate() {
-    if !common::root_or_skip("cli_loopback_on_net_ring_receives_every_frame_at_the_rate") {
-        return;
-    }
+    common::require_root("cli_loopback_on_net_ring_receives_every_frame_at_the_rate");
     let t = common::tag("spwgenring");
     let _dir = common::RuntimeDir(t.clone());
     let (code, out, err) = run_gen(
@@ -807,9 +806,13 @@ fn cli_errors_are_clear_and_never_panics() {
         assert_eq!(code, 2, "clap usage error for {args:?}: {err}");
         assert!(err.contains("invalid value"), "{err}");
     }
-    if !common::root_or_skip("cli_errors_are_clear_and_never_panics (DPDK part)") {
-        return;
-    }
+}
+
+/// The errors DPDK itself reports (unknown port, too few lcores, bad EAL flag): clear, no panic.
+#[test]
+#[ignore = "needs root: DPDK EAL, network namespaces, tap devices (scripts/test.sh runs it)"]
+fn cli_dpdk_errors_are_clear_and_never_panic() {
+    common::require_root("cli_dpdk_errors_are_clear_and_never_panic");
     let t = common::tag("spwgenerr");
     let _dir = common::RuntimeDir(t.clone());
     let (code, _, err) = run_gen(

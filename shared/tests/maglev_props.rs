@@ -125,9 +125,12 @@ fn table_sizes_are_prime_and_ascending() {
     assert!(!spillway_shared::maglev::is_prime(65537 * 3));
 }
 
-/// CH-1: pinned table. The values come from an independent Python implementation of the
-/// method in the module doc, over the reference C xxHash (`XXH3_64bits_withSeed`), not from
-/// this crate: three backends 10.0.0.1..3:80, weights 1, 2, 3, default seed, M = 251.
+/// CH-1: pinned table. The values come from `maglev_reference.py` (next to this file), an
+/// independent Python implementation of the method in the module doc over the reference C
+/// xxHash (`XXH3_64bits_withSeed`), not from this crate: `python3
+/// shared/tests/maglev_reference.py --pinned` prints them (three backends 10.0.0.1..3:80,
+/// weights 1, 2, 3, default seed, M = 251), and `ch_1_tables_match_the_python_reference`
+/// checks that the script still computes them and this crate the same whole table.
 #[test]
 fn ch_1_known_members_give_a_pinned_table() {
     let hasher = FlowHasher::new(DEFAULT_HASH_SEED);
@@ -150,6 +153,118 @@ fn ch_1_known_members_give_a_pinned_table() {
     // CH-3: 251 * (1, 2, 3) / 6 = 41.8, 83.7, 125.5.
     assert_eq!(counts(&t, 3), vec![42, 84, 125]);
     assert_eq!(t.entry_counts(), vec![(0, 42), (1, 84), (2, 125)]);
+}
+
+/// A reference case: deployment seed, table size, members as (address, port, weight).
+type Case = (u64, u32, Vec<(Addr, u16, u32)>);
+/// What the reference computes for a case: the members' identities and the whole table.
+type Reference = (Vec<u64>, Vec<u16>);
+
+/// Runs `maglev_reference.py` on `cases`: for each case, the identities and the whole table
+/// it computes.
+fn python_reference(cases: &[Case]) -> Vec<Reference> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/maglev_reference.py");
+    let mut input = String::new();
+    for (seed, size, members) in cases {
+        input.push_str(&format!("{seed} {size}"));
+        for (addr, port, weight) in members {
+            input.push_str(&format!(" {},{port},{weight}", addr.to_ip()));
+        }
+        input.push('\n');
+    }
+    let mut child = Command::new("python3")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("python3 {script}: {e} (python3 is needed: scripts/install-deps.sh)")
+        });
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "python3 {script} failed: {stderr}{stdout}");
+    let values = |line: Option<&str>, tag: &str| -> Vec<String> {
+        let line = line.unwrap_or_else(|| panic!("no {tag:?} line in {stdout}"));
+        let rest = line.strip_prefix(tag).unwrap_or_else(|| panic!("{line:?} is not {tag:?}"));
+        rest.split_whitespace().map(str::to_owned).collect()
+    };
+    let mut lines = stdout.lines();
+    let results: Vec<Reference> = cases
+        .iter()
+        .map(|_| {
+            let ids = values(lines.next(), "identities ");
+            let entries = values(lines.next(), "entries ");
+            (
+                ids.iter().map(|h| u64::from_str_radix(h, 16).unwrap()).collect(),
+                entries.iter().map(|e| e.parse().unwrap()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(lines.next(), None, "more output than cases: {stdout}");
+    results
+}
+
+/// CH-1..CH-3 against an independent implementation: the Python reference (see
+/// `ch_1_known_members_give_a_pinned_table`) computes the identities and the whole table of
+/// member sets with uneven and zero weights, IPv4 and IPv6, several sizes and seeds; this crate
+/// must compute the same, entry for entry. The first case is the pinned one.
+#[test]
+fn ch_1_tables_match_the_python_reference() {
+    let v4 = |i: u8| Addr::v4(10, 0, 0, i);
+    let v6 = |i: u16| {
+        let mut b = [0u8; 16];
+        b[..2].copy_from_slice(&0xfd00u16.to_be_bytes());
+        b[12..14].copy_from_slice(&1u16.to_be_bytes());
+        b[14..].copy_from_slice(&i.to_be_bytes());
+        Addr(b)
+    };
+    let cases: Vec<Case> = vec![
+        (DEFAULT_HASH_SEED, 251, (1..=3).map(|i| (v4(i), 80, u32::from(i))).collect()),
+        (
+            0x1234_5678,
+            509,
+            [1, 4, 2, 0, 3, 1, 1].iter().zip(1u8..).map(|(&w, i)| (v4(i), 80, w)).collect(),
+        ),
+        (DEFAULT_HASH_SEED, 2039, (1..=5).map(|i| (v6(i), 8080 + i, 1)).collect()),
+        (DEFAULT_HASH_SEED, 251, vec![(v4(9), 443, 7)]),
+        (
+            0xdead_beef_0bad_cafe,
+            4093,
+            (1..=40u8).map(|i| (v4(i), 80, 1 + u32::from(i % 4))).collect(),
+        ),
+    ];
+    let reference = python_reference(&cases);
+    for ((seed, size, members), (ids, entries)) in cases.iter().zip(&reference) {
+        let hasher = FlowHasher::new(*seed);
+        let built: Vec<MaglevMember> = members
+            .iter()
+            .enumerate()
+            .map(|(i, &(addr, port, weight))| MaglevMember {
+                id: u16::try_from(i).unwrap(),
+                identity: backend_identity(&hasher, addr, port),
+                weight,
+            })
+            .collect();
+        let mine: Vec<u64> = built.iter().map(|m| m.identity).collect();
+        assert_eq!(&mine, ids, "identities, seed {seed:#x}");
+        let t = MaglevTable::build(&built, *size);
+        assert_eq!(t.entries(), &entries[..], "table of seed {seed:#x}, M = {size}: {members:?}");
+    }
+    // The pin above is what the reference computes.
+    let (ids, entries) = &reference[0];
+    assert_eq!(ids, &[0xa6f3_ed7c_eb2d_a1be, 0x67b5_64bf_ed84_5a86, 0xcc11_5bf2_0de7_a5cf]);
+    assert_eq!(
+        &entries[..32],
+        &[
+            2, 2, 0, 1, 0, 1, 0, 0, 2, 1, 2, 1, 2, 2, 2, 2, 0, 1, 2, 2, 2, 2, 2, 0, 1, 2, 1, 2, 2,
+            1, 1, 2
+        ]
+    );
 }
 
 #[test]

@@ -20,11 +20,23 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from topo import LB_NODE_V4, LB_NODE_V6, REPO, VIP4, VIP6, Topology
 
 BIN = Path(os.environ.get("SPILLWAY_BIN", REPO / "target" / "debug" / "spillway"))
 # spillwayctl: next to the daemon's binary unless given.
 CTL = Path(os.environ.get("SPILLWAYCTL_BIN", BIN.parent / "spillwayctl"))
+
+
+def needs_built(*binaries: Path):
+    """Mark for a module or test that runs these binaries. When one is missing the test is
+    skipped with a reason that says how to build it -- outside CI; in CI (``CI`` set, or root)
+    the skip is a failure (``strict_skips.py``)."""
+    missing = [str(b) for b in binaries if not Path(b).exists()]
+    return pytest.mark.skipif(
+        bool(missing),
+        reason=f"not built: {', '.join(missing)} (cargo build -p spillway -p spillway-control -p spillway-gen)")
 
 
 class CtlError(RuntimeError):

@@ -1,8 +1,10 @@
 """pytest setup for Spillway's end-to-end tests (network namespaces, root only).
 
-Everything under tests/e2e is skipped, with the reason shown, when not run as
-root or when iproute2 / /dev/net/tun are missing. Stale namespaces of earlier
-runs whose owning process died are removed once per session.
+Without root, iproute2 or /dev/net/tun nothing under tests/e2e can run: outside CI every test is
+then skipped with the reason (listed in the summary); in CI (``CI`` set, or root) a test that
+would be skipped -- for this or any other missing prerequisite -- fails instead
+(``strict_skips.py``). Stale namespaces of earlier runs whose owning process died are removed
+once per session.
 """
 
 import os
@@ -13,6 +15,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# The hooks that turn skips into failures in CI, and list skips in the summary otherwise.
+from strict_skips import pytest_configure, pytest_runtest_makereport  # noqa: E402,F401
 
 
 def _skip_reason():

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 
-from balancer import Spillway, make_config, service
+from balancer import BIN, Spillway, make_config, needs_built, service
 from topo import VIP4, Topology, UDP_PORT
 
 CAPACITY_PER_ENDPOINT = 20  # new connections per second
@@ -21,6 +21,8 @@ RATE = 80                   # twice zone-a's capacity (2 endpoints x 20)
 WARMUP_S = 15
 MEASURE_S = 12
 TOLERANCE = 0.15            # the in-zone share must be 0.5 +- 0.15
+
+pytestmark = needs_built(BIN)
 
 
 def open_flows(client, rate: int, seconds: float) -> list[str]:

@@ -27,35 +27,16 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 import topo as T
-from balancer import BIN, Spillway, make_config, service
+from balancer import BIN, Spillway, make_config, needs_built, service
 
 GEN = Path(os.environ.get("SPILLWAY_GEN_BIN", BIN.parent / "spillway-gen"))
 
-pytestmark = pytest.mark.skipif(
-    not (BIN.exists() and GEN.exists()),
-    reason=f"{BIN} or {GEN} not built (cargo build -p spillway -p spillway-gen)",
-)
-
-
-def decaps(t: T.Topology) -> dict[str, dict]:
-    return {b.short: t.decap_stats(b) for b in t.backends}
-
-
-def settled_decaps(t: T.Topology) -> dict[str, dict]:
-    """The decap counters once they stop moving (the agents write them every 50 ms)."""
-    prev = decaps(t)
-    while True:
-        time.sleep(0.2)
-        cur = decaps(t)
-        if cur == prev:
-            return cur
-        prev = cur
+pytestmark = needs_built(BIN, GEN)
 
 
 def run_gen(t: T.Topology, lb: Spillway, name: str, args: list[str]) -> dict:
@@ -99,12 +80,14 @@ def backend_metrics(lb: Spillway) -> tuple[dict[str, float], dict[str, float], d
 
 def wait_forwarded(lb: Spillway, total: int, timeout: float = 5.0):
     """Scrape until the balancer has forwarded `total` packets (counters are read, not pushed)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = backend_metrics(lb)
-        if sum(got[2].values()) >= total or time.monotonic() > deadline:
-            return got
-        time.sleep(0.05)
+    last: list = [None]
+
+    def done():
+        last[0] = backend_metrics(lb)
+        return last[0] if sum(last[0][2].values()) >= total else None
+
+    return T.wait_until(done, lambda: f"{total} forwarded packets; forwarded by reason: {last[0][2]}",
+                        timeout=timeout)
 
 
 def host_of(t: T.Topology, label: str) -> str:
@@ -139,7 +122,7 @@ def check_run(t: T.Topology, lb: Spillway, before_decap, before_metrics, report:
             sent_to[host_of(t, addr)] = sent_to.get(host_of(t, addr), 0) + n
     assert sum(sent_to.values()) == count, sent_to
     assert len(sent_to) >= 2, f"{flows} flows all went to one backend: {sent_to}"
-    after = settled_decaps(t)
+    after = t.settled_decaps(quiet=0.2)
     got = {b: sum(after[b][k] - before_decap[b][k] for k in ("ipip", "ip6ip6")) for b in after}
     assert got == {b: sent_to.get(b, 0) for b in got}, (got, sent_to)
     total = {k: sum(after[b][k] - before_decap[b][k] for b in after)
@@ -159,7 +142,7 @@ def test_generator_traffic_is_balanced_and_counted_exactly():
             lb.wait_neighbours()
 
             # 1: 2000 ACKs over 50 established IPv4 TCP flows, paced at 5000/s.
-            d0, m0 = settled_decaps(t), backend_metrics(lb)
+            d0, m0 = t.settled_decaps(quiet=0.2), backend_metrics(lb)
             r = run_gen(t, lb, "g1", ["--flows", "50", "--count", "2000", "--rate", "5k",
                                       "--dst", T.VIP4])
             assert (r["ipv4"], r["tcp"], r["syn"]) == (2000, 2000, 0), r
@@ -167,7 +150,7 @@ def test_generator_traffic_is_balanced_and_counted_exactly():
 
             # 2: a mix from other prefixes (so that no flow of run 1 is reused): IPv6, UDP and
             # new connections (SYNs and first UDP packets from fresh sources).
-            d1, m1 = settled_decaps(t), backend_metrics(lb)
+            d1, m1 = t.settled_decaps(quiet=0.2), backend_metrics(lb)
             r = run_gen(t, lb, "g2", ["--flows", "40", "--count", "1500", "--rate", "5k",
                                       "--ipv6-share", "0.3", "--udp-share", "0.4", "--syn-share", "0.2",
                                       "--src-v4", "198.18.64.0/18", "--src-v6", "fd00::7:0/112",

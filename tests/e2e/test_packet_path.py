@@ -34,9 +34,9 @@ from collections import Counter
 import pytest
 
 import topo as T
-from balancer import BIN, Spillway, make_config, service
+from balancer import BIN, Spillway, make_config, needs_built, service
 
-pytestmark = pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} not built (cargo build -p spillway -p spillway-gen)")
+pytestmark = needs_built(BIN)
 
 HTTP_RE = re.compile(r"(b\d+) (\S+):(\d+)\n")
 UDP_RE = re.compile(r"(b\d+) len=(\d+) sha256=([0-9a-f]{64})")
@@ -51,21 +51,6 @@ def running(t: T.Topology, services: list[dict], mtu: int = 1500):
         lb.wait_ready(t.clients[0])
         lb.wait_neighbours()
         yield lb
-
-
-def decaps(t: T.Topology) -> dict[str, dict]:
-    return {b.short: t.decap_stats(b) for b in t.backends}
-
-
-def settled_decaps(t: T.Topology) -> dict[str, dict]:
-    """The decap counters once they stop moving (the agents write them every 50 ms)."""
-    prev = decaps(t)
-    while True:
-        time.sleep(0.15)
-        cur = decaps(t)
-        if cur == prev:
-            return cur
-        prev = cur
 
 
 def delta(before: dict, after: dict, key: str) -> dict[str, int]:
@@ -137,12 +122,9 @@ def udp_ask(client: T.Client, vip: str, payload: bytes, sock: socket.socket | No
 def holders(t: T.Topology, client_ip: str, port: int, timeout: float = 2.0) -> list[str]:
     """Backends with an established TCP socket VIP:80 <-> client_ip:port (from `ss`); waits
     up to `timeout` for one (the client's final ACK of the handshake may still be on its way)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        out = _holders(t, client_ip, port)
-        if out or time.monotonic() > deadline:
-            return out
-        time.sleep(0.02)
+    return T.wait_until(lambda: _holders(t, client_ip, port),
+                        f"a backend with an established connection from {client_ip}:{port}",
+                        timeout=timeout, poll=0.02)
 
 
 def _holders(t: T.Topology, client_ip: str, port: int) -> list[str]:
@@ -179,7 +161,7 @@ def test_vip_reaches_backends_and_replies_bypass_balancer(encap, family, kind):
             contextlib.ExitStack() as stack:
         lb_mac = lb.port_mac
         backend_macs = {b.mac_address: b.short for b in t.backends}
-        before = decaps(t)
+        before = t.decaps()
         flows: dict[tuple[str, int, int], str] = {}  # (client, proto, port) -> backend that answered
         curls = 0
         caps = {c.short: c.capture() for c in t.clients}
@@ -198,7 +180,7 @@ def test_vip_reaches_backends_and_replies_bypass_balancer(encap, family, kind):
                 flows[(c.short, 17, port)] = b
         frames = {name: cap.stop() for name, cap in caps.items()}
         tap_frames = tap.stop()
-        after = settled_decaps(t)
+        after = t.settled_decaps()
         final = lb.stop()
 
     # Every backend named in a reply; at least two different ones (the flows are spread).
@@ -260,7 +242,7 @@ def test_long_connection_keeps_backend_while_flows_spread():
         owner = holders(t, c1.ipv4, port)
         assert len(owner) == 1, f"connection {c1.ipv4}:{port} held by {owner}"
         owner = owner[0]
-        before = decaps(t)
+        before = t.decaps()
 
         spread = Counter()
         t0 = time.monotonic()
@@ -279,14 +261,14 @@ def test_long_connection_keeps_backend_while_flows_spread():
 
         # The long connection is still held by the same backend, and its next bytes reach it.
         assert holders(t, c1.ipv4, port) == [owner]
-        mid = settled_decaps(t)
+        mid = t.settled_decaps()
         long.sendall(b"X-Later: yes\r\n\r\n")
         reply = recv_all(long).decode()
         long.close()
         body = reply.split("\r\n\r\n", 1)[1]
         assert HTTP_RE.fullmatch(body), reply
         assert body == f"{owner} {c1.ipv4}:{port}\n", f"long connection answered by {body!r}, was {owner}"
-        after = settled_decaps(t)
+        after = t.settled_decaps()
         final = lb.stop()
     # Only the owner received the long connection's last packets.
     d = delta(mid, after, "inner_tcp")
@@ -323,13 +305,13 @@ def test_frag_needed_reaches_the_flows_backend():
         reply_dir = T.ipv4(T.VIP4, c.ipv4, 6, T.tcp(T.VIP4, c.ipv4, T.HTTP_PORT, port, flags=T.TCP_ACK,
                                                       seq=isn + 1, payload=b"x" * 1460), df=True)
         msg = T.icmp4(3, 4, rest=1280, payload=reply_dir[:28])
-        before = settled_decaps(t)
+        before = t.settled_decaps()
         with c.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as raw:
             raw.bind((router, 0))
             raw.sendto(msg, (T.VIP4, 0))
         t.wait_decap(owner, {"inner_icmp": before[owner]["inner_icmp"] + 1})
         time.sleep(0.3)
-        after = settled_decaps(t)
+        after = t.settled_decaps()
         # The backend's kernel took it: the path MTU to the client is now 1280.
         route = t.backend(owner).run(["ip", "route", "get", c.ipv4, "from", T.VIP4]).stdout
         for sock, *_ in conns:
@@ -349,7 +331,7 @@ def test_fragmented_datagrams_reach_one_backend_whole():
     with T.Topology(client_mtu=1400) as t, running(
             t, [service(t, vips=(T.VIP4,)), service(t, name="web6", vips=(T.VIP6,), family=6)]) as lb:
         assert t.client("c1").run(["cat", "/sys/class/net/eth0/mtu"]).stdout.strip() == "1400"
-        before = decaps(t)
+        before = t.decaps()
         answered: dict[tuple[str, str], set[str]] = {}
         sizes = Counter()
         caps = {c.short: c.capture() for c in t.clients}
@@ -365,7 +347,7 @@ def test_fragmented_datagrams_reach_one_backend_whole():
                             answered.setdefault((c.short, vip), set()).add(b)
                             sizes[n] += 1
         frames = {name: cap.stop() for name, cap in caps.items()}
-        after = settled_decaps(t)
+        after = t.settled_decaps()
         final = lb.stop()
     assert sizes == {3000: 12, 8000: 12}
     # SA-6: every fragment uses the 3-tuple, so one client's datagrams to one VIP share a backend.

@@ -108,6 +108,23 @@ class TopologyError(RuntimeError):
     pass
 
 
+def wait_until(cond: Callable[[], object], what: str | Callable[[], str], timeout: float = 10.0,
+               poll: float = 0.05):
+    """Wait for a condition, with a deadline: call ``cond()`` every ``poll`` seconds until it
+    returns something true, and return that. After ``timeout`` seconds raise ``TimeoutError``
+    ("timed out after N s waiting for WHAT"); ``what`` is a string, or a callable called then,
+    which can describe the last state seen. Every wait of the e2e tests goes through here (or
+    has its own deadline): a test that waits fails, it never hangs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what() if callable(what) else what}")
+        time.sleep(poll)
+
+
 def _sh(cmd: Sequence[str], check: bool = True, timeout: float = 30, **kw) -> subprocess.CompletedProcess:
     r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, **kw)
     if check and r.returncode != 0:
@@ -703,14 +720,36 @@ class Topology:
         if not callable(cond):
             want = dict(cond)
             cond = lambda s: all(s.get(k, 0) >= v for k, v in want.items())  # noqa: E731
-        deadline = time.monotonic() + timeout
-        while True:
-            s = self.decap_stats(b)
-            if cond(s):
-                return s
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"decap stats of {b}: {s}")
-            time.sleep(0.02)
+        last: dict = {}
+
+        def met():
+            last.clear()
+            last.update(self.decap_stats(b))
+            return dict(last) if cond(last) else None
+
+        return wait_until(met, lambda: f"decap stats of {b} to meet the condition; last: {last}",
+                          timeout=timeout, poll=0.02)
+
+    def decaps(self) -> dict[str, dict]:
+        """Every backend's decap counters now: {backend name: :meth:`decap_stats`}."""
+        return {b.short: self.decap_stats(b) for b in self.backends}
+
+    def settled_decaps(self, quiet: float = 0.15, timeout: float = 10.0) -> dict[str, dict]:
+        """Every backend's decap counters once they stop moving: two reads ``quiet`` seconds
+        apart are equal (the agents write them every 50 ms while they change). Raises
+        TimeoutError when they still move after ``timeout`` seconds."""
+        seen = [self.decaps()]
+
+        def still() -> dict[str, dict] | None:
+            time.sleep(quiet)
+            cur = self.decaps()
+            if cur == seen[-1]:
+                return cur
+            seen.append(cur)
+            return None
+
+        return wait_until(still, lambda: f"the decap counters to settle; last two reads: {seen[-2:]}",
+                          timeout=timeout, poll=0)
 
     # -- injecting encapsulated packets (no balancer) -----------------------------------------
     def send_encap(self, kind: str, backend: Backend | str, inner: bytes | Iterable[bytes],

@@ -1,4 +1,4 @@
-//! Helpers for the data-plane integration tests: root detection, network namespaces and
+//! Helpers for the data-plane integration tests: the root requirement, network namespaces and
 //! `spillway` child processes that clean up after themselves (also when a test fails), and
 //! parsing of the daemon's `final ...` counter lines.
 //!
@@ -14,14 +14,20 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
-/// True when running as root; otherwise prints why the test is skipped.
-pub fn root_or_skip(test: &str) -> bool {
+/// Panics unless the test runs as root.
+///
+/// Tests that need root (DPDK EAL, network namespaces, tap devices) are marked
+/// `#[ignore = "needs root: ..."]`, so that a plain `cargo test` lists them as ignored, and
+/// call this first: once asked for (`--include-ignored`, as `scripts/test.sh` does), not being
+/// root is a failure, never a silent pass.
+pub fn require_root(test: &str) {
     let uid = Command::new("id").arg("-u").output().map(|o| o.stdout).unwrap_or_default();
-    let root = String::from_utf8_lossy(&uid).trim() == "0";
-    if !root {
-        eprintln!("SKIP {test}: needs root (DPDK EAL, network namespaces, tap devices)");
-    }
-    root
+    let uid = String::from_utf8_lossy(&uid).trim().to_owned();
+    assert!(
+        uid == "0",
+        "{test} needs root (DPDK EAL, network namespaces, tap devices) but runs as uid \
+         {uid:?}: run it as root (scripts/test.sh runs it with `cargo test -- --include-ignored`)"
+    );
 }
 
 /// Runs a command and panics with its output if it fails.
