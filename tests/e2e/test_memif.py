@@ -5,7 +5,7 @@ directory, each process with its own `--file-prefix`. The peer is then made to g
 and again while traffic flows (SIGKILL at varied moments, during the handshake too, and clean
 exits): Spillway must stay up, answer its admin API, accept the peer back and forward again.
 DPDK 22.11's memif driver unmaps the peer's memory on disconnect under running bursts; without
-Spillway's poll gate (dataplane/src/dpdk/memif.rs) these tests die with SIGSEGV.
+Spillway's poll gate (dataplane/dpdk/src/memif.rs) these tests die with SIGSEGV.
 
 Lcores: both processes use CPUs 0-1; Spillway's worker is lcore 1, testpmd's forwarding core
 lcore 0 (`--main-lcore 1`), so the two poll loops do not share a CPU. Nothing leaves the host:
