@@ -119,17 +119,22 @@ impl TrafficLine {
 /// the documentation.
 pub(super) struct Spaced;
 
+/// `, ` before every item of an object or array but the first.
+fn separator<W: ?Sized + Write>(w: &mut W, first: bool) -> std::io::Result<()> {
+    if first {
+        Ok(())
+    } else {
+        w.write_all(b", ")
+    }
+}
+
 impl serde_json::ser::Formatter for Spaced {
     fn begin_object_key<W: ?Sized + Write>(
         &mut self,
         w: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
+        separator(w, first)
     }
 
     fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
@@ -141,11 +146,7 @@ impl serde_json::ser::Formatter for Spaced {
         w: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
+        separator(w, first)
     }
 }
 
