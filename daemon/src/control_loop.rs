@@ -18,8 +18,6 @@ use spillway_dataplane::stats::LivePrinter;
 use spillway_dataplane::worker::WorkerCounters;
 use spillway_shared::addr::Addr;
 
-use crate::run::Options;
-
 /// How often the loop wakes when no health event arrives.
 const TICK: Duration = Duration::from_millis(20);
 
@@ -49,18 +47,19 @@ pub struct ControlPlane<'a> {
     pub sender: Option<&'a mut dyn RequestSender>,
 }
 
-/// Runs until stopped; returns how long the workers ran.
+/// Runs until a stop signal or, when given, until `duration` has passed, printing live
+/// counters every `stats_interval` (never when zero); returns how long the workers ran.
 pub async fn run(
     lcores: &[LcoreId],
     counters: &[WorkerCounters],
-    options: &Options,
+    (stats_interval, duration): (Duration, Option<Duration>),
     signals: &Signals<'_>,
     plane: ControlPlane<'_>,
 ) -> Duration {
     let ControlPlane { control, view, node, resolver, mut sender } = plane;
     let start = Instant::now();
     let mut last_load = start;
-    let mut printer = LivePrinter::new(options.stats_interval, counters);
+    let mut printer = LivePrinter::new(stats_interval, counters);
     let mut events = control.as_ref().and_then(|c| lock(c).take_health_events());
     let mut tick = tokio::time::interval(TICK);
     let mut seen_config = 0;
@@ -78,7 +77,7 @@ pub async fn run(
             break;
         }
         let now = Instant::now();
-        if options.duration.is_some_and(|d| now - start >= d) {
+        if duration.is_some_and(|d| now - start >= d) {
             break;
         }
         if let Some(c) = &control {

@@ -238,7 +238,13 @@ fn run_config(
                 resolver: &mut resolver,
                 sender: sender.as_mut().map(|s| s as _),
             };
-            Ok(runtime.block_on(control_loop::run(&lcores, &counters, options, signals, plane)))
+            Ok(runtime.block_on(control_loop::run(
+                &lcores,
+                &counters,
+                (options.stats_interval, options.duration),
+                signals,
+                plane,
+            )))
         })
         .map_err(dpdk_err("running the workers"))??;
 
