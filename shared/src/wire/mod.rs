@@ -115,6 +115,24 @@ pub use udp::UdpPacket;
 /// A MAC address.
 pub type MacAddr = [u8; 6];
 
+/// A [`MacAddr`] that prints itself (`Display` and `Debug`) as `02:00:00:00:00:01`: the one
+/// formatting of MAC addresses, for logs and messages. Ports report their address as one.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MacDisplay(pub MacAddr);
+
+impl std::fmt::Display for MacDisplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
+impl std::fmt::Debug for MacDisplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
 /// The Ethernet broadcast address.
 pub const BROADCAST_MAC: MacAddr = [0xff; 6];
 
