@@ -16,28 +16,16 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use spillway_shared::addr::Addr;
 use spillway_shared::conntrack::{EntryValue, Shard, Slot};
 use spillway_shared::flow::{FlowHasher, FlowKey};
+use spillway_shared::rng::SplitMix64;
 use spillway_shared::time::Time;
 
 /// Lookups per measured iteration.
 const CHUNK: usize = 1024;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
-fn random_key(rng: &mut Rng) -> FlowKey {
-    let r = rng.next();
+fn random_key(rng: &mut SplitMix64) -> FlowKey {
+    let r = rng.next_u64();
     let [a, b, c, d, e, f, g, h] = r.to_le_bytes();
-    let ports = rng.next();
+    let ports = rng.next_u64();
     FlowKey {
         src: Addr::v4(a, b, c, d),
         dst: Addr::v4(198, 51, e, f),
@@ -50,7 +38,7 @@ fn random_key(rng: &mut Rng) -> FlowKey {
 }
 
 /// `n` distinct random keys with their hashes.
-fn keys(rng: &mut Rng, n: usize) -> (Vec<FlowKey>, Vec<u64>) {
+fn keys(rng: &mut SplitMix64, n: usize) -> (Vec<FlowKey>, Vec<u64>) {
     let hasher = FlowHasher::default();
     let mut seen = std::collections::HashSet::with_capacity(n);
     let mut ks = Vec::with_capacity(n);
@@ -64,9 +52,9 @@ fn keys(rng: &mut Rng, n: usize) -> (Vec<FlowKey>, Vec<u64>) {
     (ks, hs)
 }
 
-fn shuffle<T>(rng: &mut Rng, v: &mut [T]) {
+fn shuffle<T>(rng: &mut SplitMix64, v: &mut [T]) {
     for i in (1..v.len()).rev() {
-        v.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+        v.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
     }
 }
 
@@ -110,13 +98,35 @@ fn find_all_batched<const N: usize>(shard: &Shard, keys: &[FlowKey], hashes: &[u
     hits
 }
 
-fn bench_size(c: &mut Criterion, n: usize, label: &str) {
-    let mut rng = Rng(0x5eed ^ n as u64);
+/// A shard of `n` random keys and the streams to look up: `hit` walks the keys in random
+/// order, `miss` fresh random keys that are not in the table. The generator is returned for
+/// more keys.
+struct Filled {
+    rng: SplitMix64,
+    shard: Shard,
+    hit: Stream,
+    miss: Stream,
+}
+
+fn filled(n: usize) -> Filled {
+    let mut rng = SplitMix64::new(0x5eed ^ n as u64);
     let (present, present_h) = keys(&mut rng, n);
     let mut shard = Shard::with_capacity(n + n / 4);
     for (k, &h) in present.iter().zip(&present_h) {
         shard.insert(k, h, EntryValue { backend: 1, epoch: 0, flags: 0 }, Time(0));
     }
+    let mut order: Vec<usize> = (0..n).collect();
+    shuffle(&mut rng, &mut order);
+    let hit = Stream::new(
+        order.iter().map(|&i| present[i]).collect(),
+        order.iter().map(|&i| present_h[i]).collect(),
+    );
+    let (absent, absent_h) = keys(&mut rng, n.max(CHUNK));
+    Filled { rng, shard, hit, miss: Stream::new(absent, absent_h) }
+}
+
+fn bench_size(c: &mut Criterion, n: usize, label: &str) {
+    let Filled { mut rng, mut shard, mut hit, mut miss } = filled(n);
     eprintln!(
         "conntrack {label}: {} entries in capacity {} ({} MiB), {} evicted while filling",
         shard.len(),
@@ -124,15 +134,6 @@ fn bench_size(c: &mut Criterion, n: usize, label: &str) {
         shard.bytes() >> 20,
         shard.stats().evictions
     );
-    // Lookups in random order; "absent" keys are fresh random keys (not in the table).
-    let mut order: Vec<usize> = (0..n).collect();
-    shuffle(&mut rng, &mut order);
-    let mut hit = Stream::new(
-        order.iter().map(|&i| present[i]).collect(),
-        order.iter().map(|&i| present_h[i]).collect(),
-    );
-    let (absent, absent_h) = keys(&mut rng, n.max(CHUNK));
-    let mut miss = Stream::new(absent, absent_h);
     let (fresh, fresh_h) = keys(&mut rng, (n / 4).max(16 * CHUNK));
     let mut fresh = Stream::new(fresh, fresh_h);
 
@@ -195,20 +196,7 @@ fn bench_size(c: &mut Criterion, n: usize, label: &str) {
 /// variants interleaved in short rounds and print the best and median rate of each. On a
 /// shared, noisy machine this compares variants far more fairly than sequential runs.
 fn ab_report(n: usize, label: &str) {
-    let mut rng = Rng(0x5eed ^ n as u64);
-    let (present, present_h) = keys(&mut rng, n);
-    let mut shard = Shard::with_capacity(n + n / 4);
-    for (k, &h) in present.iter().zip(&present_h) {
-        shard.insert(k, h, EntryValue { backend: 1, epoch: 0, flags: 0 }, Time(0));
-    }
-    let mut order: Vec<usize> = (0..n).collect();
-    shuffle(&mut rng, &mut order);
-    let mut hit = Stream::new(
-        order.iter().map(|&i| present[i]).collect(),
-        order.iter().map(|&i| present_h[i]).collect(),
-    );
-    let (absent, absent_h) = keys(&mut rng, n.max(CHUNK));
-    let mut miss = Stream::new(absent, absent_h);
+    let Filled { shard, mut hit, mut miss, .. } = filled(n);
     type Variant = (&'static str, bool, fn(&Shard, &[FlowKey], &[u64]) -> usize);
     let variants: [Variant; 6] = [
         ("hit single", true, find_all),

@@ -11,6 +11,7 @@ use spillway_shared::addr::Addr;
 use spillway_shared::flow::{proto, tcp_flags, tracking_key, FlowHasher, PacketInfo};
 use spillway_shared::maglev::{backend_identity, MaglevMember, MaglevTable, DEFAULT_TABLE_SIZE};
 use spillway_shared::policy::{Affinity, TrackingMode};
+use spillway_shared::rng::SplitMix64;
 
 /// Backends 10.0.x.y:80 with identities hashed by the default deployment hasher.
 fn members(n: u16) -> Vec<MaglevMember> {
@@ -27,17 +28,10 @@ fn members(n: u16) -> Vec<MaglevMember> {
         .collect()
 }
 
-/// A deterministic stream of pseudo-random 64-bit values (splitmix64).
-fn random_u64s(n: usize, mut state: u64) -> Vec<u64> {
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        })
-        .collect()
+/// `n` pseudo-random 64-bit values from `seed`.
+fn random_u64s(n: usize, seed: u64) -> Vec<u64> {
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| rng.next_u64()).collect()
 }
 
 fn build(c: &mut Criterion) {

@@ -5,25 +5,20 @@
 //!
 //! `cargo bench -p spillway-dataplane --bench path`
 
+mod fixture;
+
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use crossbeam::queue::ArrayQueue;
+use fixture::{model, node, service, snapshot};
 use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
-use spillway_dataplane::node::Node;
 use spillway_dataplane::path::{process, process_burst, Outcome, PathCtx, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
-use spillway_shared::addr::{Addr, Prefix};
+use spillway_shared::addr::Addr;
 use spillway_shared::conntrack::Shard;
 use spillway_shared::counters::WorkerCounters;
-use spillway_shared::model::{
-    Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
-};
-use spillway_shared::state::PolicyState;
+use spillway_shared::model::{Encap, RuleProtocol};
 use spillway_shared::time::Time;
 use std::time::Duration;
-
-fn a(s: &str) -> Addr {
-    s.parse().unwrap()
-}
 
 fn frame(src: [u8; 4], sport: u16, flags: u8) -> Vec<u8> {
     let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0xc, 0x08, 0x00];
@@ -39,39 +34,14 @@ fn frame(src: [u8; 4], sport: u16, flags: u8) -> Vec<u8> {
 }
 
 fn bench(c: &mut Criterion) {
-    let mut m = Model::empty();
-    m.zones.push(Zone { name: "z".into(), region: String::new() });
-    for (name, encap) in [("ipip", Encap::Ipip), ("gue", Encap::Gue { port: 6080 })] {
-        let mut s = Service::new(name);
-        s.encap = encap;
-        let vip = if name == "ipip" { "198.18.0.100" } else { "198.18.0.101" };
-        s.rules.push(Rule {
-            dest: RuleDest::Vip(a(vip)),
-            protocol: RuleProtocol::Tcp,
-            ports: Ports::All,
-        });
-        s.groups.push(Group {
-            name: "g".into(),
-            zone: 0,
-            failover: false,
-            weight: 1,
-            endpoints: (1..=16)
-                .map(|i| Endpoint { addr: Addr::v4(198, 18, 1, i), port: 0 })
-                .collect(),
-        });
-        m.services.push(s);
-    }
-    let mut st = PolicyState::new(true);
-    st.apply_model(m, Time::ZERO).unwrap();
-    let snap = st.snapshot(Time::ZERO);
-    let node = Node {
-        mac: [2, 0, 0, 0, 0, 1],
-        ipv4: Some((a("198.18.0.2"), "198.18.0.0/16".parse::<Prefix>().unwrap())),
-        ipv6: None,
-        gateway_v4: None,
-        gateway_v6: None,
-        mtu: 1500,
-    };
+    let backends = || (1..=16).map(|i| Addr::v4(198, 18, 1, i));
+    let services =
+        [("ipip", Encap::Ipip, "198.18.0.100"), ("gue", Encap::Gue { port: 6080 }, "198.18.0.101")]
+            .map(|(name, encap, vip)| {
+                service(name, encap, RuleProtocol::Tcp, &[vip], "g", backends())
+            });
+    let snap = snapshot(model("", services));
+    let node = node(false);
     let neighbours =
         NeighbourTable::from_pairs((1..=16).map(|i| (Addr::v4(198, 18, 1, i), [2, 0, 0, 0, 1, i])));
     let events = ArrayQueue::new(16);

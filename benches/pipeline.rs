@@ -27,71 +27,49 @@
 //!
 //! Results are printed as a table and, with `--json`, written as one JSON object per line.
 
+mod fixture;
+
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use fixture::{a, model, service, NODE_MAC};
 use spillway_dataplane::dpdk::{self, Eal, MbufBurst, Mempool, Port, PortSetup, RxQueue};
 use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
-use spillway_dataplane::node::Node;
 use spillway_dataplane::worker::{
     Balancer, CounterValues, PortQueues, Worker, WorkerCounters, WorkerParams,
 };
 use spillway_gen::{self as gen, FrameFactory, Limit, Order, TrafficSpec};
-use spillway_shared::addr::{Addr, Prefix};
+use spillway_shared::addr::Addr;
 use spillway_shared::conntrack::{Shard, BYTES_PER_ENTRY};
 use spillway_shared::counters::Reason;
 use spillway_shared::decide::ForwardReason;
 use spillway_shared::mailbox::Mailbox;
-use spillway_shared::model::{
-    Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
-};
+use spillway_shared::model::{Encap, RuleProtocol};
 use spillway_shared::publish::Publisher;
 use spillway_shared::snapshot::Snapshot;
-use spillway_shared::state::PolicyState;
-use spillway_shared::time::Time;
 
-const NODE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const VIP_IPIP: &str = "198.18.0.100";
 const VIP_GUE: &str = "198.18.0.101";
 const VIP6: &str = "fd00::100";
 const BACKENDS: u8 = 16;
 
-fn a(s: &str) -> Addr {
-    s.parse().expect("address")
-}
-
 /// Three services over 16 backends each: IPIP and GUE on IPv4 VIPs, IP6IP6 on an IPv6 VIP.
 fn snapshot() -> Snapshot {
-    let mut m = Model::empty();
-    m.zones.push(Zone { name: "z".into(), region: String::new() });
     let services: [(&str, Encap, &str, bool); 3] = [
         ("ipip", Encap::Ipip, VIP_IPIP, false),
         ("gue", Encap::Gue { port: 6080 }, VIP_GUE, false),
         ("v6", Encap::Ipip, VIP6, true),
     ];
-    for (name, encap, vip, v6) in services {
-        let mut s = Service::new(name);
-        s.encap = encap;
-        s.rules.push(Rule {
-            dest: RuleDest::Vip(a(vip)),
-            protocol: RuleProtocol::L3Default,
-            ports: Ports::All,
-        });
-        s.groups.push(Group {
-            name: "g".into(),
-            zone: 0,
-            failover: false,
-            weight: 1,
-            endpoints: (1..=BACKENDS).map(|i| Endpoint { addr: backend(v6, i), port: 0 }).collect(),
-        });
-        m.services.push(s);
-    }
-    let mut st = PolicyState::new(true);
-    st.apply_model(m, Time::ZERO).expect("valid model");
-    st.snapshot(Time::ZERO)
+    fixture::snapshot(model(
+        "",
+        services.map(|(name, encap, vip, v6)| {
+            let backends = (1..=BACKENDS).map(|i| backend(v6, i));
+            service(name, encap, RuleProtocol::L3Default, &[vip], "g", backends)
+        }),
+    ))
 }
 
 fn backend(v6: bool, i: u8) -> Addr {
@@ -99,17 +77,6 @@ fn backend(v6: bool, i: u8) -> Addr {
         a(&format!("fd00::1:{i}"))
     } else {
         Addr::v4(198, 18, 1, i)
-    }
-}
-
-fn node() -> Node {
-    Node {
-        mac: NODE_MAC,
-        ipv4: Some((a("198.18.0.2"), "198.18.0.0/16".parse::<Prefix>().expect("prefix"))),
-        ipv6: Some((a("fd00::2"), "fd00::/64".parse::<Prefix>().expect("prefix"))),
-        gateway_v4: None,
-        gateway_v6: None,
-        mtu: 1500,
     }
 }
 
@@ -234,7 +201,7 @@ fn main() {
             s.set_flood_guard(guard);
             s
         },
-        node: node(),
+        node: fixture::node(true),
         origin: Instant::now(),
     };
 

@@ -234,10 +234,23 @@ def captured(path):
         text = open(path).read()
     except OSError:
         return out
-    for m in re.finditer(r'pub const (\w+): &str = (?:concat!\(([^)]*)\)|"([0-9a-f]*)");', text):
-        hexes = re.findall(r'"([0-9a-f]*)"', m.group(2)) if m.group(2) else [m.group(3)]
-        out["captured_" + m.group(1).lower()] = bytes.fromhex("".join(hexes))
+    for m in re.finditer(r'pub const (\w+): &str = (?:concat!\((.*?)\)|"([0-9a-f]*)");', text, re.S):
+        hexes = re.findall(r'"([^"]*)"', m.group(2)) if m.group(2) else [m.group(3)]
+        out["captured_" + m.group(1).lower()] = unhex("".join(hexes))
     return out
+
+
+def unhex(s):
+    """The fixtures' hex, whose long runs are written (xx*n): n bytes xx, and (xx+n): n bytes
+    counting up from xx."""
+    import re
+    out, pos = bytearray(), 0
+    for m in re.finditer(r"\((\w\w)([*+])(\d+)\)", s):
+        out += bytes.fromhex(s[pos:m.start()])
+        first, step = int(m.group(1), 16), m.group(2) == "+"
+        out += bytes((first + i * step) % 256 for i in range(int(m.group(3))))
+        pos = m.end()
+    return bytes(out + bytes.fromhex(s[pos:]))
 
 
 def main():

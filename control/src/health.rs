@@ -66,6 +66,7 @@
 //! concurrently can never emit after its removal, whatever runtime flavour runs the tasks.
 
 use spillway_shared::model::BackendKey;
+use spillway_shared::rng::mix;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -446,14 +447,6 @@ fn seed(key: &BackendKey, check: &CheckSpec) -> u64 {
     key.hash(&mut h);
     check.name.hash(&mut h);
     h.finish()
-}
-
-/// SplitMix64: a well-mixed 64-bit value from a counter.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// `d` scaled by a value in `[0, 1)` derived from `r`.

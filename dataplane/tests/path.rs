@@ -2,69 +2,36 @@
 //! snapshot and conntrack shard. Expected bytes are written out by hand (header offsets from
 //! the RFCs), never produced by the builders under test.
 
+#[path = "../../benches/fixture.rs"]
+mod fixture;
+
 use crossbeam::queue::ArrayQueue;
+use fixture::{a, model, service, snapshot, NODE_MAC};
 use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache};
 use spillway_dataplane::node::Node;
 use spillway_dataplane::path::{process, process_burst, Outcome, PacketBuf, PathCtx, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
-use spillway_shared::addr::{Addr, Prefix};
 use spillway_shared::conntrack::Shard;
 use spillway_shared::counters::{PathDrop, Reason, WorkerCounters};
 use spillway_shared::decide::{DropReason, ForwardReason};
-use spillway_shared::model::{
-    Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
-};
+use spillway_shared::model::{Encap, RuleProtocol};
 use spillway_shared::snapshot::Snapshot;
-use spillway_shared::state::PolicyState;
 use spillway_shared::time::Time;
 use spillway_shared::wire::Malformed;
 
-const NODE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
 const B1_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb1];
 const B6_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb6];
 
-fn a(s: &str) -> Addr {
-    s.parse().unwrap()
-}
-
-fn model(encap: Encap) -> Model {
-    let mut m = Model::empty();
-    m.region = "r".into();
-    m.zones.push(Zone { name: "z".into(), region: "r".into() });
-    let mut s = Service::new("web");
-    s.encap = encap;
-    for vip in ["198.18.0.100", "fd00::100"] {
-        s.rules.push(Rule {
-            dest: RuleDest::Vip(a(vip)),
-            protocol: RuleProtocol::L3Default,
-            ports: Ports::All,
-        });
-    }
-    s.groups.push(Group {
-        name: "g".into(),
-        zone: 0,
-        failover: false,
-        weight: 1,
-        endpoints: vec![Endpoint { addr: a("198.18.1.1"), port: 0 }],
-    });
-    m.services.push(s);
-    let mut s6 = Service::new("web6");
-    s6.encap = encap;
-    s6.rules.push(Rule {
-        dest: RuleDest::Vip(a("fd00::200")),
-        protocol: RuleProtocol::L3Default,
-        ports: Ports::All,
-    });
-    s6.groups.push(Group {
-        name: "g6".into(),
-        zone: 0,
-        failover: false,
-        weight: 1,
-        endpoints: vec![Endpoint { addr: a("fd00::1:1"), port: 0 }],
-    });
-    m.services.push(s6);
-    m
+fn snap(encap: Encap) -> Snapshot {
+    let l3 = RuleProtocol::L3Default;
+    snapshot(model(
+        "r",
+        [
+            service("web", encap, l3, &["198.18.0.100", "fd00::100"], "g", [a("198.18.1.1")]),
+            service("web6", encap, l3, &["fd00::200"], "g6", [a("fd00::1:1")]),
+        ],
+    ))
 }
 
 struct Rig {
@@ -79,19 +46,10 @@ struct Rig {
 
 impl Rig {
     fn new(encap: Encap) -> Rig {
-        let mut st = PolicyState::new(true);
-        st.apply_model(model(encap), Time::ZERO).unwrap();
         Rig {
-            snap: st.snapshot(Time::ZERO),
+            snap: snap(encap),
             shard: Shard::with_capacity(1024),
-            node: Node {
-                mac: NODE_MAC,
-                ipv4: Some((a("198.18.0.2"), "198.18.0.0/16".parse::<Prefix>().unwrap())),
-                ipv6: Some((a("fd00::2"), "fd00::/64".parse::<Prefix>().unwrap())),
-                gateway_v4: None,
-                gateway_v6: None,
-                mtu: 1500,
-            },
+            node: fixture::node(true),
             neighbours: NeighbourTable::from_pairs([
                 (a("198.18.1.1"), B1_MAC),
                 (a("fd00::1:1"), B6_MAC),

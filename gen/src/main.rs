@@ -18,6 +18,7 @@ use spillway_dataplane::dpdk::{Eal, Mempool, Port, PortSetup};
 use spillway_gen::{
     send_and_receive, FrameFactory, Limit, Order, SendReport, SpecError, TrafficSpec,
 };
+use spillway_shared::wire::MacDisplay;
 
 const AFTER_HELP: &str = "\
 EAL arguments come after `--`; the sending runs on the first EAL worker lcore, so give EAL at \
@@ -228,10 +229,6 @@ fn dst_mac(s: &str) -> Result<DstMac, String> {
     }
 }
 
-fn mac_str(m: [u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
-
 /// The command-line flag of a spec field, for error messages.
 fn flag_of(e: &SpecError) -> &'static str {
     match e.field() {
@@ -353,8 +350,8 @@ fn run(args: &Args) -> anyhow::Result<()> {
          (max {} B), ipv6 {} udp {} syn {} fragments {}, {} order, rate {}, count {}, duration {}",
         port.name(),
         port.driver(),
-        mac_str(spec.src_mac),
-        mac_str(spec.dst_mac),
+        MacDisplay(spec.src_mac),
+        MacDisplay(spec.dst_mac),
         spec.flows,
         spec.frame_len,
         factory.max_frame_len(),

@@ -347,28 +347,43 @@ struct Ctx<'a> {
     client_region: Vec<usize>,
 }
 
+/// What a placement works on.
+struct Placement<'a> {
+    /// Each client's demand not placed yet.
+    rem: Vec<f64>,
+    /// Each group's capacity left.
+    avail: &'a mut [f64],
+    /// `x[c][g]`: what client `c` has put on group `g`.
+    x: Vec<Vec<f64>>,
+}
+
+impl Placement<'_> {
+    /// The demand of `clients` not placed yet.
+    fn remaining(&self, clients: &[usize]) -> f64 {
+        clients.iter().map(|&c| self.rem[c]).sum()
+    }
+}
+
 /// Place `demand` (per client) on groups with `avail` capacity left; returns what each client
 /// put on each group. Demand that fits nowhere stays unplaced.
 fn place(ctx: &Ctx<'_>, demand: &[f64], avail: &mut [f64]) -> Vec<Vec<f64>> {
     let ng = ctx.groups.len();
-    let mut x = vec![vec![0.0; ng]; ctx.clients.len()];
-    let mut rem = demand.to_vec();
+    let mut p =
+        Placement { rem: demand.to_vec(), avail, x: vec![vec![0.0; ng]; ctx.clients.len()] };
     let preferred: Vec<bool> = ctx.groups.iter().map(|g| g.preferred && g.usable()).collect();
     let regular: Vec<bool> = ctx.groups.iter().map(|g| !g.preferred && g.usable()).collect();
     // AL-5: preferred groups first, in latency order, up to capacity.
-    sequential_fill(ctx, &preferred, &mut rem, avail, &mut x);
+    sequential_fill(ctx, &preferred, &mut p);
     match ctx.algorithm {
-        Algorithm::WaterfallByZone => sequential_fill(ctx, &regular, &mut rem, avail, &mut x),
+        Algorithm::WaterfallByZone => sequential_fill(ctx, &regular, &mut p),
         Algorithm::SprayToWorld => {
             let all: Vec<usize> = (0..ctx.clients.len()).collect();
             let groups: Vec<usize> = (0..ng).filter(|&g| regular[g]).collect();
-            spray(ctx, &all, &groups, &mut rem, avail, &mut x);
+            spray(ctx, &all, &groups, &mut p);
         }
-        Algorithm::WaterfallByRegion | Algorithm::SprayToRegion => {
-            by_region(ctx, &regular, &mut rem, avail, &mut x);
-        }
+        Algorithm::WaterfallByRegion | Algorithm::SprayToRegion => by_region(ctx, &regular, &mut p),
     }
-    x
+    p.x
 }
 
 /// Sequential fill (AL-4 and AL-5): every client takes the groups in `mask` one by one in its
@@ -376,13 +391,8 @@ fn place(ctx: &Ctx<'_>, demand: &[f64], avail: &mut [f64]) -> Vec<Vec<f64>> {
 /// are processed in ascending order over all clients, so nearer clients claim first; clients
 /// at the same distance from a group share its capacity in proportion to their remaining
 /// demand.
-fn sequential_fill(
-    ctx: &Ctx<'_>,
-    mask: &[bool],
-    rem: &mut [f64],
-    avail: &mut [f64],
-    x: &mut [Vec<f64>],
-) {
+fn sequential_fill(ctx: &Ctx<'_>, mask: &[bool], p: &mut Placement<'_>) {
+    let Placement { rem, avail, x } = p;
     let mut pairs: Vec<(u32, usize)> = Vec::new();
     for c in ctx.clients {
         for (g, gs) in ctx.groups.iter().enumerate() {
@@ -457,15 +467,9 @@ fn proportional_fill(ctx: &Ctx<'_>, amount: f64, groups: &[usize], avail: &[f64]
 
 /// Spray: the clients' total remaining demand is split over `groups` in proportion to size
 /// (up to capacity); every client gets the same split.
-fn spray(
-    ctx: &Ctx<'_>,
-    clients: &[usize],
-    groups: &[usize],
-    rem: &mut [f64],
-    avail: &mut [f64],
-    x: &mut [Vec<f64>],
-) {
-    let total: f64 = clients.iter().map(|&c| rem[c]).sum();
+fn spray(ctx: &Ctx<'_>, clients: &[usize], groups: &[usize], p: &mut Placement<'_>) {
+    let total = p.remaining(clients);
+    let Placement { rem, avail, x } = p;
     if total <= 0.0 || groups.is_empty() {
         return;
     }
@@ -489,7 +493,7 @@ fn spray(
 /// AL-1 and AL-2: stage 0 is each client's own region; stage k its k-th nearest other region
 /// (regions without usable groups are skipped). Within a stage, regions are processed in
 /// index order.
-fn by_region(ctx: &Ctx<'_>, mask: &[bool], rem: &mut [f64], avail: &mut [f64], x: &mut [Vec<f64>]) {
+fn by_region(ctx: &Ctx<'_>, mask: &[bool], p: &mut Placement<'_>) {
     let nr = ctx.dist.regions().len();
     let region_groups: Vec<Vec<usize>> = (0..nr)
         .map(|r| (0..ctx.groups.len()).filter(|&g| mask[g] && ctx.group_region[g] == r).collect())
@@ -519,15 +523,15 @@ fn by_region(ctx: &Ctx<'_>, mask: &[bool], rem: &mut [f64], avail: &mut [f64], x
     for stage in 0..nr {
         for (r, in_region) in region_groups.iter().enumerate() {
             let clients: Vec<usize> = (0..ctx.clients.len())
-                .filter(|&c| rem[c] > 0.0 && orders[c].get(stage) == Some(&r))
+                .filter(|&c| p.rem[c] > 0.0 && orders[c].get(stage) == Some(&r))
                 .collect();
             if clients.is_empty() || in_region.is_empty() {
                 continue;
             }
             if stage == 0 && ctx.algorithm == Algorithm::WaterfallByRegion {
-                waterfall_region(ctx, &clients, in_region, rem, avail, x);
+                waterfall_region(ctx, &clients, in_region, p);
             } else {
-                spray(ctx, &clients, in_region, rem, avail, x);
+                spray(ctx, &clients, in_region, p);
             }
         }
     }
@@ -535,15 +539,9 @@ fn by_region(ctx: &Ctx<'_>, mask: &[bool], rem: &mut [f64], avail: &mut [f64], x
 
 /// AL-1 within the clients' own region: targets in proportion to capacity (equal
 /// utilisation), each zone's own clients first, residual demand spread over the spare targets.
-fn waterfall_region(
-    ctx: &Ctx<'_>,
-    clients: &[usize],
-    groups: &[usize],
-    rem: &mut [f64],
-    avail: &mut [f64],
-    x: &mut [Vec<f64>],
-) {
-    let total: f64 = clients.iter().map(|&c| rem[c]).sum();
+fn waterfall_region(ctx: &Ctx<'_>, clients: &[usize], groups: &[usize], p: &mut Placement<'_>) {
+    let total = p.remaining(clients);
+    let Placement { rem, avail, x } = p;
     let target = proportional_fill(ctx, total, groups, avail);
     let mut spare = target.clone();
     // Local first: each client zone takes its own zone's targets.

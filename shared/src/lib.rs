@@ -13,7 +13,8 @@
 //!   [`decide`]);
 //! - [`decide`]: the one decision function; [`simulator`]: the same on a virtual clock;
 //! - [`publish`] (snapshots to the workers) and [`mailbox`] (conntrack queries to the workers):
-//!   how the control plane and the data plane meet, with no async runtime in either.
+//!   how the control plane and the data plane meet, with no async runtime in either;
+//! - [`rng`]: the project's one seeded pseudo-random stream (generator, jitter, test data).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -32,6 +33,7 @@ pub mod mailbox;
 pub mod model;
 pub mod policy;
 pub mod publish;
+pub mod rng;
 pub mod simulator;
 pub mod snapshot;
 pub mod state;

@@ -8,7 +8,6 @@
 //! It must never decide what to do with packets.
 
 use std::ffi::{CStr, CString};
-use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -16,6 +15,8 @@ use super::eal::Eal;
 use super::error::DpdkError;
 use super::mbuf::{Mbuf, MbufBurst, MAX_BURST};
 use super::mempool::Mempool;
+// The MAC address types are the shared core's: the bytes, and the value ports report.
+pub use spillway_shared::wire::{MacAddr, MacDisplay};
 
 /// An ethdev port id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -35,23 +36,6 @@ pub struct PortSetup {
     pub rx_desc: u16,
     /// TX descriptors per queue (DPDK may adjust it to the device's limits).
     pub tx_desc: u16,
-}
-
-/// A MAC address.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct MacAddr(pub [u8; 6]);
-
-impl fmt::Display for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let b = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4], b[5])
-    }
-}
-
-impl fmt::Debug for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
 }
 
 /// Link state.
@@ -275,14 +259,14 @@ impl<'e> Port<'e> {
         self.promiscuous
     }
 
-    /// The port's MAC address.
-    pub fn mac(&self) -> Result<MacAddr, DpdkError> {
+    /// The port's MAC address (its bytes are `.0`).
+    pub fn mac(&self) -> Result<MacDisplay, DpdkError> {
         let mut addr = dpdk_sys::rte_ether_addr::default();
         // SAFETY: the port is valid; addr is a writable rte_ether_addr.
         DpdkError::check("rte_eth_macaddr_get", unsafe {
             dpdk_sys::rte_eth_macaddr_get(self.id.0, &mut addr)
         })?;
-        Ok(MacAddr(addr.addr_bytes))
+        Ok(MacDisplay(addr.addr_bytes))
     }
 
     /// Sets the port's MTU (IP bytes; the frame may be 18 bytes longer).

@@ -531,6 +531,33 @@ pub fn neighbor_solicitation(
     Ok(end)
 }
 
+/// How much of the offending packet an ICMP or ICMPv6 error written into `buf` quotes, after
+/// `head` bytes of Ethernet, IP and ICMP headers: `want` bytes or what fits, but at least
+/// `need` (the offending IP header and 8 bytes) when that much is wanted.
+fn quote_len(buf: &[u8], head: usize, want: usize, need: usize) -> Result<usize, BuildError> {
+    let quote = want.min(buf.len().saturating_sub(head));
+    if quote < want.min(need) {
+        return Err(BuildError::BufferTooSmall);
+    }
+    Ok(quote)
+}
+
+// ICMP and ICMPv6 headers have the same length: one helper places both messages.
+const _: () = assert!(icmp::HEADER_LEN == icmpv6::HEADER_LEN);
+
+/// The message of an ICMP or ICMPv6 error: its 8-byte header before `head`, followed by the
+/// first `quote` bytes of `offending` (copied here).
+fn quoted_message<'a>(
+    buf: &'a mut [u8],
+    head: usize,
+    offending: &[u8],
+    quote: usize,
+) -> &'a mut [u8] {
+    let msg = &mut buf[head - icmp::HEADER_LEN..head + quote];
+    msg[icmp::HEADER_LEN..].copy_from_slice(&offending[..quote]);
+    msg
+}
+
 fn is_icmpv4_error(t: u8) -> bool {
     // Destination unreachable, source quench, redirect, time exceeded, parameter problem.
     matches!(t, 3 | 4 | 5 | 11 | 12)
@@ -571,29 +598,22 @@ pub fn icmp_frag_needed(
     let want = usize::from(off.total_len())
         .min(offending.len())
         .min(ICMP_ERROR_MAX_V4 - ipv4::HEADER_LEN - 8);
-    let quote = want.min(buf.len().saturating_sub(head));
-    if quote < want.min(ihl + 8) {
-        return Err(BuildError::BufferTooSmall);
-    }
-    let end = head + quote;
-    let msg_len = icmp::HEADER_LEN + quote;
+    let quote = quote_len(buf, head, want, ihl + 8)?;
     write_ethernet(buf, dst_mac, src_mac, ethertype::IPV4)?;
     write_ipv4_header(
         &mut buf[ethernet::HEADER_LEN..],
         our_ip,
         Addr::from_v4_bytes(src),
         ip_proto::ICMP,
-        msg_len,
+        icmp::HEADER_LEN + quote,
         0,
         DEFAULT_TTL,
     )?;
-    let msg = &mut buf[head - icmp::HEADER_LEN..end];
-    msg[icmp::HEADER_LEN..].copy_from_slice(&offending[..quote]);
-    let mut m = IcmpPacket::new_unchecked(msg);
+    let mut m = IcmpPacket::new_unchecked(quoted_message(buf, head, offending, quote));
     m.set_type_code(icmp::types::DEST_UNREACHABLE, icmp::types::CODE_FRAG_NEEDED);
     m.set_rest_of_header(u32::from(mtu));
     m.fill_checksum();
-    Ok(end)
+    Ok(head + quote)
 }
 
 /// Write an ICMPv6 "packet too big" (type 2, `mtu`) from `our_ip` to the source of
@@ -635,28 +655,22 @@ pub fn icmpv6_packet_too_big(
     }
     let head = ethernet::HEADER_LEN + ipv6::HEADER_LEN + icmpv6::HEADER_LEN;
     let want = have.min(ICMP_ERROR_MAX_V6 - ipv6::HEADER_LEN - 8);
-    let quote = want.min(buf.len().saturating_sub(head));
-    if quote < want.min(ipv6::HEADER_LEN + 8) {
-        return Err(BuildError::BufferTooSmall);
-    }
-    let end = head + quote;
-    let msg_len = icmpv6::HEADER_LEN + quote;
+    let quote = quote_len(buf, head, want, ipv6::HEADER_LEN + 8)?;
     write_ethernet(buf, dst_mac, src_mac, ethertype::IPV6)?;
     write_ipv6_header(
         &mut buf[ethernet::HEADER_LEN..],
         our_ip,
         src,
         ip_proto::ICMPV6,
-        msg_len,
+        icmpv6::HEADER_LEN + quote,
         0,
         0,
         DEFAULT_TTL,
     )?;
-    let msg = &mut buf[head - icmpv6::HEADER_LEN..end];
-    msg[icmpv6::HEADER_LEN..].copy_from_slice(&offending[..quote]);
+    let msg = quoted_message(buf, head, offending, quote);
     let mut m = Icmpv6Packet::new_unchecked(&mut *msg);
     m.set_type_code(icmpv6::types::PACKET_TOO_BIG, 0);
     m.set_rest_of_header(mtu);
     fill_icmpv6_checksum(msg, our_ip, src);
-    Ok(end)
+    Ok(head + quote)
 }

@@ -26,13 +26,14 @@ pub fn data(bytes: &[u8]) -> u16 {
     fold(acc)
 }
 
-/// Fold a wide one's-complement accumulator to 16 bits.
-pub fn fold(mut acc: u64) -> u16 {
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    // The loop leaves at most 0xffff.
-    u16::try_from(acc).unwrap_or(0xffff)
+/// Fold a wide one's-complement accumulator (any sum of 16-bit words, unfolded) to 16 bits,
+/// without a loop: adding a value to its half-rotation leaves the end-around-carry sum of its
+/// two halves in the upper half (64 -> 32, then 32 -> 16 bits). A non-zero sum never folds
+/// to 0.
+#[inline]
+pub fn fold(acc: u64) -> u16 {
+    let s = (acc.wrapping_add(acc.rotate_left(32)) >> 32) as u32;
+    (s.wrapping_add(s.rotate_left(16)) >> 16) as u16
 }
 
 /// One's-complement sum of several folded sums.
@@ -55,11 +56,19 @@ pub fn finish(sums: &[u16]) -> u16 {
     !combine(sums)
 }
 
-/// Like [`finish`], for UDP: a computed 0 is sent as `0xffff` (0 means "no checksum").
+/// Like [`finish`], for UDP (see [`udp_field`]).
 pub fn finish_udp(sums: &[u16]) -> u16 {
-    match finish(sums) {
-        0 => 0xffff,
-        c => c,
+    udp_field(finish(sums))
+}
+
+/// The UDP checksum field for a computed checksum `c`: a computed 0 is sent as `0xffff`
+/// (0 means "no checksum", RFC 768).
+#[inline]
+pub fn udp_field(c: u16) -> u16 {
+    if c == 0 {
+        0xffff
+    } else {
+        c
     }
 }
 
@@ -85,6 +94,24 @@ mod tests {
         assert_eq!(data(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]), 0xddf2);
         // Odd length: the last byte is the high byte of a zero-padded word.
         assert_eq!(data(&[0x00, 0x01, 0xf2]), 0xf201);
+    }
+
+    /// The obvious fold: add the carries back until the value fits.
+    fn fold_by_loop(mut acc: u64) -> u64 {
+        while acc > 0xffff {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        acc
+    }
+
+    #[test]
+    fn fold_matches_the_loop() {
+        let mut rng = crate::rng::SplitMix64::new(3);
+        let edge = [0u64, 1, 0xffff, 0x1_0000, 0x1_fffe, 0xffff_ffff, 0x1_0000_0000, u64::MAX];
+        let random = (0..100_000).map(|i| rng.next_u64() >> (i % 64));
+        for x in edge.into_iter().chain(random) {
+            assert_eq!(u64::from(fold(x)), fold_by_loop(x), "{x:#x}");
+        }
     }
 
     // RFC 1624 §4 example: HC = 0xdd2f, m = 0x5555 -> m' = 0x3285 gives HC' = 0x0000.

@@ -1,11 +1,12 @@
 //! ICMP for IPv4 (RFC 792, RFC 1191).
 
-use super::{be, Malformed};
+use super::view::view;
 
 mod field {
     pub const TYPE: usize = 0;
     pub const CODE: usize = 1;
     pub const CHECKSUM: usize = 2;
+    pub const REST: usize = 4;
     pub const IDENT: usize = 4;
     pub const SEQ: usize = 6;
     pub const MTU: usize = 6;
@@ -29,64 +30,29 @@ pub mod types {
     pub const CODE_FRAG_NEEDED: u8 = 4;
 }
 
-/// A view of an ICMP message. After [`IcmpPacket::check_len`] the 8-byte header is there.
-#[derive(Debug, Clone, Copy)]
-pub struct IcmpPacket<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of an ICMP message. After [`IcmpPacket::check_len`] the 8-byte header is there.
+    IcmpPacket;
+    check_len: HEADER_LEN => BadIcmp;
+    fields {
+        /// Message type.
+        msg_type: u8 = field::TYPE;
+        /// Message code.
+        msg_code: u8 = field::CODE;
+        /// Checksum field.
+        checksum, set_checksum: u16 = field::CHECKSUM;
+        /// Echo identifier.
+        echo_ident: u16 = field::IDENT;
+        /// Echo sequence number.
+        echo_seq: u16 = field::SEQ;
+        /// Next-hop MTU of a fragmentation-needed message (RFC 1191).
+        next_hop_mtu: u16 = field::MTU;
+        /// The 4 type-specific bytes (unused / ident+seq / MTU).
+        rest_of_header, set_rest_of_header: u32 = field::REST;
+    }
 }
 
 impl<T: AsRef<[u8]>> IcmpPacket<T> {
-    /// Wrap a buffer without checking it.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        IcmpPacket { buffer }
-    }
-
-    /// Wrap a buffer and check it.
-    pub fn new_checked(buffer: T) -> Result<Self, Malformed> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// `BadIcmp` when shorter than 8 bytes.
-    pub fn check_len(&self) -> Result<(), Malformed> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            Err(Malformed::BadIcmp)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Message type.
-    pub fn msg_type(&self) -> u8 {
-        self.buffer.as_ref()[field::TYPE]
-    }
-
-    /// Message code.
-    pub fn msg_code(&self) -> u8 {
-        self.buffer.as_ref()[field::CODE]
-    }
-
-    /// Checksum field.
-    pub fn checksum(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::CHECKSUM)
-    }
-
-    /// Echo identifier.
-    pub fn echo_ident(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::IDENT)
-    }
-
-    /// Echo sequence number.
-    pub fn echo_seq(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::SEQ)
-    }
-
-    /// Next-hop MTU of a fragmentation-needed message (RFC 1191).
-    pub fn next_hop_mtu(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::MTU)
-    }
-
     /// What follows the header (echo data, or the quoted packet of an error).
     pub fn data(&self) -> &[u8] {
         &self.buffer.as_ref()[field::DATA..]
@@ -99,16 +65,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IcmpPacket<T> {
         let b = self.buffer.as_mut();
         b[field::TYPE] = msg_type;
         b[field::CODE] = code;
-    }
-
-    /// Set the checksum field.
-    pub fn set_checksum(&mut self, v: u16) {
-        be::set_u16(self.buffer.as_mut(), field::CHECKSUM, v);
-    }
-
-    /// Set the 4 type-specific bytes (unused / ident+seq / MTU).
-    pub fn set_rest_of_header(&mut self, v: u32) {
-        be::set_u32(self.buffer.as_mut(), field::IDENT, v);
     }
 
     /// Fill the checksum over the whole buffer.

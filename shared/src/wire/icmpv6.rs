@@ -1,6 +1,7 @@
 //! ICMPv6 (RFC 4443) and neighbour discovery (RFC 4861).
 
-use super::{be, MacAddr, Malformed};
+use super::view::{view, Field};
+use super::{MacAddr, Malformed};
 
 mod field {
     pub const TYPE: usize = 0;
@@ -54,65 +55,30 @@ pub mod na_flags {
     pub const OVERRIDE: u8 = 0x20;
 }
 
-/// A view of an ICMPv6 message. After [`Icmpv6Packet::check_len`] the 8-byte header is
-/// there.
-#[derive(Debug, Clone, Copy)]
-pub struct Icmpv6Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of an ICMPv6 message. After [`Icmpv6Packet::check_len`] the 8-byte header is
+    /// there.
+    Icmpv6Packet;
+    check_len: HEADER_LEN => BadIcmp;
+    fields {
+        /// Message type.
+        msg_type: u8 = field::TYPE;
+        /// Message code.
+        msg_code: u8 = field::CODE;
+        /// Checksum field.
+        checksum, set_checksum: u16 = field::CHECKSUM;
+        /// The 4 type-specific bytes.
+        rest_of_header, set_rest_of_header: u32 = field::REST;
+        /// The 4 type-specific bytes: the MTU of a packet-too-big message.
+        mtu: u32 = field::REST;
+        /// Echo identifier.
+        echo_ident: u16 = field::REST;
+        /// Echo sequence number.
+        echo_seq: u16 = field::REST + 2;
+    }
 }
 
 impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
-    /// Wrap a buffer without checking it.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Icmpv6Packet { buffer }
-    }
-
-    /// Wrap a buffer and check it.
-    pub fn new_checked(buffer: T) -> Result<Self, Malformed> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// `BadIcmp` when shorter than 8 bytes.
-    pub fn check_len(&self) -> Result<(), Malformed> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            Err(Malformed::BadIcmp)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Message type.
-    pub fn msg_type(&self) -> u8 {
-        self.buffer.as_ref()[field::TYPE]
-    }
-
-    /// Message code.
-    pub fn msg_code(&self) -> u8 {
-        self.buffer.as_ref()[field::CODE]
-    }
-
-    /// Checksum field.
-    pub fn checksum(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::CHECKSUM)
-    }
-
-    /// The 4 type-specific bytes: the MTU of a packet-too-big message.
-    pub fn mtu(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::REST)
-    }
-
-    /// Echo identifier.
-    pub fn echo_ident(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::REST)
-    }
-
-    /// Echo sequence number.
-    pub fn echo_seq(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::REST + 2)
-    }
-
     /// What follows the header (echo data, or the quoted packet of an error).
     pub fn data(&self) -> &[u8] {
         &self.buffer.as_ref()[field::DATA..]
@@ -126,67 +92,26 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv6Packet<T> {
         b[field::TYPE] = msg_type;
         b[field::CODE] = code;
     }
-
-    /// Set the checksum field.
-    pub fn set_checksum(&mut self, v: u16) {
-        be::set_u16(self.buffer.as_mut(), field::CHECKSUM, v);
-    }
-
-    /// Set the 4 type-specific bytes.
-    pub fn set_rest_of_header(&mut self, v: u32) {
-        be::set_u32(self.buffer.as_mut(), field::REST, v);
-    }
 }
 
-/// A view of a neighbour solicitation or advertisement. After [`NdiscPacket::check_len`]
-/// the 24-byte fixed part is there.
-#[derive(Debug, Clone, Copy)]
-pub struct NdiscPacket<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of a neighbour solicitation or advertisement. After [`NdiscPacket::check_len`]
+    /// the 24-byte fixed part is there.
+    NdiscPacket;
+    check_len: ND_LEN => BadIcmp;
+    fields {
+        /// Message type (135 or 136).
+        msg_type: u8 = field::TYPE;
+        /// Message code (must be 0).
+        msg_code: u8 = field::CODE;
+        /// The advertisement flags byte ([`na_flags`]); reserved (0) in a solicitation.
+        flags: u8 = field::REST;
+        /// Target address.
+        target_addr, set_target_addr: [u8; 16] = field::ND_TARGET;
+    }
 }
 
 impl<T: AsRef<[u8]>> NdiscPacket<T> {
-    /// Wrap a buffer without checking it.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        NdiscPacket { buffer }
-    }
-
-    /// Wrap a buffer and check it.
-    pub fn new_checked(buffer: T) -> Result<Self, Malformed> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// `BadIcmp` when shorter than 24 bytes.
-    pub fn check_len(&self) -> Result<(), Malformed> {
-        if self.buffer.as_ref().len() < ND_LEN {
-            Err(Malformed::BadIcmp)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Message type (135 or 136).
-    pub fn msg_type(&self) -> u8 {
-        self.buffer.as_ref()[field::TYPE]
-    }
-
-    /// Message code (must be 0).
-    pub fn msg_code(&self) -> u8 {
-        self.buffer.as_ref()[field::CODE]
-    }
-
-    /// The advertisement flags byte ([`na_flags`]); reserved (0) in a solicitation.
-    pub fn flags(&self) -> u8 {
-        self.buffer.as_ref()[field::REST]
-    }
-
-    /// Target address.
-    pub fn target_addr(&self) -> [u8; 16] {
-        be::array(self.buffer.as_ref(), field::ND_TARGET)
-    }
-
     /// The options area.
     pub fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[field::ND_OPTIONS..]
@@ -206,7 +131,7 @@ impl<T: AsRef<[u8]>> NdiscPacket<T> {
                 return Err(Malformed::BadIcmp);
             }
             if opts[0] == kind && len == 8 && found.is_none() {
-                found = Some(be::array(opts, 2));
+                found = Some(Field::get(opts, 2));
             }
             opts = &opts[len..];
         }
@@ -217,11 +142,6 @@ impl<T: AsRef<[u8]>> NdiscPacket<T> {
 impl<T: AsRef<[u8]> + AsMut<[u8]>> NdiscPacket<T> {
     /// Set the flags byte and clear the other reserved bytes.
     pub fn set_flags(&mut self, flags: u8) {
-        be::set_u32(self.buffer.as_mut(), field::REST, u32::from(flags) << 24);
-    }
-
-    /// Set the target address.
-    pub fn set_target_addr(&mut self, a: [u8; 16]) {
-        self.buffer.as_mut()[field::ND_TARGET..field::ND_OPTIONS].copy_from_slice(&a);
+        (u32::from(flags) << 24).set(self.buffer.as_mut(), field::REST);
     }
 }

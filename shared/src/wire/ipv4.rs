@@ -1,8 +1,11 @@
 //! IPv4 headers (RFC 791), options and fragments included.
 
-use super::{be, checksum, Malformed};
+use super::view::{view, Field};
+use super::{checksum, Malformed};
 
-mod field {
+/// Byte offsets of the header fields.
+#[allow(missing_docs)]
+pub mod field {
     pub const VER_IHL: usize = 0;
     pub const DSCP_ECN: usize = 1;
     pub const LENGTH: usize = 2;
@@ -26,29 +29,34 @@ const DF: u16 = 0x4000;
 const MF: u16 = 0x2000;
 const OFFSET_MASK: u16 = 0x1fff;
 
-/// A view of an IPv4 packet.
-///
-/// After [`Ipv4Packet::check_len`]: `20 <= header_len() <= total_len() <= buffer length`, so
-/// [`Ipv4Packet::options`] and [`Ipv4Packet::payload`] cannot panic. The version nibble is
-/// not checked (the classifier does that, to count it separately).
-#[derive(Debug, Clone, Copy)]
-pub struct Ipv4Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of an IPv4 packet.
+    ///
+    /// After [`Ipv4Packet::check_len`]: `20 <= header_len() <= total_len() <= buffer length`,
+    /// so [`Ipv4Packet::options`] and [`Ipv4Packet::payload`] cannot panic. The version nibble
+    /// is not checked (the classifier does that, to count it separately).
+    Ipv4Packet;
+    fields {
+        /// The DSCP/ECN byte (old TOS).
+        dscp_ecn, set_dscp_ecn: u8 = field::DSCP_ECN;
+        /// Total length field.
+        total_len, set_total_len: u16 = field::LENGTH;
+        /// Identification.
+        ident, set_ident: u16 = field::IDENT;
+        /// Time to live.
+        ttl, set_ttl: u8 = field::TTL;
+        /// Protocol of the payload.
+        protocol, set_protocol: u8 = field::PROTOCOL;
+        /// Header checksum field.
+        checksum, set_checksum: u16 = field::CHECKSUM;
+        /// Source address.
+        src_addr, set_src_addr: [u8; 4] = field::SRC;
+        /// Destination address.
+        dst_addr, set_dst_addr: [u8; 4] = field::DST;
+    }
 }
 
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
-    /// Wrap a buffer without checking it.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Ipv4Packet { buffer }
-    }
-
-    /// Wrap a buffer and check it (see [`Ipv4Packet::check_len`]).
-    pub fn new_checked(buffer: T) -> Result<Self, Malformed> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
     /// `Truncated` when shorter than 20 bytes; `BadIhl` when IHL < 5; `BadLength` when the
     /// total length is smaller than the header or larger than the buffer.
     pub fn check_len(&self) -> Result<(), Malformed> {
@@ -67,11 +75,6 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         Ok(())
     }
 
-    /// The wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// Version nibble.
     pub fn version(&self) -> u8 {
         self.buffer.as_ref()[field::VER_IHL] >> 4
@@ -82,64 +85,28 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         usize::from(self.buffer.as_ref()[field::VER_IHL] & 0x0f) * 4
     }
 
-    /// The DSCP/ECN byte (old TOS).
-    pub fn dscp_ecn(&self) -> u8 {
-        self.buffer.as_ref()[field::DSCP_ECN]
-    }
-
-    /// Total length field.
-    pub fn total_len(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::LENGTH)
-    }
-
-    /// Identification.
-    pub fn ident(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::IDENT)
+    fn flags_and_offset(&self) -> u16 {
+        u16::get(self.buffer.as_ref(), field::FLG_OFF)
     }
 
     /// Don't Fragment.
     pub fn dont_frag(&self) -> bool {
-        be::u16_at(self.buffer.as_ref(), field::FLG_OFF) & DF != 0
+        self.flags_and_offset() & DF != 0
     }
 
     /// More Fragments.
     pub fn more_frags(&self) -> bool {
-        be::u16_at(self.buffer.as_ref(), field::FLG_OFF) & MF != 0
+        self.flags_and_offset() & MF != 0
     }
 
     /// Fragment offset in 8-byte units.
     pub fn frag_offset(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::FLG_OFF) & OFFSET_MASK
+        self.flags_and_offset() & OFFSET_MASK
     }
 
     /// True for any fragment (MF set or offset non-zero), SA-6.
     pub fn is_fragment(&self) -> bool {
         self.more_frags() || self.frag_offset() != 0
-    }
-
-    /// Time to live.
-    pub fn ttl(&self) -> u8 {
-        self.buffer.as_ref()[field::TTL]
-    }
-
-    /// Protocol of the payload.
-    pub fn protocol(&self) -> u8 {
-        self.buffer.as_ref()[field::PROTOCOL]
-    }
-
-    /// Header checksum field.
-    pub fn checksum(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::CHECKSUM)
-    }
-
-    /// Source address.
-    pub fn src_addr(&self) -> [u8; 4] {
-        be::array(self.buffer.as_ref(), field::SRC)
-    }
-
-    /// Destination address.
-    pub fn dst_addr(&self) -> [u8; 4] {
-        be::array(self.buffer.as_ref(), field::DST)
     }
 
     /// True when the header checksum is right.
@@ -165,21 +132,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         self.buffer.as_mut()[field::VER_IHL] = 0x40 | ihl;
     }
 
-    /// Set the DSCP/ECN byte.
-    pub fn set_dscp_ecn(&mut self, v: u8) {
-        self.buffer.as_mut()[field::DSCP_ECN] = v;
-    }
-
-    /// Set the total length.
-    pub fn set_total_len(&mut self, v: u16) {
-        be::set_u16(self.buffer.as_mut(), field::LENGTH, v);
-    }
-
-    /// Set the identification.
-    pub fn set_ident(&mut self, v: u16) {
-        be::set_u16(self.buffer.as_mut(), field::IDENT, v);
-    }
-
     /// Set DF, MF and the fragment offset (8-byte units).
     pub fn set_frag(&mut self, dont_frag: bool, more_frags: bool, offset: u16) {
         let mut v = offset & OFFSET_MASK;
@@ -189,32 +141,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         if more_frags {
             v |= MF;
         }
-        be::set_u16(self.buffer.as_mut(), field::FLG_OFF, v);
-    }
-
-    /// Set the TTL.
-    pub fn set_ttl(&mut self, v: u8) {
-        self.buffer.as_mut()[field::TTL] = v;
-    }
-
-    /// Set the protocol.
-    pub fn set_protocol(&mut self, v: u8) {
-        self.buffer.as_mut()[field::PROTOCOL] = v;
-    }
-
-    /// Set the checksum field.
-    pub fn set_checksum(&mut self, v: u16) {
-        be::set_u16(self.buffer.as_mut(), field::CHECKSUM, v);
-    }
-
-    /// Set the source address.
-    pub fn set_src_addr(&mut self, a: [u8; 4]) {
-        self.buffer.as_mut()[field::SRC..field::SRC + 4].copy_from_slice(&a);
-    }
-
-    /// Set the destination address.
-    pub fn set_dst_addr(&mut self, a: [u8; 4]) {
-        self.buffer.as_mut()[field::DST..field::DST + 4].copy_from_slice(&a);
+        v.set(self.buffer.as_mut(), field::FLG_OFF);
     }
 
     /// Compute and write the header checksum.

@@ -1,8 +1,11 @@
 //! IPv6 headers (RFC 8200) and the extension-header chain.
 
-use super::{be, ip_proto, Malformed};
+use super::view::{view, Field};
+use super::{ip_proto, Malformed};
 
-mod field {
+/// Byte offsets of the base header fields.
+#[allow(missing_docs)]
+pub mod field {
     pub const VER_TC_FLOW: usize = 0;
     pub const LENGTH: usize = 4;
     pub const NXT_HDR: usize = 6;
@@ -19,27 +22,26 @@ pub const HEADER_LEN: usize = field::PAYLOAD;
 /// [`Malformed::BadExtensionHeader`].
 pub const MAX_EXT_HEADERS: usize = 8;
 
-/// A view of an IPv6 packet.
-///
-/// After [`Ipv6Packet::check_len`]: `40 + payload_len() <= buffer length`.
-#[derive(Debug, Clone, Copy)]
-pub struct Ipv6Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of an IPv6 packet.
+    ///
+    /// After [`Ipv6Packet::check_len`]: `40 + payload_len() <= buffer length`.
+    Ipv6Packet;
+    fields {
+        /// Payload length field.
+        payload_len, set_payload_len: u16 = field::LENGTH;
+        /// Next header (the first extension header or the upper-layer protocol).
+        next_header, set_next_header: u8 = field::NXT_HDR;
+        /// Hop limit.
+        hop_limit, set_hop_limit: u8 = field::HOP_LIMIT;
+        /// Source address.
+        src_addr, set_src_addr: [u8; 16] = field::SRC;
+        /// Destination address.
+        dst_addr, set_dst_addr: [u8; 16] = field::DST;
+    }
 }
 
 impl<T: AsRef<[u8]>> Ipv6Packet<T> {
-    /// Wrap a buffer without checking it.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Ipv6Packet { buffer }
-    }
-
-    /// Wrap a buffer and check it (see [`Ipv6Packet::check_len`]).
-    pub fn new_checked(buffer: T) -> Result<Self, Malformed> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
     /// `Truncated` when shorter than 40 bytes; `BadLength` when 40 + payload length is larger
     /// than the buffer.
     pub fn check_len(&self) -> Result<(), Malformed> {
@@ -51,11 +53,6 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
             return Err(Malformed::BadLength);
         }
         Ok(())
-    }
-
-    /// The wrapped buffer.
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// Version nibble.
@@ -71,37 +68,12 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 
     /// Flow label (20 bits).
     pub fn flow_label(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::VER_TC_FLOW) & 0x000f_ffff
-    }
-
-    /// Payload length field.
-    pub fn payload_len(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::LENGTH)
+        u32::get(self.buffer.as_ref(), field::VER_TC_FLOW) & 0x000f_ffff
     }
 
     /// 40 + payload length.
     pub fn total_len(&self) -> usize {
         HEADER_LEN + usize::from(self.payload_len())
-    }
-
-    /// Next header (the first extension header or the upper-layer protocol).
-    pub fn next_header(&self) -> u8 {
-        self.buffer.as_ref()[field::NXT_HDR]
-    }
-
-    /// Hop limit.
-    pub fn hop_limit(&self) -> u8 {
-        self.buffer.as_ref()[field::HOP_LIMIT]
-    }
-
-    /// Source address.
-    pub fn src_addr(&self) -> [u8; 16] {
-        be::array(self.buffer.as_ref(), field::SRC)
-    }
-
-    /// Destination address.
-    pub fn dst_addr(&self) -> [u8; 16] {
-        be::array(self.buffer.as_ref(), field::DST)
     }
 
     /// The payload (extension headers included), up to the payload length.
@@ -114,32 +86,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     /// Set version 6, the traffic class and the flow label.
     pub fn set_version_tc_flow(&mut self, traffic_class: u8, flow_label: u32) {
         let v = (6u32 << 28) | (u32::from(traffic_class) << 20) | (flow_label & 0x000f_ffff);
-        be::set_u32(self.buffer.as_mut(), field::VER_TC_FLOW, v);
-    }
-
-    /// Set the payload length.
-    pub fn set_payload_len(&mut self, v: u16) {
-        be::set_u16(self.buffer.as_mut(), field::LENGTH, v);
-    }
-
-    /// Set the next header.
-    pub fn set_next_header(&mut self, v: u8) {
-        self.buffer.as_mut()[field::NXT_HDR] = v;
-    }
-
-    /// Set the hop limit.
-    pub fn set_hop_limit(&mut self, v: u8) {
-        self.buffer.as_mut()[field::HOP_LIMIT] = v;
-    }
-
-    /// Set the source address.
-    pub fn set_src_addr(&mut self, a: [u8; 16]) {
-        self.buffer.as_mut()[field::SRC..field::SRC + 16].copy_from_slice(&a);
-    }
-
-    /// Set the destination address.
-    pub fn set_dst_addr(&mut self, a: [u8; 16]) {
-        self.buffer.as_mut()[field::DST..field::DST + 16].copy_from_slice(&a);
+        v.set(self.buffer.as_mut(), field::VER_TC_FLOW);
     }
 
     /// The payload, mutable.
@@ -204,52 +151,31 @@ impl<T: AsRef<[u8]>> Ipv6ExtHeader<T> {
 /// Length of the IPv6 Fragment header.
 pub const FRAG_HEADER_LEN: usize = 8;
 
-/// A view of the IPv6 Fragment header.
-#[derive(Debug, Clone, Copy)]
-pub struct Ipv6FragHeader<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of the IPv6 Fragment header.
+    Ipv6FragHeader;
+    check_len: FRAG_HEADER_LEN => BadExtensionHeader;
+    fields {
+        /// Next header (of the fragmentable part).
+        next_header: u8 = 0;
+        /// Identification.
+        ident: u32 = 4;
+    }
 }
 
 impl<T: AsRef<[u8]>> Ipv6FragHeader<T> {
-    /// Wrap a buffer without checking it.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Ipv6FragHeader { buffer }
-    }
-
-    /// Wrap a buffer and check that the header is in it.
-    pub fn new_checked(buffer: T) -> Result<Self, Malformed> {
-        let h = Self::new_unchecked(buffer);
-        h.check_len()?;
-        Ok(h)
-    }
-
-    /// `BadExtensionHeader` when shorter than 8 bytes.
-    pub fn check_len(&self) -> Result<(), Malformed> {
-        if self.buffer.as_ref().len() < FRAG_HEADER_LEN {
-            Err(Malformed::BadExtensionHeader)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Next header (of the fragmentable part).
-    pub fn next_header(&self) -> u8 {
-        self.buffer.as_ref()[0]
+    fn offset_and_more(&self) -> u16 {
+        u16::get(self.buffer.as_ref(), 2)
     }
 
     /// Fragment offset in 8-byte units.
     pub fn frag_offset(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), 2) >> 3
+        self.offset_and_more() >> 3
     }
 
     /// M flag (more fragments).
     pub fn more_frags(&self) -> bool {
-        be::u16_at(self.buffer.as_ref(), 2) & 1 != 0
-    }
-
-    /// Identification.
-    pub fn ident(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), 4)
+        self.offset_and_more() & 1 != 0
     }
 }
 
@@ -259,8 +185,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6FragHeader<T> {
         let b = self.buffer.as_mut();
         b[0] = next_header;
         b[1] = 0;
-        be::set_u16(b, 2, (offset << 3) | u16::from(more));
-        be::set_u32(b, 4, ident);
+        ((offset << 3) | u16::from(more)).set(b, 2);
+        ident.set(b, 4);
     }
 }
 

@@ -9,8 +9,10 @@
 //! Every header has a view `Xxx<T: AsRef<[u8]>>` over a byte buffer ([`EthernetFrame`],
 //! [`VlanHeader`], [`ArpPacket`], [`Ipv4Packet`], [`Ipv6Packet`], [`Ipv6ExtHeader`],
 //! [`Ipv6FragHeader`], [`TcpPacket`], [`UdpPacket`], [`IcmpPacket`], [`Icmpv6Packet`],
-//! [`NdiscPacket`]). Field offsets are private; getters need `AsRef<[u8]>`, setters
-//! `AsMut<[u8]>`.
+//! [`NdiscPacket`]), declared with one macro (`view.rs`) so that each header module states
+//! only its fields. Getters need `AsRef<[u8]>`, setters `AsMut<[u8]>`. Field offsets are
+//! private, except those of IPv4, IPv6, TCP and UDP (`ipv4::field`, ...), for code that
+//! patches prebuilt headers at fixed offsets (the traffic generator).
 //!
 //! - `new_unchecked` wraps a buffer without looking at it; accessors may then panic on a
 //!   short buffer.
@@ -97,6 +99,7 @@ pub mod ipv4;
 pub mod ipv6;
 pub mod tcp;
 pub mod udp;
+mod view;
 
 pub use arp::ArpPacket;
 pub use build::BuildError;
@@ -111,6 +114,24 @@ pub use udp::UdpPacket;
 
 /// A MAC address.
 pub type MacAddr = [u8; 6];
+
+/// A [`MacAddr`] that prints itself (`Display` and `Debug`) as `02:00:00:00:00:01`: the one
+/// formatting of MAC addresses, for logs and messages. Ports report their address as one.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MacDisplay(pub MacAddr);
+
+impl std::fmt::Display for MacDisplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
+impl std::fmt::Debug for MacDisplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
 
 /// The Ethernet broadcast address.
 pub const BROADCAST_MAC: MacAddr = [0xff; 6];
@@ -222,31 +243,4 @@ pub mod ip_proto {
     pub const NO_NEXT_HEADER: u8 = 59;
     /// IPv6 destination options.
     pub const DEST_OPTS: u8 = 60;
-}
-
-/// Big-endian field access on byte slices. Callers have checked the length (views after
-/// `check_len`), so indexing cannot fail there.
-pub(crate) mod be {
-    #[inline]
-    pub fn u16_at(b: &[u8], at: usize) -> u16 {
-        u16::from_be_bytes([b[at], b[at + 1]])
-    }
-    #[inline]
-    pub fn u32_at(b: &[u8], at: usize) -> u32 {
-        u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-    }
-    #[inline]
-    pub fn set_u16(b: &mut [u8], at: usize, v: u16) {
-        b[at..at + 2].copy_from_slice(&v.to_be_bytes());
-    }
-    #[inline]
-    pub fn set_u32(b: &mut [u8], at: usize, v: u32) {
-        b[at..at + 4].copy_from_slice(&v.to_be_bytes());
-    }
-    #[inline]
-    pub fn array<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
-        let mut out = [0u8; N];
-        out.copy_from_slice(&b[at..at + N]);
-        out
-    }
 }

@@ -1,8 +1,11 @@
 //! TCP headers (RFC 9293).
 
-use super::{be, Malformed};
+use super::view::{check_announced, view};
+use super::Malformed;
 
-mod field {
+/// Byte offsets of the header fields.
+#[allow(missing_docs)]
+pub mod field {
     pub const SRC_PORT: usize = 0;
     pub const DST_PORT: usize = 2;
     pub const SEQ: usize = 4;
@@ -38,83 +41,41 @@ pub mod flags {
     pub const CWR: u8 = 0x80;
 }
 
-/// A view of a TCP segment. After [`TcpPacket::check_len`]:
-/// `20 <= header_len() <= buffer length`.
-#[derive(Debug, Clone, Copy)]
-pub struct TcpPacket<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of a TCP segment. After [`TcpPacket::check_len`]:
+    /// `20 <= header_len() <= buffer length`.
+    TcpPacket;
+    fields {
+        /// Source port.
+        src_port, set_src_port: u16 = field::SRC_PORT;
+        /// Destination port.
+        dst_port, set_dst_port: u16 = field::DST_PORT;
+        /// Sequence number.
+        seq_number, set_seq_number: u32 = field::SEQ;
+        /// Acknowledgement number.
+        ack_number, set_ack_number: u32 = field::ACK;
+        /// The flags byte ([`flags`]).
+        flags, set_flags: u8 = field::FLAGS;
+        /// Window.
+        window, set_window: u16 = field::WINDOW;
+        /// Checksum field.
+        checksum, set_checksum: u16 = field::CHECKSUM;
+        /// Urgent pointer.
+        urgent: u16 = field::URGENT;
+    }
 }
 
 impl<T: AsRef<[u8]>> TcpPacket<T> {
-    /// Wrap a buffer without checking it.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        TcpPacket { buffer }
-    }
-
-    /// Wrap a buffer and check it (see [`TcpPacket::check_len`]).
-    pub fn new_checked(buffer: T) -> Result<Self, Malformed> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
     /// `BadTransportHeader` when shorter than 20 bytes, data offset < 5, or the header with
     /// its options longer than the buffer.
     pub fn check_len(&self) -> Result<(), Malformed> {
         let len = self.buffer.as_ref().len();
-        if len < HEADER_LEN {
-            return Err(Malformed::BadTransportHeader);
-        }
-        let hl = self.header_len();
-        if hl < HEADER_LEN || hl > len {
-            return Err(Malformed::BadTransportHeader);
-        }
-        Ok(())
-    }
-
-    /// Source port.
-    pub fn src_port(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::SRC_PORT)
-    }
-
-    /// Destination port.
-    pub fn dst_port(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::DST_PORT)
-    }
-
-    /// Sequence number.
-    pub fn seq_number(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::SEQ)
-    }
-
-    /// Acknowledgement number.
-    pub fn ack_number(&self) -> u32 {
-        be::u32_at(self.buffer.as_ref(), field::ACK)
+        check_announced(len, HEADER_LEN, || self.header_len(), Malformed::BadTransportHeader)
     }
 
     /// Header length in bytes (data offset * 4).
     pub fn header_len(&self) -> usize {
         usize::from(self.buffer.as_ref()[field::OFFSET] >> 4) * 4
-    }
-
-    /// The flags byte ([`flags`]).
-    pub fn flags(&self) -> u8 {
-        self.buffer.as_ref()[field::FLAGS]
-    }
-
-    /// Window.
-    pub fn window(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::WINDOW)
-    }
-
-    /// Checksum field.
-    pub fn checksum(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::CHECKSUM)
-    }
-
-    /// Urgent pointer.
-    pub fn urgent(&self) -> u16 {
-        be::u16_at(self.buffer.as_ref(), field::URGENT)
     }
 
     /// The options.
@@ -129,18 +90,9 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
-    /// Set the source port.
-    pub fn set_src_port(&mut self, v: u16) {
-        be::set_u16(self.buffer.as_mut(), field::SRC_PORT, v);
-    }
-
-    /// Set the destination port.
-    pub fn set_dst_port(&mut self, v: u16) {
-        be::set_u16(self.buffer.as_mut(), field::DST_PORT, v);
-    }
-
-    /// Set the checksum field.
-    pub fn set_checksum(&mut self, v: u16) {
-        be::set_u16(self.buffer.as_mut(), field::CHECKSUM, v);
+    /// Set the header length in bytes (a multiple of 4, 20..=60), clearing the reserved bits.
+    pub fn set_header_len(&mut self, header_len: usize) {
+        let offset = u8::try_from(header_len / 4).unwrap_or(5) & 0x0f;
+        self.buffer.as_mut()[field::OFFSET] = offset << 4;
     }
 }

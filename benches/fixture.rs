@@ -1,0 +1,79 @@
+//! The model set-up the packet-path benchmark (`benches/path.rs`), the whole-pipeline
+//! benchmark (`benches/pipeline.rs`) and the packet-path tests (`dataplane/tests/path.rs`)
+//! share: services with VIP rules over one group of backends, their snapshot, and the
+//! balancer node. Included by each with `mod fixture;` (`#[path]` from the tests); not a
+//! target of its own.
+
+#![allow(dead_code)]
+
+use spillway_dataplane::node::Node;
+use spillway_shared::addr::{Addr, Prefix};
+use spillway_shared::model::{
+    Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
+};
+use spillway_shared::snapshot::Snapshot;
+use spillway_shared::state::PolicyState;
+use spillway_shared::time::Time;
+
+/// The balancer node's MAC.
+pub const NODE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+
+/// An address from its text.
+pub fn a(s: &str) -> Addr {
+    s.parse().expect("address")
+}
+
+/// A service `name` with a rule per VIP in `vips` (`protocol`, all ports) and one group
+/// `group` in zone 0, weight 1, no failover, over `backends` (port 0: the packet's).
+pub fn service(
+    name: &str,
+    encap: Encap,
+    protocol: RuleProtocol,
+    vips: &[&str],
+    group: &str,
+    backends: impl IntoIterator<Item = Addr>,
+) -> Service {
+    let mut s = Service::new(name);
+    s.encap = encap;
+    for vip in vips {
+        s.rules.push(Rule { dest: RuleDest::Vip(a(vip)), protocol, ports: Ports::All });
+    }
+    s.groups.push(Group {
+        name: group.into(),
+        zone: 0,
+        failover: false,
+        weight: 1,
+        endpoints: backends.into_iter().map(|addr| Endpoint { addr, port: 0 }).collect(),
+    });
+    s
+}
+
+/// A model of `services` in one zone `z` of `region` (the balancer's region too).
+pub fn model(region: &str, services: impl IntoIterator<Item = Service>) -> Model {
+    let mut m = Model::empty();
+    m.region = region.into();
+    m.zones.push(Zone { name: "z".into(), region: region.into() });
+    m.services.extend(services);
+    m
+}
+
+/// The snapshot a fresh control plane publishes for `m` at time 0.
+pub fn snapshot(m: Model) -> Snapshot {
+    let mut st = PolicyState::new(true);
+    st.apply_model(m, Time::ZERO).expect("valid model");
+    st.snapshot(Time::ZERO)
+}
+
+/// The balancer node: [`NODE_MAC`], 198.18.0.2/16, with `ipv6` also fd00::2/64; no gateways,
+/// MTU 1500.
+pub fn node(ipv6: bool) -> Node {
+    let prefix = |s: &str| s.parse::<Prefix>().expect("prefix");
+    Node {
+        mac: NODE_MAC,
+        ipv4: Some((a("198.18.0.2"), prefix("198.18.0.0/16"))),
+        ipv6: ipv6.then(|| (a("fd00::2"), prefix("fd00::/64"))),
+        gateway_v4: None,
+        gateway_v6: None,
+        mtu: 1500,
+    }
+}
