@@ -60,10 +60,10 @@ impl Rig {
         }
     }
 
-    fn run(&mut self, frame: &[u8]) -> (Outcome, Vec<u8>) {
-        let mut b = VecBuf::with_frame(frame);
+    /// The path's context over this rig, at time 0, with the next hops refreshed.
+    fn ctx(&mut self) -> PathCtx<'_> {
         self.next_hops.refresh(&self.snap, &self.neighbours, &self.node);
-        let mut ctx = PathCtx {
+        PathCtx {
             snap: &self.snap,
             shard: &mut self.shard,
             now: Time::ZERO,
@@ -72,8 +72,12 @@ impl Rig {
             next_hops: &self.next_hops,
             events: &self.events,
             counters: &self.counters,
-        };
-        let o = process(&mut b, &mut ctx);
+        }
+    }
+
+    fn run(&mut self, frame: &[u8]) -> (Outcome, Vec<u8>) {
+        let mut b = VecBuf::with_frame(frame);
+        let o = process(&mut b, &mut self.ctx());
         (o, b.data().to_vec())
     }
 
@@ -456,17 +460,7 @@ fn a_burst_is_decided_in_order_exactly_like_frame_by_frame() {
 fn a_shared_buffer_is_a_counted_drop_and_left_untouched() {
     let mut r = Rig::new(Encap::Ipip);
     let (frame, _) = syn_to_vip();
-    r.next_hops.refresh(&r.snap, &r.neighbours, &r.node);
-    let mut ctx = PathCtx {
-        snap: &r.snap,
-        shard: &mut r.shard,
-        now: Time::ZERO,
-        node: &r.node,
-        neighbours: &r.neighbours,
-        next_hops: &r.next_hops,
-        events: &r.events,
-        counters: &r.counters,
-    };
+    let mut ctx = r.ctx();
     let mut shared = VecBuf::with_frame(&frame);
     shared.set_shared(true);
     assert_eq!(process(&mut shared, &mut ctx), Outcome::Drop(Reason::Path(PathDrop::SharedBuffer)));

@@ -16,56 +16,49 @@ use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache
 use spillway_dataplane::node::Node;
 use spillway_dataplane::path::{process_burst, Outcome, PacketBuf, PathCtx, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
-use spillway_shared::addr::{Addr, Prefix};
 use spillway_shared::conntrack::Shard;
 use spillway_shared::counters::{PathDrop, Reason, WorkerCounters};
-use spillway_shared::model::{
-    Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
-};
+use spillway_shared::model::{Encap, RuleProtocol};
 use spillway_shared::snapshot::Snapshot;
-use spillway_shared::state::PolicyState;
 use spillway_shared::time::Time;
 
-const NODE_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+/// The model set-up the path's tests and benchmarks share.
+#[path = "../../benches/fixture.rs"]
+mod fixture;
 
 /// Three services (IPIP and GUE over IPv4, IP6IP6), all protocols, so that most frames reach
 /// the decision and the rewrite; every backend's MAC resolved.
 fn snapshot() -> &'static (Snapshot, Node, NeighbourTable) {
     static S: OnceLock<(Snapshot, Node, NeighbourTable)> = OnceLock::new();
     S.get_or_init(|| {
-        let mut m = Model::empty();
-        m.zones.push(Zone { name: "z".into(), region: String::new() });
-        let services: [(&str, Encap, Addr, fn(u8) -> Addr); 3] = [
-            ("ipip", Encap::Ipip, Addr::v4(198, 18, 0, 100), |i| Addr::v4(198, 18, 1, i)),
-            ("gue", Encap::Gue { port: 6080 }, Addr::v4(198, 18, 0, 101), |i| {
-                Addr::v4(198, 18, 2, i)
-            }),
-            ("v6", Encap::Ipip, "fd00::100".parse().expect("addr"), |i| {
-                format!("fd00::1:{i}").parse().expect("addr")
-            }),
+        let backends =
+            |prefix: &'static str| (1..=4).map(move |i| fixture::a(&format!("{prefix}{i}")));
+        let l3 = RuleProtocol::L3Default;
+        let services = [
+            fixture::service(
+                "ipip",
+                Encap::Ipip,
+                l3,
+                &["198.18.0.100"],
+                "g",
+                backends("198.18.1."),
+            ),
+            fixture::service(
+                "gue",
+                Encap::Gue { port: 6080 },
+                l3,
+                &["198.18.0.101"],
+                "g",
+                backends("198.18.2."),
+            ),
+            fixture::service("v6", Encap::Ipip, l3, &["fd00::100"], "g", backends("fd00::1:")),
         ];
-        let mut neighbours = Vec::new();
-        for (name, encap, vip, backend) in services {
-            let mut s = Service::new(name);
-            s.encap = encap;
-            s.rules.push(Rule { dest: RuleDest::Vip(vip), protocol: RuleProtocol::L3Default, ports: Ports::All });
-            let endpoints: Vec<Endpoint> =
-                (1..=4).map(|i| Endpoint { addr: backend(i), port: 0 }).collect();
-            neighbours.extend(endpoints.iter().map(|e| (e.addr, [2, 0, 0, 0, 9, 9])));
-            s.groups.push(Group { name: "g".into(), zone: 0, failover: false, weight: 1, endpoints });
-            m.services.push(s);
-        }
-        let mut st = PolicyState::new(true);
-        st.apply_model(m, Time::ZERO).expect("a valid model");
-        let node = Node {
-            mac: NODE_MAC,
-            ipv4: Some((Addr::v4(198, 18, 0, 2), "198.18.0.0/16".parse::<Prefix>().expect("prefix"))),
-            ipv6: Some(("fd00::2".parse().expect("addr"), "fd00::/64".parse::<Prefix>().expect("prefix"))),
-            gateway_v4: None,
-            gateway_v6: None,
-            mtu: 1500,
-        };
-        (st.snapshot(Time::ZERO), node, NeighbourTable::from_pairs(neighbours))
+        let neighbours = services
+            .iter()
+            .flat_map(|s| s.groups[0].endpoints.iter().map(|e| (e.addr, [2, 0, 0, 0, 9, 9])))
+            .collect::<Vec<_>>();
+        let snap = fixture::snapshot(fixture::model("", services));
+        (snap, fixture::node(true), NeighbourTable::from_pairs(neighbours))
     })
 }
 
