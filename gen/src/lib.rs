@@ -466,15 +466,18 @@ fn sum_bytes(b: &[u8]) -> u64 {
     u64::from(checksum::data(b))
 }
 
-/// Writes what differs between the IPv4 headers of the two fragments of a packet (`ip`, from
-/// the template): the length for `data_len` bytes of fragment data, the identification, MF,
-/// the offset (8-byte units) and the checksum.
+/// Turns the IPv4 header `ip` of the whole packet (checksum included) into a fragment's: the
+/// length for `data_len` bytes of fragment data, the identification, MF and the offset (8-byte
+/// units). The checksum is updated for the three changed words (RFC 1624), not recomputed.
 fn set_fragment(ip: &mut [u8], data_len: usize, id: u16, more: bool, offset: u16) {
     let mut ip = Ipv4Packet::new_unchecked(ip);
+    let old = [ip.total_len(), ip.ident(), ip.flags_and_offset()];
     ip.set_total_len((ipv4::HEADER_LEN + data_len) as u16);
     ip.set_ident(id);
     ip.set_frag(false, more, offset);
-    ip.fill_checksum();
+    let new = [ip.total_len(), ip.ident(), ip.flags_and_offset()];
+    let c = old.iter().zip(&new).fold(ip.checksum(), |c, (&o, &n)| checksum::update16(c, o, n));
+    ip.set_checksum(c);
 }
 
 impl FrameFactory {
@@ -721,11 +724,14 @@ impl FrameFactory {
         c.udp += u64::from(t.udp);
         c.tcp += u64::from(!t.udp);
         c.syn += u64::from(t.syn);
-        let f = PerFrame { host, sport, stamping: self.spec.stamp, stamp };
         if frag {
-            return self.first_fragment(buf, k, f);
+            return self.first_fragment(buf, k, host, sport, stamp);
         }
-        let len = if self.mixed { write_any(t, buf, f) } else { write_one(t, buf, f) };
+        let len = if self.mixed {
+            write_any(t, self.spec.stamp, buf, host, sport, stamp)
+        } else {
+            write_one(t, self.spec.stamp, buf, host, sport, stamp)
+        };
         self.counts.frames += 1;
         self.counts.bytes += len as u64;
         len
@@ -745,9 +751,16 @@ impl FrameFactory {
         (usize::from(v6) << 2 | usize::from(udp) << 1 | 1, host, port as u16)
     }
 
-    fn first_fragment(&mut self, buf: &mut [u8], k: usize, f: PerFrame) -> usize {
+    fn first_fragment(
+        &mut self,
+        buf: &mut [u8],
+        k: usize,
+        host: u64,
+        sport: u16,
+        stamp: u64,
+    ) -> usize {
         let t = &self.templates[k & 7];
-        let full_len = write_any(t, &mut self.scratch, f);
+        let full_len = write_any(t, self.spec.stamp, &mut self.scratch, host, sport, stamp);
         let l4_total = full_len - t.l4;
         let hdr = if t.udp { udp::HEADER_LEN } else { tcp::HEADER_LEN };
         // The first fragment carries the whole transport header (RFC 1858: never a tiny
@@ -783,68 +796,76 @@ impl FrameFactory {
     }
 }
 
-/// What is written into a template's copy: the source and the stamp.
-#[derive(Debug, Clone, Copy)]
-struct PerFrame {
-    /// Host index of the source in the family's pool.
-    host: u64,
-    /// Source port.
-    sport: u16,
-    /// Whether the stamp is written (the spec's `stamp`).
-    stamping: bool,
-    /// The time stamp.
-    stamp: u64,
-}
-
-/// Copies template `t` into `buf`, writes the source and the stamp of `f`, and finishes the
-/// checksums from the template's partial sums.
+/// Copies template `t` into `buf`, writes the source (host index `host` of the family's pool,
+/// port `sport`) and the stamp, and finishes the checksums from the template's partial sums.
 ///
 /// One code path for every kind, driven by the template's offsets: with mixed families or
 /// protocols no branch depends on the kind, so none is mispredicted. (An IPv6 template's
 /// `ip_csum` points at its TCP/UDP checksum, which is written last.)
 #[inline(always)]
-fn write_any(t: &Template, buf: &mut [u8], f: PerFrame) -> usize {
+fn write_any(
+    t: &Template,
+    stamping: bool,
+    buf: &mut [u8],
+    host: u64,
+    sport: u16,
+    stamp: u64,
+) -> usize {
     let head = head_of(buf);
     *head = t.head;
-    let word = (t.first + f.host) << t.addr_shift | t.addr_or;
+    let word = (t.first + host) << t.addr_shift | t.addr_or;
     head[t.addr_at..t.addr_at + 8].copy_from_slice(&word.to_be_bytes());
-    head[t.l4..t.l4 + 2].copy_from_slice(&f.sport.to_be_bytes());
+    head[t.l4..t.l4 + 2].copy_from_slice(&sport.to_be_bytes());
     let word_sum = sum64(word);
     let ip = !checksum::fold(t.ip_sum + word_sum);
     head[t.ip_csum..t.ip_csum + 2].copy_from_slice(&ip.to_be_bytes());
-    let l4_sum = t.l4_sum + word_sum + u64::from(f.sport);
-    finish(t, buf, f, l4_sum, t.udp, t.l4_csum)
+    let l4_sum = t.l4_sum + word_sum + u64::from(sport);
+    finish(t, stamping, buf, l4_sum, t.udp, t.l4_csum, stamp)
 }
 
 /// [`write_any`] for traffic of a single family and protocol: the kind's branch is always
 /// predicted, and each kind's copy has constant offsets (fewer instructions).
 #[inline(always)]
-fn write_one(t: &Template, buf: &mut [u8], f: PerFrame) -> usize {
+fn write_one(
+    t: &Template,
+    stamping: bool,
+    buf: &mut [u8],
+    host: u64,
+    sport: u16,
+    stamp: u64,
+) -> usize {
     match (t.v6, t.udp) {
-        (false, false) => write_kind::<false, false>(t, buf, f),
-        (false, true) => write_kind::<false, true>(t, buf, f),
-        (true, false) => write_kind::<true, false>(t, buf, f),
-        (true, true) => write_kind::<true, true>(t, buf, f),
+        (false, false) => write_kind::<false, false>(t, stamping, buf, host, sport, stamp),
+        (false, true) => write_kind::<false, true>(t, stamping, buf, host, sport, stamp),
+        (true, false) => write_kind::<true, false>(t, stamping, buf, host, sport, stamp),
+        (true, true) => write_kind::<true, true>(t, stamping, buf, host, sport, stamp),
     }
 }
 
 /// [`write_any`] for one family and protocol, with constant offsets.
 #[inline(always)]
-fn write_kind<const V6: bool, const UDP: bool>(t: &Template, buf: &mut [u8], f: PerFrame) -> usize {
+fn write_kind<const V6: bool, const UDP: bool>(
+    t: &Template,
+    stamping: bool,
+    buf: &mut [u8],
+    host: u64,
+    sport: u16,
+    stamp: u64,
+) -> usize {
     let l4 = ETH_LEN + if V6 { ipv6::HEADER_LEN } else { ipv4::HEADER_LEN };
     let addr_at = if V6 { V6_SRC_LO } else { V4_SRC };
     let head = head_of(buf);
     *head = t.head;
-    let word = if V6 { t.first + f.host } else { (t.first + f.host) << 32 | t.addr_or };
+    let word = if V6 { t.first + host } else { (t.first + host) << 32 | t.addr_or };
     head[addr_at..addr_at + 8].copy_from_slice(&word.to_be_bytes());
-    head[l4..l4 + 2].copy_from_slice(&f.sport.to_be_bytes());
+    head[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
     let word_sum = sum64(word);
     if !V6 {
         let ip = !checksum::fold(t.ip_sum + word_sum);
         head[V4_CSUM..V4_CSUM + 2].copy_from_slice(&ip.to_be_bytes());
     }
-    let l4_sum = t.l4_sum + word_sum + u64::from(f.sport);
-    finish(t, buf, f, l4_sum, UDP, l4 + l4_checksum_at(UDP))
+    let l4_sum = t.l4_sum + word_sum + u64::from(sport);
+    finish(t, stamping, buf, l4_sum, UDP, l4 + l4_checksum_at(UDP), stamp)
 }
 
 /// Offset of the TCP or UDP checksum in its header.
@@ -871,20 +892,21 @@ fn head_of(buf: &mut [u8]) -> &mut [u8; HEAD] {
 #[inline(always)]
 fn finish(
     t: &Template,
+    stamping: bool,
     buf: &mut [u8],
-    f: PerFrame,
     mut l4_sum: u64,
     udp: bool,
     csum: usize,
+    stamp: u64,
 ) -> usize {
     let len = t.len;
     if len > HEAD {
         buf[HEAD..len].copy_from_slice(&t.tail);
     }
-    if f.stamping {
-        buf[len - 8..len].copy_from_slice(&f.stamp.to_le_bytes());
+    if stamping {
+        buf[len - 8..len].copy_from_slice(&stamp.to_le_bytes());
         // The bytes read as big-endian words are the byte-swapped value.
-        let s = checksum::fold(sum64(f.stamp.swap_bytes()));
+        let s = checksum::fold(sum64(stamp.swap_bytes()));
         l4_sum += u64::from(if t.stamp_odd { s.swap_bytes() } else { s });
     }
     let c = !checksum::fold(l4_sum);

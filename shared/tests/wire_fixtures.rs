@@ -66,10 +66,8 @@ pub const V4_FRAG_FIRST: &str = concat!(
 );
 
 /// last fragment of the same datagram (offset 185 = 1480 bytes, 528 data bytes).
-pub const V4_FRAG_LAST: &str = concat!(
-    "020000000a01020000000c01080045000224103b00b9400150d00a0901020a090202",
-    "(c0+528)",
-);
+pub const V4_FRAG_LAST: &str =
+    concat!("020000000a01020000000c01080045000224103b00b9400150d00a0901020a090202", "(c0+528)");
 
 /// ICMP time exceeded from 10.9.1.1 quoting an echo request 10.9.1.2 -> 10.9.2.2 (TTL 1).
 pub const TIME_EXCEEDED_ICMP: &str = concat!(

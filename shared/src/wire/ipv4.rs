@@ -43,6 +43,8 @@ view! {
         total_len, set_total_len: u16 = field::LENGTH;
         /// Identification.
         ident, set_ident: u16 = field::IDENT;
+        /// The flags (DF, MF) and fragment offset word; see [`Ipv4Packet::set_frag`].
+        flags_and_offset: u16 = field::FLG_OFF;
         /// Time to live.
         ttl, set_ttl: u8 = field::TTL;
         /// Protocol of the payload.
@@ -83,10 +85,6 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Header length in bytes (IHL * 4).
     pub fn header_len(&self) -> usize {
         usize::from(self.buffer.as_ref()[field::VER_IHL] & 0x0f) * 4
-    }
-
-    fn flags_and_offset(&self) -> u16 {
-        u16::get(self.buffer.as_ref(), field::FLG_OFF)
     }
 
     /// Don't Fragment.

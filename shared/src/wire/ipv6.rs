@@ -232,6 +232,9 @@ pub fn is_extension_header(nh: u8) -> bool {
 /// Walk the extension headers of `payload` (what follows the base header), starting with
 /// `first` (the base header's Next Header). Bounded by [`MAX_EXT_HEADERS`]; stops after a
 /// Fragment header with a non-zero offset.
+// Always inlined, as it was before the views were declared by `view!`: as a call (LLVM stopped
+// inlining it then) it costs IPv6 classification about 3 ns a packet.
+#[inline(always)]
 pub fn walk_chain(first: u8, payload: &[u8]) -> Result<Chain, Malformed> {
     let mut nh = first;
     let mut off = 0usize;

@@ -145,7 +145,6 @@ macro_rules! view {
 
             $(
                 $(#[$field_doc])*
-                #[inline]
                 pub fn $get(&self) -> $ty {
                     <$ty as $crate::wire::view::Field>::get(self.buffer.as_ref(), $at)
                 }
@@ -155,7 +154,6 @@ macro_rules! view {
         impl<T: AsRef<[u8]> + AsMut<[u8]>> $name<T> {
             $($(
                 #[doc = concat!("Set [`", stringify!($get), "`](Self::", stringify!($get), ").")]
-                #[inline]
                 pub fn $set(&mut self, v: $ty) {
                     $crate::wire::view::Field::set(v, self.buffer.as_mut(), $at);
                 }
