@@ -1,6 +1,7 @@
 //! `spillway`: the load balancer daemon, and the composition root of Spillway's crates.
 //!
 //! - `main` (here): the command line and logging;
+//! - [`check`]: `spillway check`, the preflight (reads the config, /proc and /sys; no EAL);
 //! - [`run`]: the life cycle, top to bottom: data plane resources, control plane, workers,
 //!   run, report, teardown;
 //! - [`control_loop`]: what the main lcore does while the workers run;
@@ -12,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+mod check;
 mod control_loop;
 mod run;
 mod view;
@@ -21,22 +23,42 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use run::Options;
 
 /// Spillway: a DPDK poll-mode L4 load balancer.
+///
+/// Without a command it runs the daemon; `spillway check` is the preflight.
 #[derive(Debug, Parser)]
-#[command(name = "spillway", version)]
+#[command(
+    name = "spillway",
+    version,
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
+)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// The YAML configuration file.
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
+    #[arg(long, value_name = "FILE", required = true)]
+    config: Option<PathBuf>,
     /// Seconds between live counter lines; 0 disables them.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     stats_interval: f64,
     /// Stop by itself after this many seconds (for tests and benchmarks).
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Preflight: what can be known before starting the daemon, without starting DPDK.
+    ///
+    /// Checks hugepages and memory, ports and their drivers, lcores and CPU isolation, the MTU
+    /// and the admin endpoint, one `PASS|WARN|FAIL  topic: what [— fix: how]` line each
+    /// (docs/deployment.md). Exit status 0: no FAIL; 1: a FAIL; 2: the configuration is
+    /// unreadable or invalid.
+    Check(check::CheckArgs),
 }
 
 fn seconds(flag: &str, secs: f64) -> anyhow::Result<Duration> {
@@ -54,9 +76,12 @@ fn main() -> ExitCode {
         )
         .init();
     let args = Args::parse();
+    if let Some(Command::Check(check)) = &args.command {
+        return ExitCode::from(check::run(check));
+    }
     let result = (|| -> anyhow::Result<()> {
         let options = Options {
-            config: args.config.clone(),
+            config: args.config.clone().expect("clap requires --config without a command"),
             stats_interval: seconds("stats-interval", args.stats_interval)?,
             duration: args.duration.map(|d| seconds("duration", d)).transpose()?,
         };

@@ -1,0 +1,518 @@
+//! Memory: hugepages and the memory DPDK needs for the configuration; the connection tables.
+//!
+//! The estimate (module doc of `check`, `docs/deployment.md`): mbufs x [`MBUF_BYTES`] +
+//! descriptors x [`DESC_BYTES`] + [`EAL_OVERHEAD`]. Memory below the mbufs and descriptors
+//! alone cannot work (FAIL); below the whole estimate it may (WARN).
+
+use spillway_control::config::{Config, DataplaneConfig};
+use spillway_shared::conntrack::{BYTES_PER_ENTRY, WAYS};
+
+use super::eal::{EalArgs, NO_HUGE_DEFAULT_MB};
+use super::host::{Host, PageSize};
+use super::{page_name, plural, size, Finding};
+
+/// One mbuf of the pool: `RTE_MBUF_DEFAULT_BUF_SIZE` (2,048 B data room + 128 B headroom) +
+/// `struct rte_mbuf` (128 B) + the mempool's object header (64 B).
+pub const MBUF_BYTES: u64 = 2048 + 128 + 128 + 64;
+
+/// One RX or TX descriptor, with the driver's software ring entry.
+pub const DESC_BYTES: u64 = 64;
+
+/// EAL's own memory (memzones, the mempool ring, driver state, page rounding), a margin.
+pub const EAL_OVERHEAD: u64 = 64 << 20;
+
+const MIB: u64 = 1 << 20;
+
+/// The memory DPDK needs for a configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Need {
+    /// The mbuf pool.
+    pub mempool: u64,
+    /// RX and TX descriptors of every queue.
+    pub descriptors: u64,
+}
+
+impl Need {
+    /// The estimate for `dp`.
+    pub fn of(dp: &DataplaneConfig) -> Need {
+        let queues = dp.ports.len() as u64 * u64::from(dp.worker_count());
+        Need {
+            mempool: u64::from(dp.mempool_size) * MBUF_BYTES,
+            descriptors: (u64::from(dp.rx_queue_size) + u64::from(dp.tx_queue_size))
+                * queues
+                * DESC_BYTES,
+        }
+    }
+
+    /// What cannot be done without: the pool and the descriptors.
+    pub fn data(&self) -> u64 {
+        self.mempool + self.descriptors
+    }
+
+    /// The whole estimate, with [`EAL_OVERHEAD`].
+    pub fn total(&self) -> u64 {
+        self.data() + EAL_OVERHEAD
+    }
+
+    fn explain(&self, dp: &DataplaneConfig) -> String {
+        format!(
+            "about {} (dataplane.mempool_size {} x {MBUF_BYTES} B = {} + descriptors \
+             ({} RX + {} TX) x {} x {} x {DESC_BYTES} B = {} + {} for EAL)",
+            size(self.total()),
+            dp.mempool_size,
+            size(self.mempool),
+            dp.rx_queue_size,
+            dp.tx_queue_size,
+            plural(dp.ports.len() as u64, "port"),
+            plural(u64::from(dp.worker_count()), "worker"),
+            size(self.descriptors),
+            size(EAL_OVERHEAD),
+        )
+    }
+}
+
+/// FAIL below the data, WARN below the estimate, PASS otherwise.
+fn compare(need: &Need, have: u64, message: String, fix: impl FnOnce() -> String) -> Finding {
+    if have < need.data() {
+        Finding::fail("memory", message).fix(fix())
+    } else if have < need.total() {
+        Finding::warn(
+            "memory",
+            format!(
+                "{message}; enough for the mbufs and descriptors, not for the {} EAL margin",
+                size(EAL_OVERHEAD)
+            ),
+        )
+        .fix(fix())
+    } else {
+        Finding::pass("memory", message)
+    }
+}
+
+/// Hugepages, DPDK memory and connection tables.
+pub fn check(config: &Config, eal: &EalArgs, host: &Host) -> Vec<Finding> {
+    let dp = &config.dataplane;
+    let need = Need::of(dp);
+    let mut out = Vec::new();
+    if eal.no_huge {
+        out.push(
+            Finding::warn(
+                "hugepages",
+                "dataplane.eal_args: --no-huge: runs without hugepages: fine for tests, not for \
+                 production (4 KiB pages cost TLB misses on every packet buffer, and NIC DMA \
+                 wants pinned hugepage memory)",
+            )
+            .fix(
+                "reserve hugepages and mount hugetlbfs (docs/deployment.md, Hugepages), then \
+                 drop --no-huge from dataplane.eal_args",
+            ),
+        );
+        let (mb, given) = match eal.mem_mb {
+            Some(mb) => (mb, format!("-m {mb}")),
+            None => (NO_HUGE_DEFAULT_MB, format!("no -m: EAL's default {NO_HUGE_DEFAULT_MB}")),
+        };
+        out.push(compare(
+            &need,
+            mb * MIB,
+            format!(
+                "dataplane.eal_args: {given} MiB of ordinary memory (--no-huge); the \
+                 configuration needs {}",
+                need.explain(dp)
+            ),
+            || format!("set -m {} in dataplane.eal_args", need.total().div_ceil(MIB)),
+        ));
+    } else {
+        hugepages(dp, eal, host, &need, &mut out);
+    }
+    out.extend(conntrack(config, host));
+    out
+}
+
+fn hugepages(
+    dp: &DataplaneConfig,
+    eal: &EalArgs,
+    host: &Host,
+    need: &Need,
+    out: &mut Vec<Finding>,
+) {
+    let sizes = host.page_sizes();
+    let mounts = host.huge_mounts();
+    let default_kb = host.meminfo_kb("Hugepagesize").unwrap_or(2048);
+    let reserve_fix = |extra: u64| {
+        let two_mb = sizes.iter().find(|p| p.kb == 2048).copied();
+        let nr = two_mb.map_or(0, |p| p.nr);
+        let pages = extra.div_ceil(2 * MIB).max(1);
+        format!(
+            "reserve {pages} more 2 MiB page(s): echo {} > \
+             /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages (or boot with hugepages=N; \
+             docs/deployment.md)",
+            nr + pages
+        )
+    };
+
+    // Pages reserved.
+    let listing = sizes
+        .iter()
+        .map(|p| format!("{}: {} reserved, {} free", page_name(p.kb), p.nr, p.free))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if sizes.iter().all(|p| p.nr == 0) {
+        out.push(
+            Finding::fail(
+                "hugepages",
+                format!(
+                    "dataplane.eal_args: DPDK uses hugepages (no --no-huge) but none are \
+                     reserved ({})",
+                    if listing.is_empty() { "no hugepage sizes in /sys".into() } else { listing }
+                ),
+            )
+            .fix({
+                let pages = need.total().div_ceil(2 * MIB).max(1024);
+                format!(
+                    "echo {pages} > /proc/sys/vm/nr_hugepages ({} of 2 MiB pages, at run \
+                     time), or boot with default_hugepagesz=1G hugepagesz=1G hugepages={} \
+                     (docs/deployment.md)",
+                    size(pages * 2 * MIB),
+                    need.total().div_ceil(1 << 30).max(2)
+                )
+            }),
+        );
+    } else {
+        out.push(Finding::pass("hugepages", format!("dataplane.eal_args: hugepages: {listing}")));
+    }
+
+    // Mounts: which sizes EAL can use.
+    let huge_dir_mount = eal.huge_dir.as_ref().map(|d| {
+        mounts
+            .iter()
+            .find(|m| d == &m.dir || d.starts_with(&format!("{}/", m.dir.trim_end_matches('/'))))
+    });
+    let usable = |p: &PageSize| -> bool {
+        if eal.in_memory {
+            return true;
+        }
+        match &huge_dir_mount {
+            Some(Some(m)) => m.kb == Some(p.kb),
+            Some(None) => false,
+            None => mounts.iter().any(|m| m.kb == Some(p.kb)),
+        }
+    };
+    let mount_fix = |kb: u64, dir: &str| {
+        let opt = if kb == default_kb {
+            String::new()
+        } else {
+            format!("-o pagesize={} ", short_size(kb))
+        };
+        format!("mkdir -p {dir} && mount -t hugetlbfs {opt}nodev {dir} (and in /etc/fstab)")
+    };
+    let described = if mounts.is_empty() {
+        "none in /proc/mounts".to_owned()
+    } else {
+        mounts
+            .iter()
+            .map(|m| format!("{} ({})", m.dir, m.kb.map_or("?".into(), page_name)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if eal.in_memory {
+        out.push(Finding::pass(
+            "hugepages",
+            "dataplane.eal_args: --in-memory: EAL maps hugepages without a hugetlbfs mount",
+        ));
+    } else if let (Some(dir), Some(None)) = (&eal.huge_dir, &huge_dir_mount) {
+        out.push(
+            Finding::fail(
+                "hugepages",
+                format!(
+                    "dataplane.eal_args: --huge-dir {dir} is not on a hugetlbfs mount \
+                     (hugetlbfs mounts: {described})"
+                ),
+            )
+            .fix(mount_fix(default_kb, dir)),
+        );
+    } else {
+        let wanted: Vec<&PageSize> = sizes.iter().filter(|p| p.nr > 0).collect();
+        let unmounted: Vec<&PageSize> = wanted.iter().copied().filter(|p| !usable(p)).collect();
+        let at = eal.huge_dir.as_ref().map_or(String::new(), |d| format!(" (--huge-dir {d})"));
+        if wanted.is_empty() {
+            // Nothing reserved: still say whether the default size has a mount.
+            if !mounts.iter().any(|m| m.kb == Some(default_kb)) {
+                out.push(
+                    Finding::fail(
+                        "hugepages",
+                        format!(
+                            "dataplane.eal_args: no hugetlbfs mount for {} pages (hugetlbfs \
+                             mounts: {described})",
+                            page_name(default_kb)
+                        ),
+                    )
+                    .fix(mount_fix(default_kb, "/dev/hugepages")),
+                );
+            }
+        } else if unmounted.len() == wanted.len() {
+            let names: Vec<String> = unmounted.iter().map(|p| page_name(p.kb)).collect();
+            out.push(
+                Finding::fail(
+                    "hugepages",
+                    format!(
+                        "dataplane.eal_args: no hugetlbfs mount{at} serves the reserved {} \
+                         pages, so EAL cannot map them (hugetlbfs mounts: {described})",
+                        names.join(" and ")
+                    ),
+                )
+                .fix(mount_fix(
+                    unmounted[0].kb,
+                    eal.huge_dir.as_deref().unwrap_or("/dev/hugepages"),
+                )),
+            );
+        } else {
+            for p in &unmounted {
+                out.push(
+                    Finding::warn(
+                        "hugepages",
+                        format!(
+                            "dataplane.eal_args: {} {} pages are reserved but no hugetlbfs \
+                             mount{at} serves them: EAL ignores them",
+                            p.nr,
+                            page_name(p.kb)
+                        ),
+                    )
+                    .fix(mount_fix(p.kb, &format!("/dev/hugepages{}", short_size(p.kb)))),
+                );
+            }
+            let served: Vec<String> = wanted
+                .iter()
+                .filter(|p| usable(p))
+                .map(|p| {
+                    let dirs: Vec<&str> = match &huge_dir_mount {
+                        Some(_) => eal.huge_dir.iter().map(String::as_str).collect(),
+                        None => mounts
+                            .iter()
+                            .filter(|m| m.kb == Some(p.kb))
+                            .map(|m| m.dir.as_str())
+                            .collect(),
+                    };
+                    format!("{} pages at {}", page_name(p.kb), dirs.join(" and "))
+                })
+                .collect();
+            out.push(Finding::pass(
+                "hugepages",
+                format!("dataplane.eal_args: hugetlbfs serves the {}", served.join("; ")),
+            ));
+        }
+    }
+
+    // Free memory against the estimate.
+    let free: u64 = sizes.iter().filter(|p| usable(p)).map(|p| p.free * p.bytes()).sum();
+    out.push(compare(
+        need,
+        free,
+        format!(
+            "dataplane: {} free in usable hugepages (pages a running DPDK process holds are not \
+             free); the configuration needs {}",
+            size(free),
+            need.explain(dp)
+        ),
+        || {
+            let reserved_free: u64 = sizes.iter().map(|p| p.free * p.bytes()).sum();
+            if reserved_free >= need.total() {
+                "mount hugetlbfs for the reserved pages (the hugepages finding above)".to_owned()
+            } else {
+                reserve_fix(need.total().saturating_sub(free))
+            }
+        },
+    ));
+
+    // What EAL reserves at start.
+    if let Some(mb) = eal.mem_mb {
+        out.push(reserved(need, eal, mb * MIB, free, format!("-m {mb}"), &reserve_fix));
+    }
+    if let Some(per_node) = &eal.socket_mem {
+        let nodes = host.numa_nodes();
+        for (node, &mb) in per_node.iter().enumerate() {
+            let node = u32::try_from(node).unwrap_or(u32::MAX);
+            if mb == 0 {
+                continue;
+            }
+            if !(nodes.contains(&node) || nodes.is_empty() && node == 0) {
+                out.push(
+                    Finding::fail(
+                        "memory",
+                        format!(
+                            "dataplane.eal_args: --socket-mem asks {mb} MiB on NUMA node \
+                             {node}, which this host does not have (nodes: {})",
+                            super::eal::format_list(&nodes)
+                        ),
+                    )
+                    .fix("give --socket-mem one value per NUMA node of this host"),
+                );
+                continue;
+            }
+            let node_free: u64 = sizes
+                .iter()
+                .filter(|p| usable(p))
+                .map(|p| host.node_free_pages(node, p.kb).unwrap_or(p.free) * p.bytes())
+                .sum();
+            if node_free < mb * MIB {
+                out.push(
+                    Finding::fail(
+                        "memory",
+                        format!(
+                            "dataplane.eal_args: --socket-mem reserves {mb} MiB on NUMA node \
+                             {node} at start, but only {} of usable hugepages are free there",
+                            size(node_free)
+                        ),
+                    )
+                    .fix(format!(
+                        "echo N > /sys/devices/system/node/node{node}/hugepages/hugepages-2048kB/nr_hugepages \
+                         with N >= {} free pages",
+                        (mb * MIB).div_ceil(2 * MIB)
+                    )),
+                );
+            }
+        }
+        let total: u64 = per_node.iter().sum();
+        out.push(reserved(
+            need,
+            eal,
+            total * MIB,
+            u64::MAX,
+            format!(
+                "--socket-mem {}",
+                per_node.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+            ),
+            &reserve_fix,
+        ));
+    }
+}
+
+/// `2M`, `1G`: a page size as `mount -o pagesize=` takes it.
+fn short_size(kb: u64) -> String {
+    if kb >= 1 << 20 && kb % (1 << 20) == 0 {
+        format!("{}G", kb >> 20)
+    } else {
+        format!("{}M", kb >> 10)
+    }
+}
+
+/// `-m` / `--socket-mem`: EAL reserves `bytes` at start (FAIL when not free); with
+/// `--legacy-mem` that is all it ever has.
+fn reserved(
+    need: &Need,
+    eal: &EalArgs,
+    bytes: u64,
+    free: u64,
+    given: String,
+    reserve_fix: &dyn Fn(u64) -> String,
+) -> Finding {
+    if bytes > free {
+        return Finding::fail(
+            "memory",
+            format!(
+                "dataplane.eal_args: {given}: EAL reserves {} of hugepages at start, but only {} \
+                 is free",
+                size(bytes),
+                size(free)
+            ),
+        )
+        .fix(reserve_fix(bytes - free));
+    }
+    if eal.legacy_mem {
+        return compare(
+            need,
+            bytes,
+            format!(
+                "dataplane.eal_args: {given} with --legacy-mem: EAL has {} and never more; the \
+                 configuration needs about {}",
+                size(bytes),
+                size(need.total())
+            ),
+            || format!("raise {given} to at least {} MiB", need.total().div_ceil(MIB)),
+        );
+    }
+    let note = if bytes >= need.total() {
+        "covers the estimate".to_owned()
+    } else {
+        format!(
+            "less than the estimated {}; EAL takes more from free hugepages when needed",
+            size(need.total())
+        )
+    };
+    Finding::pass(
+        "memory",
+        format!(
+            "dataplane.eal_args: {given}: EAL reserves {} of hugepages at start: {note}",
+            size(bytes)
+        ),
+    )
+}
+
+/// The connection tables: ordinary memory, one table per worker, in load-balancer mode only.
+fn conntrack(config: &Config, host: &Host) -> Vec<Finding> {
+    let dp = &config.dataplane;
+    if config.services.is_empty() {
+        return vec![Finding::pass(
+            "conntrack",
+            "dataplane.conntrack_capacity: io-forward mode (no services) allocates no connection \
+             tables",
+        )];
+    }
+    let asked = dp.conntrack_capacity as usize;
+    let entries = (asked.max(WAYS).div_ceil(WAYS).next_power_of_two() * WAYS) as u64;
+    let workers = u64::from(dp.worker_count());
+    let total = entries * BYTES_PER_ENTRY as u64 * workers;
+    let rounded = if entries == asked as u64 {
+        format!("{entries} entries")
+    } else {
+        format!("{asked} entries (rounded up to {entries})")
+    };
+    let available = host.meminfo_kb("MemAvailable").map(|kb| kb * 1024);
+    let thp = host.thp_mode();
+    let message = format!(
+        "dataplane.conntrack_capacity: {rounded} x {BYTES_PER_ENTRY} B x {} = {} of ordinary \
+         memory, not DPDK's (MemAvailable: {}; transparent huge pages: {})",
+        plural(workers, "worker"),
+        size(total),
+        available.map_or("unknown".into(), size),
+        thp.as_deref().unwrap_or("unknown"),
+    );
+    let mut out = vec![match available {
+        Some(a) if total > a => Finding::warn("conntrack", message).fix(
+            "lower dataplane.conntrack_capacity (about 1.25x the connections a worker holds) \
+             or free memory",
+        ),
+        _ => Finding::pass("conntrack", message),
+    }];
+    if thp.as_deref() == Some("never") {
+        out.push(
+            Finding::warn(
+                "conntrack",
+                "dataplane.conntrack_capacity: transparent huge pages are off: the tables use \
+                 4 KiB pages and lookups miss the TLB",
+            )
+            .fix("echo madvise > /sys/kernel/mm/transparent_hugepage/enabled (or boot with transparent_hugepage=madvise)"),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_estimate_follows_the_documented_formula() {
+        let dp = DataplaneConfig {
+            ports: vec!["a".into(), "b".into()],
+            workers: Some(2),
+            mempool_size: 16383,
+            ..DataplaneConfig::default()
+        };
+        let n = Need::of(&dp);
+        assert_eq!(n.mempool, 16383 * 2368);
+        assert_eq!(n.descriptors, (1024 + 1024) * 2 * 2 * 64);
+        assert_eq!(n.total(), n.mempool + n.descriptors + (64 << 20));
+        assert_eq!(short_size(2048), "2M");
+        assert_eq!(short_size(1 << 20), "1G");
+    }
+}
