@@ -143,7 +143,7 @@ fn run_config(
     let mut resolver = Resolver::new(ResolverTimers::default());
     let mut control = None;
     if balance {
-        let mac = ports[0].mac().map_err(dpdk_err("dataplane.ports[0]"))?.0;
+        let mac = ports[0].mac().map_err(dpdk_err("dataplane.ports[0]"))?;
         let node = node_of(config, mac);
         let mtu = u16::try_from(node.mtu).unwrap_or(u16::MAX);
         setup::set_mtu(&ports[0], mtu).map_err(dpdk_err("dataplane.node.mtu"))?;

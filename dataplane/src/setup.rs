@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use spillway_shared::wire::MacDisplay;
+
 use crate::dpdk::{DpdkError, Eal, LcoreId, Mempool, Port, PortSetup};
 use crate::worker::PortQueues;
 
@@ -97,7 +99,7 @@ pub fn set_mtu(port: &Port<'_>, mtu: u16) -> Result<(), DpdkError> {
 }
 
 fn log_port(port: &Port<'_>) {
-    let mac = port.mac().map(|m| m.to_string()).unwrap_or_else(|e| e.to_string());
+    let mac = port.mac().map(|m| MacDisplay(m).to_string()).unwrap_or_else(|e| e.to_string());
     let link = port.link().map(|l| if l.up { "up" } else { "down" }).unwrap_or("unknown");
     let setup = port.setup();
     tracing::info!(

@@ -334,7 +334,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         PortSetup { rx_queues: 1, tx_queues: 1, extra_tx_queues: 0, rx_desc: 512, tx_desc: 1024 };
     let port = Port::open(&eal, &args.port, setup, &pool)
         .with_context(|| format!("--port {}", args.port))?;
-    let own = port.mac().with_context(|| format!("--port {}: reading its MAC", args.port))?.0;
+    let own = port.mac().with_context(|| format!("--port {}: reading its MAC", args.port))?;
     spec.src_mac = args.src_mac.unwrap_or(own);
     spec.dst_mac = match args.dst_mac {
         Some(DstMac::Mac(m)) => m,

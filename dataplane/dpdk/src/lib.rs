@@ -24,6 +24,4 @@ pub use lcore::LaunchScope;
 pub use mbuf::{BurstIntoIter, Mbuf, MbufBurst, WriteError, MAX_BURST};
 pub use memif::{GateSlot, PollGate};
 pub use mempool::Mempool;
-pub use port::{
-    EthStats, LinkStatus, MacAddr, Port, PortId, PortSetup, RxQueue, TxQueue, TxResult,
-};
+pub use port::{EthStats, LinkStatus, Port, PortId, PortSetup, RxQueue, TxQueue, TxResult};

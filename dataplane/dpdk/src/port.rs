@@ -16,7 +16,6 @@ use super::error::DpdkError;
 use super::mbuf::{Mbuf, MbufBurst, MAX_BURST};
 use super::mempool::Mempool;
 // The MAC address types are the shared core's: the bytes, and the value ports report.
-pub use spillway_shared::wire::{MacAddr, MacDisplay};
 
 /// An ethdev port id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -260,13 +259,13 @@ impl<'e> Port<'e> {
     }
 
     /// The port's MAC address (its bytes are `.0`).
-    pub fn mac(&self) -> Result<MacDisplay, DpdkError> {
+    pub fn mac(&self) -> Result<[u8; 6], DpdkError> {
         let mut addr = dpdk_sys::rte_ether_addr::default();
         // SAFETY: the port is valid; addr is a writable rte_ether_addr.
         DpdkError::check("rte_eth_macaddr_get", unsafe {
             dpdk_sys::rte_eth_macaddr_get(self.id.0, &mut addr)
         })?;
-        Ok(MacDisplay(addr.addr_bytes))
+        Ok(addr.addr_bytes)
     }
 
     /// Sets the port's MTU (IP bytes; the frame may be 18 bytes longer).
