@@ -36,10 +36,15 @@ def run_pytest(env: dict, user: int | None = None) -> subprocess.CompletedProces
         test = Path(d) / "test_sample.py"
         test.write_text(SAMPLE)
         test.chmod(0o644)
+        # The plugin goes beside the sample: user nobody may not be able to read the checkout
+        # (a clone in a private temp directory, say).
+        plugin = Path(d) / "strict_skips.py"
+        plugin.write_text((HERE / "strict_skips.py").read_text())
+        plugin.chmod(0o644)
         return subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "strict_skips", "-p", "no:cacheprovider", str(test)],
             cwd=d, capture_output=True, text=True, timeout=120,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(HERE), "HOME": d, **env},
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": d, "HOME": d, **env},
             preexec_fn=(lambda: (os.setgid(user), os.setuid(user))) if user is not None else None,
         )
 
