@@ -38,7 +38,7 @@ if compgen -G "tests/e2e/test_*.py" >/dev/null; then
     CI="${CI:-true}" /usr/bin/python3 -m pytest -q -rfEs tests/e2e
 fi
 
-step "fuzz the packet parser for ${SPILLWAY_FUZZ_SECONDS:-20}s (scripts/fuzz.sh)"
+step "fuzz the packet parser and the whole packet path for ${SPILLWAY_FUZZ_SECONDS:-20}s each (scripts/fuzz.sh)"
 bash scripts/fuzz.sh "${SPILLWAY_FUZZ_SECONDS:-20}"
 
 step "all checks passed"
