@@ -18,6 +18,8 @@ use spillway_dataplane::stats::LivePrinter;
 use spillway_dataplane::worker::WorkerCounters;
 use spillway_shared::addr::Addr;
 
+use crate::systemd::Watchdog;
+
 /// How often the loop wakes when no health event arrives.
 const TICK: Duration = Duration::from_millis(20);
 
@@ -63,6 +65,7 @@ pub async fn run(
     let mut events = control.as_ref().and_then(|c| lock(c).take_health_events());
     let mut tick = tokio::time::interval(TICK);
     let mut seen_config = 0;
+    let mut watchdog = Watchdog::from_env(counters.len());
     loop {
         tokio::select! {
             Some(ev) = async { match events.as_mut() { Some(e) => e.recv().await, None => None } } => {
@@ -110,6 +113,9 @@ pub async fn run(
         }
         if let Some(s) = sender.as_mut() {
             resolver.tick(now, &mut **s);
+        }
+        if let Some(w) = watchdog.as_mut() {
+            w.tick(now, counters);
         }
         printer.tick(now, lcores, counters);
     }

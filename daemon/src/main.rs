@@ -5,7 +5,8 @@
 //! - [`run`]: the life cycle, top to bottom: data plane resources, control plane, workers,
 //!   run, report, teardown;
 //! - [`control_loop`]: what the main lcore does while the workers run;
-//! - [`view`]: what the control plane may see of the workers.
+//! - [`view`]: what the control plane may see of the workers;
+//! - [`systemd`]: readiness and the watchdog under systemd.
 //!
 //! The data plane (`spillway-dataplane`, DPDK) and the control plane (`spillway-control`,
 //! tokio) do not know each other; they meet here and in the shared core's snapshot publication
@@ -16,6 +17,7 @@
 mod check;
 mod control_loop;
 mod run;
+mod systemd;
 mod view;
 
 use std::io::IsTerminal;

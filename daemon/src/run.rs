@@ -26,6 +26,7 @@ use spillway_shared::conntrack::Shard;
 use spillway_shared::mailbox::Mailbox;
 
 use crate::control_loop::{self, ControlPlane, Signals};
+use crate::systemd;
 use crate::view::DaemonView;
 
 // The config's burst limit is the size of the safe layer's on-stack burst array.
@@ -231,6 +232,7 @@ fn run_config(
                 dp.ports.join(", ")
             );
             stats::flush_stdout();
+            systemd::ready();
             let plane = ControlPlane {
                 control: control.as_ref().map(|(c, _)| Arc::clone(c)),
                 view: Arc::clone(&view),
@@ -249,6 +251,7 @@ fn run_config(
         .map_err(dpdk_err("running the workers"))??;
 
     // 5. Report, then tear down in reverse order of setup.
+    systemd::stopping();
     stats::print_final(&lcores, &counters, &ports, ran_for);
     drop(sender);
     drop(outbox);

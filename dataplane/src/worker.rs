@@ -226,6 +226,7 @@ impl<'p, 'c> Worker<'p, 'c> {
             }
             if now.wrapping_sub(last_drain) >= self.params.drain_ticks {
                 self.drain();
+                self.counters.heartbeat.inc();
                 last_drain = now;
             }
             if let Some(g) = &gate {

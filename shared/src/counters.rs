@@ -199,6 +199,10 @@ pub struct WorkerCounters {
     pub ct_capacity: Counter,
     /// Conntrack: new connections the flood guard forwarded without an entry.
     pub ct_bypassed: Counter,
+    /// Heartbeat: goes up each time the worker passes its TX drain deadline (every
+    /// `tx_drain_us`), traffic or not; the systemd watchdog pings only while every worker's
+    /// moves.
+    pub heartbeat: Counter,
     /// Per service id.
     pub services: Box<[TrafficCounters]>,
     /// Per backend slot.
@@ -225,6 +229,7 @@ impl WorkerCounters {
             ct_evictions: Counter::default(),
             ct_capacity: Counter::default(),
             ct_bypassed: Counter::default(),
+            heartbeat: Counter::default(),
             services: (0..MAX_SERVICES).map(|_| TrafficCounters::default()).collect(),
             backends: (0..MAX_BACKENDS).map(|_| TrafficCounters::default()).collect(),
             zone_new_connections: (0..MAX_SERVICES * ZONE_SLOTS)
