@@ -7,17 +7,17 @@
 //! The table is built once per size, outside the measurement. Throughput is reported in
 //! elements (lookups or inserts) per second.
 //!
-//! `cargo bench -p spillway-shared --bench conntrack`
+//! `cargo bench -p spillway-core --bench conntrack`
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use spillway_shared::addr::Addr;
-use spillway_shared::conntrack::{EntryValue, Shard, Slot};
-use spillway_shared::flow::{FlowHasher, FlowKey};
-use spillway_shared::rng::SplitMix64;
-use spillway_shared::time::Time;
+use spillway_core::addr::Addr;
+use spillway_core::conntrack::{EntryValue, Shard, Slot};
+use spillway_core::flow::{FlowHasher, FlowKey};
+use spillway_core::rng::SplitMix64;
+use spillway_core::time::Time;
 
 /// Lookups per measured iteration.
 const CHUNK: usize = 1024;

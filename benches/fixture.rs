@@ -6,14 +6,14 @@
 
 #![allow(dead_code)]
 
-use spillway_dataplane::node::Node;
-use spillway_shared::addr::{Addr, Prefix};
-use spillway_shared::model::{
+use spillway_core::addr::{Addr, Prefix};
+use spillway_core::model::{
     Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
 };
-use spillway_shared::snapshot::Snapshot;
-use spillway_shared::state::PolicyState;
-use spillway_shared::time::Time;
+use spillway_core::snapshot::Snapshot;
+use spillway_core::state::PolicyState;
+use spillway_core::time::Time;
+use spillway_dataplane::node::Node;
 
 /// The balancer node's MAC.
 pub const NODE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];

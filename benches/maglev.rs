@@ -1,17 +1,17 @@
 //! Maglev table build and lookup, and tracking-key construction + hashing (CH, CT-1).
 //!
-//! Run with `cargo bench -p spillway-shared --bench maglev`. Measurement times are short on
+//! Run with `cargo bench -p spillway-core --bench maglev`. Measurement times are short on
 //! purpose (shared 2-core machine); pass criterion flags after `--` for longer runs.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use spillway_shared::addr::Addr;
-use spillway_shared::flow::{proto, tcp_flags, tracking_key, FlowHasher, PacketInfo};
-use spillway_shared::maglev::{backend_identity, MaglevMember, MaglevTable, DEFAULT_TABLE_SIZE};
-use spillway_shared::policy::{Affinity, TrackingMode};
-use spillway_shared::rng::SplitMix64;
+use spillway_core::addr::Addr;
+use spillway_core::flow::{proto, tcp_flags, tracking_key, FlowHasher, PacketInfo};
+use spillway_core::maglev::{backend_identity, MaglevMember, MaglevTable, DEFAULT_TABLE_SIZE};
+use spillway_core::policy::{Affinity, TrackingMode};
+use spillway_core::rng::SplitMix64;
 
 /// Backends 10.0.x.y:80 with identities hashed by the default deployment hasher.
 fn members(n: u16) -> Vec<MaglevMember> {

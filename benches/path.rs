@@ -10,14 +10,14 @@ mod fixture;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use crossbeam::queue::ArrayQueue;
 use fixture::{model, node, service, snapshot};
+use spillway_core::addr::Addr;
+use spillway_core::conntrack::Shard;
+use spillway_core::counters::WorkerCounters;
+use spillway_core::model::{Encap, RuleProtocol};
+use spillway_core::time::Time;
 use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
 use spillway_dataplane::path::{process, process_burst, Outcome, PathCtx, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
-use spillway_shared::addr::Addr;
-use spillway_shared::conntrack::Shard;
-use spillway_shared::counters::WorkerCounters;
-use spillway_shared::model::{Encap, RuleProtocol};
-use spillway_shared::time::Time;
 use std::time::Duration;
 
 fn frame(src: [u8; 4], sport: u16, flags: u8) -> Vec<u8> {

@@ -36,20 +36,20 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use fixture::{a, model, service, NODE_MAC};
+use spillway_core::addr::Addr;
+use spillway_core::conntrack::{Shard, BYTES_PER_ENTRY};
+use spillway_core::counters::Reason;
+use spillway_core::decide::ForwardReason;
+use spillway_core::mailbox::Mailbox;
+use spillway_core::model::{Encap, RuleProtocol};
+use spillway_core::publish::Publisher;
+use spillway_core::snapshot::Snapshot;
 use spillway_dataplane::dpdk::{self, Eal, MbufBurst, Mempool, Port, PortSetup, RxQueue};
 use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
 use spillway_dataplane::worker::{
     Balancer, CounterValues, PortQueues, Worker, WorkerCounters, WorkerParams,
 };
 use spillway_gen::{self as gen, FrameFactory, Limit, Order, TrafficSpec};
-use spillway_shared::addr::Addr;
-use spillway_shared::conntrack::{Shard, BYTES_PER_ENTRY};
-use spillway_shared::counters::Reason;
-use spillway_shared::decide::ForwardReason;
-use spillway_shared::mailbox::Mailbox;
-use spillway_shared::model::{Encap, RuleProtocol};
-use spillway_shared::publish::Publisher;
-use spillway_shared::snapshot::Snapshot;
 
 const VIP_IPIP: &str = "198.18.0.100";
 const VIP_GUE: &str = "198.18.0.101";

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A short fuzz session of each target (NX-2), on the stable toolchain:
-#   parse  the classifier and the in-place answers (shared::wire), on single frames;
+#   parse  the classifier and the in-place answers (spillway_core::wire), on single frames;
 #   path   the whole packet path (dataplane::path::process_burst) on bursts of frames,
 #          some of them shared buffers.
 #

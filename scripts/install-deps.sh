@@ -11,7 +11,7 @@ packages=(
     gcc libc6-dev pkg-config  # cc compiles the static-inline wrappers; pkg-config finds libdpdk
     iproute2 procps           # network namespaces (ip netns), kill
     python3 python3-pytest    # traffic scripts and the end-to-end tests
-    libxxhash0                # shared/tests/maglev_reference.py hashes with the C xxHash
+    libxxhash0                # core/tests/maglev_reference.py hashes with the C xxHash
     python3-prometheus-client # the e2e tests parse /metrics with the reference parser
     curl iputils-ping         # clients in the end-to-end tests and the demo
 )

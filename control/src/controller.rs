@@ -14,15 +14,15 @@ use crate::config::{self, Config, ConfigError};
 use crate::health::{HealthChecker, HealthEvent, TargetStatus};
 use crate::view::DataplaneView;
 use hashbrown::HashMap;
-use spillway_shared::addr::Addr;
-use spillway_shared::advanced::Load;
-use spillway_shared::counters::MAX_ZONES;
-use spillway_shared::maglev::slots_moved;
-use spillway_shared::model::BackendKey;
-use spillway_shared::publish::{Publisher, SnapshotReader};
-use spillway_shared::snapshot::Snapshot;
-use spillway_shared::state::{ModelChange, PolicyState, StateError};
-use spillway_shared::time::Time;
+use spillway_core::addr::Addr;
+use spillway_core::advanced::Load;
+use spillway_core::counters::MAX_ZONES;
+use spillway_core::maglev::slots_moved;
+use spillway_core::model::BackendKey;
+use spillway_core::publish::{Publisher, SnapshotReader};
+use spillway_core::snapshot::Snapshot;
+use spillway_core::state::{ModelChange, PolicyState, StateError};
+use spillway_core::time::Time;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -415,7 +415,7 @@ impl Controller {
             .backends
             .iter()
             .filter_map(|b| match b.status {
-                spillway_shared::snapshot::BackendStatus::Draining { deadline } => Some(deadline),
+                spillway_core::snapshot::BackendStatus::Draining { deadline } => Some(deadline),
                 _ => None,
             })
             .min();

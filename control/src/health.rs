@@ -65,8 +65,8 @@
 //! held while sending an event (an unbounded, non-blocking send) so that a target removed
 //! concurrently can never emit after its removal, whatever runtime flavour runs the tasks.
 
-use spillway_shared::model::BackendKey;
-use spillway_shared::rng::mix;
+use spillway_core::model::BackendKey;
+use spillway_core::rng::mix;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};

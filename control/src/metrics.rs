@@ -18,10 +18,10 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use spillway_shared::counters::{Reason, TrafficCounters, WorkerCounters};
-use spillway_shared::eligible::EligibleKind;
-use spillway_shared::model::BackendKey;
-use spillway_shared::snapshot::{BackendStatus, Choice, Snapshot};
+use spillway_core::counters::{Reason, TrafficCounters, WorkerCounters};
+use spillway_core::eligible::EligibleKind;
+use spillway_core::model::BackendKey;
+use spillway_core::snapshot::{BackendStatus, Choice, Snapshot};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -480,7 +480,7 @@ fn advanced(s: &mut Scrape, snap: &Snapshot) {
     };
     let advanced: Vec<_> =
         snap.services().filter_map(|sv| sv.advanced.as_ref().map(|a| (sv, a))).collect();
-    type GroupPick = fn(&spillway_shared::snapshot::AdvancedGroupView) -> f64;
+    type GroupPick = fn(&spillway_core::snapshot::AdvancedGroupView) -> f64;
     let per_group: [(&'static str, &'static str, GroupPick); 6] = [
         (
             "spillway_group_capacity",

@@ -6,10 +6,10 @@
 //! another thread). The admin API and the metrics read only through this trait, so they can be
 //! tested with a fake.
 
-use spillway_shared::addr::Addr;
-use spillway_shared::counters::WorkerCounters;
-use spillway_shared::flow::FlowKey;
-pub use spillway_shared::mailbox::LookupReply;
+use spillway_core::addr::Addr;
+use spillway_core::counters::WorkerCounters;
+use spillway_core::flow::FlowKey;
+pub use spillway_core::mailbox::LookupReply;
 
 /// The data plane as the control plane sees it.
 pub trait DataplaneView: Send + Sync + 'static {

@@ -8,13 +8,13 @@
 use std::path::Path;
 
 use spillway_control::config::{self, Config};
-use spillway_shared::advanced::{Distances, Latency, LoadUnit, Topology, OTHER_REGION};
-use spillway_shared::model::{
+use spillway_core::advanced::{Distances, Latency, LoadUnit, Topology, OTHER_REGION};
+use spillway_core::model::{
     AdvancedPolicy, Algorithm, Capacity, Damping, GroupAdvanced, DEFAULT_FAILOVER_HEALTH_THRESHOLD,
 };
-use spillway_shared::policy::ZonalAffinity;
-use spillway_shared::state::PolicyState;
-use spillway_shared::time::Time;
+use spillway_core::policy::ZonalAffinity;
+use spillway_core::state::PolicyState;
+use spillway_core::time::Time;
 
 fn parse(text: &str) -> Config {
     Config::from_yaml(Path::new("t.yaml"), text).unwrap_or_else(|e| panic!("{e}"))
@@ -206,7 +206,7 @@ fn the_demo_config_still_loads() {
 /// latencies first, then `region_order` for the pairs without one.
 #[test]
 fn the_compiled_topology_orders_zones_and_regions() {
-    let zone = |m: &spillway_shared::model::Model, n: &str| m.zone_id(n).unwrap();
+    let zone = |m: &spillway_core::model::Model, n: &str| m.zone_id(n).unwrap();
     // Default: configuration order, every zone of the region at the same distance.
     let c = parse(&config("      advanced: {}\n", "", ""));
     let m = c.to_model();

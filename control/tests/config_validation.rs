@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use spillway_control::config::{self, Config, ConfigError};
 use spillway_control::health::CheckKind;
-use spillway_shared::addr::{Addr, Prefix};
-use spillway_shared::flow::DEFAULT_HASH_SEED;
-use spillway_shared::model::{Encap, Ports, RuleDest, RuleProtocol};
-use spillway_shared::policy::{Affinity, Persistence, TrackingMode, ZonalAffinity};
+use spillway_core::addr::{Addr, Prefix};
+use spillway_core::flow::DEFAULT_HASH_SEED;
+use spillway_core::model::{Encap, Ports, RuleDest, RuleProtocol};
+use spillway_core::policy::{Affinity, Persistence, TrackingMode, ZonalAffinity};
 
 const FILE: &str = "t.yaml";
 

@@ -10,8 +10,8 @@
 use spillway_control::health::{
     CheckKind, CheckSpec, HealthChecker, HealthEvent, ProbeResult, Target, TargetStatus,
 };
-use spillway_shared::addr::Addr;
-use spillway_shared::model::{BackendKey, Endpoint};
+use spillway_core::addr::Addr;
+use spillway_core::model::{BackendKey, Endpoint};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use spillway_control::controller::Controller;
 use spillway_control::view::DataplaneView;
+use spillway_core::addr::Addr;
 use spillway_dataplane::dpdk::LcoreId;
 use spillway_dataplane::neighbour::{RequestSender, Resolver};
 use spillway_dataplane::node::Node;
 use spillway_dataplane::stats::LivePrinter;
 use spillway_dataplane::worker::WorkerCounters;
-use spillway_shared::addr::Addr;
 
 use crate::systemd::Watchdog;
 

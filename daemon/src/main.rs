@@ -9,7 +9,7 @@
 //! - [`systemd`]: readiness and the watchdog under systemd.
 //!
 //! The data plane (`spillway-dataplane`, DPDK) and the control plane (`spillway-control`,
-//! tokio) do not know each other; they meet here and in the shared core's snapshot publication
+//! tokio) do not know each other; they meet here and in the core crate's snapshot publication
 //! and conntrack mailboxes.
 
 #![forbid(unsafe_code)]

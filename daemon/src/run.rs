@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 use spillway_control::config::{self, Config, ConfigError};
 use spillway_control::controller::{ControlError, Controller};
 use spillway_control::view::DataplaneView;
+use spillway_core::addr::{mask, Prefix};
+use spillway_core::conntrack::Shard;
+use spillway_core::mailbox::Mailbox;
 use spillway_dataplane::dpdk::{self, DpdkError, Eal, Mempool, PollGate, PortSetup};
 use spillway_dataplane::neighbour::{NextHopCache, Resolver, ResolverTimers};
 use spillway_dataplane::node::Node;
@@ -21,9 +24,6 @@ use spillway_dataplane::outbox::{outbox, OutboxSender};
 use spillway_dataplane::setup;
 use spillway_dataplane::stats;
 use spillway_dataplane::worker::{Balancer, Worker, WorkerCounters, WorkerParams};
-use spillway_shared::addr::{mask, Prefix};
-use spillway_shared::conntrack::Shard;
-use spillway_shared::mailbox::Mailbox;
 
 use crate::control_loop::{self, ControlPlane, Signals};
 use crate::systemd;
@@ -266,7 +266,7 @@ fn run_config(
 }
 
 /// A worker's connection table, sized and guarded as configured, on huge pages when the
-/// kernel allows them (module doc of `spillway_shared::conntrack`).
+/// kernel allows them (module doc of `spillway_core::conntrack`).
 fn conntrack_shard(config: &Config) -> Shard {
     let dp = &config.dataplane;
     let mut s = Shard::with_capacity_advised(dp.conntrack_capacity as usize, |p, n| {

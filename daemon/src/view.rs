@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use spillway_control::view::{DataplaneView, LookupReply};
+use spillway_core::addr::Addr;
+use spillway_core::counters::WorkerCounters;
+use spillway_core::flow::FlowKey;
+use spillway_core::mailbox::Mailbox;
 use spillway_dataplane::neighbour::NeighbourCell;
-use spillway_shared::addr::Addr;
-use spillway_shared::counters::WorkerCounters;
-use spillway_shared::flow::FlowKey;
-use spillway_shared::mailbox::Mailbox;
 
 /// The data plane as the control plane sees it.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! Spillway's data plane: DPDK, the per-lcore workers and what they do to packets. It knows
 //! nothing of the control plane's runtime: it reads snapshots and answers conntrack queries
-//! through the shared core's [`spillway_shared::publish`] and [`spillway_shared::mailbox`].
+//! through the core crate's [`spillway_core::publish`] and [`spillway_core::mailbox`].
 //!
 //! - [`dpdk`]: the `spillway-dpdk` crate, the safe layer over EAL, lcores, mempools, ports,
 //!   queues, mbufs and bursts (the only Spillway code with `unsafe`, outside this crate);

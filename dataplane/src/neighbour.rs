@@ -14,9 +14,9 @@ use crate::node::Node;
 use arc_swap::ArcSwap;
 use crossbeam::queue::ArrayQueue;
 use hashbrown::HashMap;
-use spillway_shared::addr::Addr;
-use spillway_shared::snapshot::Snapshot;
-use spillway_shared::wire::MacAddr;
+use spillway_core::addr::Addr;
+use spillway_core::snapshot::Snapshot;
+use spillway_core::wire::MacAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

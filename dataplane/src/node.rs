@@ -2,8 +2,8 @@
 //! next hop is (on-link, or the gateway of its family). The path answers for these addresses
 //! and the neighbour resolver resolves the next hops they imply.
 
-use spillway_shared::addr::{Addr, Prefix};
-use spillway_shared::wire::MacAddr;
+use spillway_core::addr::{Addr, Prefix};
+use spillway_core::wire::MacAddr;
 
 /// The node's own addresses and link facts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use crossbeam::queue::ArrayQueue;
-use spillway_shared::addr::Addr;
-use spillway_shared::wire::build;
+use spillway_core::addr::Addr;
+use spillway_core::wire::build;
 
 use crate::dpdk::{Mbuf, Mempool};
 use crate::neighbour::RequestSender;

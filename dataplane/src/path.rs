@@ -16,16 +16,16 @@ use crate::dpdk;
 use crate::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache};
 use crate::node::Node;
 use crossbeam::queue::ArrayQueue;
-use spillway_shared::addr::Addr;
-use spillway_shared::conntrack::Shard;
-use spillway_shared::counters::{PathDrop, Reason, WorkerCounters};
-use spillway_shared::decide::{decide_prepared, prepare, Prepared, Verdict};
-use spillway_shared::flow::PacketInfo;
-use spillway_shared::model::Encap;
-use spillway_shared::snapshot::Snapshot;
-use spillway_shared::time::Time;
-use spillway_shared::wire::build::{self, EncapKind, EncapParams};
-use spillway_shared::wire::{self, arp, ethernet, Frame, FrameKind, IpMeta, MacAddr};
+use spillway_core::addr::Addr;
+use spillway_core::conntrack::Shard;
+use spillway_core::counters::{PathDrop, Reason, WorkerCounters};
+use spillway_core::decide::{decide_prepared, prepare, Prepared, Verdict};
+use spillway_core::flow::PacketInfo;
+use spillway_core::model::Encap;
+use spillway_core::snapshot::Snapshot;
+use spillway_core::time::Time;
+use spillway_core::wire::build::{self, EncapKind, EncapParams};
+use spillway_core::wire::{self, arp, ethernet, Frame, FrameKind, IpMeta, MacAddr};
 
 /// A packet buffer the path can rewrite: a DPDK mbuf, or a plain buffer in tests.
 pub trait PacketBuf {

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use spillway_shared::wire::MacDisplay;
+use spillway_core::wire::MacDisplay;
 
 use crate::dpdk::{DpdkError, Eal, LcoreId, Mempool, Port, PortSetup};
 use crate::worker::PortQueues;

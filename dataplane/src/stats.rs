@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use spillway_shared::counters::{Reason, WorkerCounters};
+use spillway_core::counters::{Reason, WorkerCounters};
 
 use crate::dpdk::{LcoreId, PollGate, Port};
 use crate::worker::CounterValues;

@@ -18,13 +18,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use spillway_shared::conntrack::Shard;
-pub use spillway_shared::counters::WorkerCounters;
-use spillway_shared::counters::{PathDrop, Reason};
-use spillway_shared::decide::is_reclaimable;
-use spillway_shared::mailbox::Mailbox;
-use spillway_shared::publish::SnapshotReader;
-use spillway_shared::time::Time;
+use spillway_core::conntrack::Shard;
+pub use spillway_core::counters::WorkerCounters;
+use spillway_core::counters::{PathDrop, Reason};
+use spillway_core::decide::is_reclaimable;
+use spillway_core::mailbox::Mailbox;
+use spillway_core::publish::SnapshotReader;
+use spillway_core::time::Time;
 
 use crate::dpdk::{self, LcoreId, Mbuf, MbufBurst, RxQueue, TxQueue, TxResult};
 use crate::neighbour::{NeighbourEvents, NeighbourReader, NextHopCache};
@@ -319,7 +319,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         b.shard.sweep(buckets, now, |e| {
             let dead = is_reclaimable(e.key.service, &e.value, e.idle_ms, snap, now);
             if dead {
-                let slot = spillway_shared::snapshot::BackendRef::from_u32(e.value.backend).slot;
+                let slot = spillway_core::snapshot::BackendRef::from_u32(e.value.backend).slot;
                 if let Some(t) = c.backends.get(usize::from(slot)) {
                     t.tracked.sub(1);
                 }

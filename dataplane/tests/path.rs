@@ -7,17 +7,17 @@ mod fixture;
 
 use crossbeam::queue::ArrayQueue;
 use fixture::{a, model, service, snapshot, NODE_MAC};
+use spillway_core::conntrack::Shard;
+use spillway_core::counters::{PathDrop, Reason, WorkerCounters};
+use spillway_core::decide::{DropReason, ForwardReason};
+use spillway_core::model::{Encap, RuleProtocol};
+use spillway_core::snapshot::Snapshot;
+use spillway_core::time::Time;
+use spillway_core::wire::Malformed;
 use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache};
 use spillway_dataplane::node::Node;
 use spillway_dataplane::path::{process, process_burst, Outcome, PacketBuf, PathCtx, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
-use spillway_shared::conntrack::Shard;
-use spillway_shared::counters::{PathDrop, Reason, WorkerCounters};
-use spillway_shared::decide::{DropReason, ForwardReason};
-use spillway_shared::model::{Encap, RuleProtocol};
-use spillway_shared::snapshot::Snapshot;
-use spillway_shared::time::Time;
-use spillway_shared::wire::Malformed;
 
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
 const B1_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb1];

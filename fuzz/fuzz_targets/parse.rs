@@ -7,9 +7,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use spillway_shared::addr::Addr;
-use spillway_shared::wire::build;
-use spillway_shared::wire::{classify, FrameKind};
+use spillway_core::addr::Addr;
+use spillway_core::wire::build;
+use spillway_core::wire::{classify, FrameKind};
 
 const MAC: [u8; 6] = [2, 0, 0, 0, 0x1b, 1];
 

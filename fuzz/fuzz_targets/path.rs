@@ -16,11 +16,11 @@ use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache
 use spillway_dataplane::node::Node;
 use spillway_dataplane::path::{process_burst, Outcome, PacketBuf, PathCtx, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
-use spillway_shared::conntrack::Shard;
-use spillway_shared::counters::{PathDrop, Reason, WorkerCounters};
-use spillway_shared::model::{Encap, RuleProtocol};
-use spillway_shared::snapshot::Snapshot;
-use spillway_shared::time::Time;
+use spillway_core::conntrack::Shard;
+use spillway_core::counters::{PathDrop, Reason, WorkerCounters};
+use spillway_core::model::{Encap, RuleProtocol};
+use spillway_core::snapshot::Snapshot;
+use spillway_core::time::Time;
 
 /// The model set-up the path's tests and benchmarks share.
 #[path = "../../benches/fixture.rs"]

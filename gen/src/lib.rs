@@ -35,12 +35,12 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use spillway_dataplane::dpdk::{self, MbufBurst, Mempool, RxQueue, TxQueue, MAX_BURST};
-use spillway_shared::rng::SplitMix64;
-use spillway_shared::wire::{
+use spillway_core::rng::SplitMix64;
+use spillway_core::wire::{
     checksum, ethernet, ethertype, ip_proto, ipv4, ipv6, tcp, udp, EthernetFrame, Ipv4Packet,
     Ipv6Packet, TcpPacket, UdpPacket,
 };
+use spillway_dataplane::dpdk::{self, MbufBurst, Mempool, RxQueue, TxQueue, MAX_BURST};
 
 /// The largest frame: an untagged Ethernet frame of a 1500-byte MTU, without the FCS.
 pub const MAX_FRAME_LEN: u16 = 1514;

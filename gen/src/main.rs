@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
+use spillway_core::wire::MacDisplay;
 use spillway_dataplane::dpdk::{Eal, Mempool, Port, PortSetup};
 use spillway_gen::{
     send_and_receive, FrameFactory, Limit, Order, SendReport, SpecError, TrafficSpec,
 };
-use spillway_shared::wire::MacDisplay;
 
 const AFTER_HELP: &str = "\
 EAL arguments come after `--`; the sending runs on the first EAL worker lcore, so give EAL at \

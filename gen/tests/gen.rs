@@ -13,8 +13,8 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 
+use spillway_core::wire::{classify, FrameKind};
 use spillway_gen::{FrameFactory, Order, SpecError, TrafficSpec};
-use spillway_shared::wire::{classify, FrameKind};
 
 // ---- an independent checksum verifier -------------------------------------------------------
 

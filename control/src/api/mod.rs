@@ -24,15 +24,15 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use hashbrown::HashMap;
 use serde::Deserialize;
-use spillway_shared::addr::Addr;
-use spillway_shared::advanced::LoadUnit;
-use spillway_shared::conntrack::Entry;
-use spillway_shared::decide::FLAG_CREATED_UNHEALTHY;
-use spillway_shared::explain::explain;
-use spillway_shared::flow::{proto, tcp_flags, FlowKey, PacketInfo};
-use spillway_shared::model::{BackendKey, Encap, Endpoint, Ports, RuleDest, RuleProtocol};
-use spillway_shared::policy::ZonalAffinity;
-use spillway_shared::snapshot::{
+use spillway_core::addr::Addr;
+use spillway_core::advanced::LoadUnit;
+use spillway_core::conntrack::Entry;
+use spillway_core::decide::FLAG_CREATED_UNHEALTHY;
+use spillway_core::explain::explain;
+use spillway_core::flow::{proto, tcp_flags, FlowKey, PacketInfo};
+use spillway_core::model::{BackendKey, Encap, Endpoint, Ports, RuleDest, RuleProtocol};
+use spillway_core::policy::ZonalAffinity;
+use spillway_core::snapshot::{
     AdvancedClientView, AdvancedView, BackendRef, BackendStatus, ServiceView, Snapshot,
 };
 use std::collections::BTreeMap;

@@ -18,15 +18,15 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use spillway_shared::addr::{Addr, Prefix};
-use spillway_shared::advanced::{Latency, Topology};
-use spillway_shared::flow::DEFAULT_HASH_SEED;
-use spillway_shared::model::{
+use spillway_core::addr::{Addr, Prefix};
+use spillway_core::advanced::{Latency, Topology};
+use spillway_core::flow::DEFAULT_HASH_SEED;
+use spillway_core::model::{
     AdvancedPolicy, Algorithm, BackendKey, Capacity, ClientSubnet, Damping, Encap, Endpoint, Group,
     GroupAdvanced, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
     DEFAULT_FAILOVER_HEALTH_THRESHOLD,
 };
-use spillway_shared::policy::{
+use spillway_core::policy::{
     idle_timeout_bounds, Affinity, FailoverPolicy, Persistence, TrackingMode, ZonalAffinity,
 };
 
@@ -109,7 +109,7 @@ impl NodeAddrs {
     /// True when `addr` is inside the node's prefix of its family (reached without a gateway).
     pub fn on_link(&self, addr: Addr) -> bool {
         self.own(addr).is_some_and(|(own, len)| {
-            Prefix::new(spillway_shared::addr::mask(own, len), len).is_ok_and(|p| p.contains(addr))
+            Prefix::new(spillway_core::addr::mask(own, len), len).is_ok_and(|p| p.contains(addr))
         })
     }
 }

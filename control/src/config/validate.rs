@@ -13,10 +13,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use spillway_shared::addr::Addr;
-use spillway_shared::maglev::TABLE_SIZES;
-use spillway_shared::model::{Algorithm, Encap, Endpoint, Ports, RuleDest, RuleProtocol};
-use spillway_shared::policy::{idle_timeout_bounds, Affinity, Persistence, TrackingMode};
+use spillway_core::addr::Addr;
+use spillway_core::maglev::TABLE_SIZES;
+use spillway_core::model::{Algorithm, Encap, Endpoint, Ports, RuleDest, RuleProtocol};
+use spillway_core::policy::{idle_timeout_bounds, Affinity, Persistence, TrackingMode};
 
 use super::compile::{
     self, not_one_of, parse_endpoint, parse_enum, parse_iface_addr, parse_port_item, parse_prefix,

@@ -26,8 +26,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use spillway_shared::model::{BackendKey, Model};
-use spillway_shared::simulator::{SimError, Simulator};
+use spillway_core::model::{BackendKey, Model};
+use spillway_core::simulator::{SimError, Simulator};
 
 use crate::config::locate::Locations;
 use crate::config::{self, ConfigError, Field, Loc};
@@ -375,7 +375,7 @@ mod tests {
             "{\"step\": 3, \"verdict\": \"drop\", \"backend\": null, \"reason\": \"malformed\", \
              \"service\": null, \"eligible\": null}\n"
         );
-        let v6 = spillway_shared::model::Endpoint { addr: "fd00::1".parse().unwrap(), port: 80 };
+        let v6 = spillway_core::model::Endpoint { addr: "fd00::1".parse().unwrap(), port: 80 };
         assert_eq!(v6.to_string(), "[fd00::1]:80");
     }
 }

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use serde::Serialize;
-use spillway_shared::simulator::{Outcome, TrafficReport};
+use spillway_core::simulator::{Outcome, TrafficReport};
 
 /// One output line.
 #[derive(Debug, Serialize)]

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
-use spillway_shared::addr::Addr;
-use spillway_shared::flow::{proto, tcp_flags, PacketInfo};
-use spillway_shared::model::Model;
-use spillway_shared::simulator::{TrafficPlan, TrafficSource};
+use spillway_core::addr::Addr;
+use spillway_core::flow::{proto, tcp_flags, PacketInfo};
+use spillway_core::model::Model;
+use spillway_core::simulator::{TrafficPlan, TrafficSource};
 
 use super::*;
 

@@ -5,7 +5,7 @@
 //! alone cannot work (FAIL); below the whole estimate it may (WARN).
 
 use spillway_control::config::{Config, DataplaneConfig};
-use spillway_shared::conntrack::{BYTES_PER_ENTRY, WAYS};
+use spillway_core::conntrack::{BYTES_PER_ENTRY, WAYS};
 
 use super::eal::{EalArgs, NO_HUGE_DEFAULT_MB};
 use super::host::{Host, PageSize};

@@ -8,8 +8,8 @@
 
 use spillway_control::config::compile::parse_endpoint;
 use spillway_control::config::{Config, ServiceConfig};
-use spillway_shared::wire::build::{encap_len, EncapKind};
-use spillway_shared::wire::ethernet;
+use spillway_core::wire::build::{encap_len, EncapKind};
+use spillway_core::wire::ethernet;
 
 use super::Finding;
 

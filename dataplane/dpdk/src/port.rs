@@ -15,7 +15,6 @@ use super::eal::Eal;
 use super::error::DpdkError;
 use super::mbuf::{Mbuf, MbufBurst, MAX_BURST};
 use super::mempool::Mempool;
-// The MAC address types are the shared core's: the bytes, and the value ports report.
 
 /// An ethdev port id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -5,14 +5,14 @@
 
 mod wire_fixtures;
 
-use spillway_shared::addr::Addr;
-use spillway_shared::flow::proto;
-use spillway_shared::wire::build::{
+use spillway_core::addr::Addr;
+use spillway_core::flow::proto;
+use spillway_core::wire::build::{
     self, arp_reply, arp_request, encap_len, icmp_echo_reply, icmp_frag_needed,
     icmpv6_packet_too_big, neighbor_advertisement, neighbor_solicitation, set_macs, write_encap,
     BuildError, EncapKind, EncapParams,
 };
-use spillway_shared::wire::{classify, FrameKind, Ipv4Packet};
+use spillway_core::wire::{classify, FrameKind, Ipv4Packet};
 use wire_fixtures::*;
 
 const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0x0c, 1];

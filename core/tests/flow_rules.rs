@@ -6,12 +6,12 @@
 //! library (`libxxhash.so.0`, `XXH3_64bits_withSeed`) over the hand-written byte images below,
 //! not with this crate.
 
-use spillway_shared::addr::Addr;
-use spillway_shared::flow::{
+use spillway_core::addr::Addr;
+use spillway_core::flow::{
     is_new_connection_syn, proto, selection_tuple, tcp_flags, tracking_key, FlowHasher, FlowKey,
     PacketInfo, DEFAULT_HASH_SEED, FLOW_KEY_BYTES,
 };
-use spillway_shared::policy::{Affinity, TrackingMode};
+use spillway_core::policy::{Affinity, TrackingMode};
 
 const CLIENT: Addr = Addr::v4(192, 0, 2, 1);
 const VIP: Addr = Addr::v4(198, 51, 100, 7);

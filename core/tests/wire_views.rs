@@ -3,8 +3,8 @@
 
 mod wire_fixtures;
 
-use spillway_shared::wire::ipv6::{walk_chain, FragInfo};
-use spillway_shared::wire::{
+use spillway_core::wire::ipv6::{walk_chain, FragInfo};
+use spillway_core::wire::{
     arp, checksum, icmpv6, tcp, ArpPacket, EthernetFrame, IcmpPacket, Icmpv6Packet, Ipv4Packet,
     Ipv6ExtHeader, Ipv6FragHeader, Ipv6Packet, Malformed, NdiscPacket, TcpPacket, UdpPacket,
     VlanHeader,

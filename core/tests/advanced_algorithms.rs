@@ -4,11 +4,11 @@
 
 mod advanced_support;
 use advanced_support::*;
-use spillway_shared::advanced::{
+use spillway_core::advanced::{
     allocate, Allocation, ClientDemand, Distances, DrainInput, DrainTracker, GroupState, Topology,
 };
-use spillway_shared::model::Algorithm;
-use spillway_shared::time::Time;
+use spillway_core::model::Algorithm;
+use spillway_core::time::Time;
 
 fn groups(capacity: f64) -> Vec<GroupState> {
     (0..6u16)

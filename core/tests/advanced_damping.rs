@@ -5,9 +5,9 @@
 
 mod advanced_support;
 use advanced_support::*;
-use spillway_shared::advanced::{allocate, ClientDemand, Distances, GroupState, Topology};
-use spillway_shared::model::{Algorithm, Capacity, Damping};
-use spillway_shared::simulator::Simulator;
+use spillway_core::advanced::{allocate, ClientDemand, Distances, GroupState, Topology};
+use spillway_core::model::{Algorithm, Capacity, Damping};
+use spillway_core::simulator::Simulator;
 
 /// The published weights of every client (zones, then the zone-less one).
 fn weights(sim: &Simulator) -> Vec<Vec<f64>> {
@@ -145,7 +145,7 @@ fn damping_closed_loop_with_connection_capacity() {
     let p = policy(Algorithm::WaterfallByRegion, &groups, Capacity::ConnectionsPerEndpoint(500.0));
     m.services.push(service(groups, Some(p)));
     let mut sim = Simulator::new(m).unwrap();
-    let live = |r: &spillway_shared::simulator::TrafficReport| -> Vec<f64> {
+    let live = |r: &spillway_core::simulator::TrafficReport| -> Vec<f64> {
         r.intervals[0].groups.iter().map(|g| g.live_connections as f64 / 2000.0).collect()
     };
     let mut history = vec![weights(&sim)];

@@ -2,12 +2,12 @@
 //! per zone, client subnets per zone, and an uneven client load.
 #![allow(dead_code)]
 
-use spillway_shared::addr::{Addr, Prefix};
-use spillway_shared::model::{
+use spillway_core::addr::{Addr, Prefix};
+use spillway_core::model::{
     AdvancedPolicy, Algorithm, Capacity, ClientSubnet, Endpoint, Group, GroupAdvanced, Model,
     Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
 };
-use spillway_shared::simulator::{Simulator, TrafficPlan, TrafficReport, TrafficSource};
+use spillway_core::simulator::{Simulator, TrafficPlan, TrafficReport, TrafficSource};
 
 pub const VIP: &str = "198.18.0.100";
 /// The six zones: r1-a, r1-b, r1-c (region r1, the balancer's own), r2-a, r2-b, r2-c.

@@ -4,11 +4,11 @@
 
 mod advanced_support;
 use advanced_support::*;
-use spillway_shared::model::{
+use spillway_core::model::{
     AdvancedPolicy, Algorithm, BackendKey, Capacity, GroupAdvanced, Model, RuleDest,
 };
-use spillway_shared::policy::ZonalAffinity;
-use spillway_shared::simulator::Simulator;
+use spillway_core::policy::ZonalAffinity;
+use spillway_core::simulator::Simulator;
 use std::time::Duration;
 
 fn one_zone(rate: u32) -> [u32; 6] {
@@ -188,13 +188,13 @@ fn without_advanced_behaviour_is_unchanged() {
     sources.push("192.0.2.9".into());
     for src in &sources {
         for port in 1000..1200u16 {
-            let p = spillway_shared::flow::PacketInfo {
+            let p = spillway_core::flow::PacketInfo {
                 src: a(src),
                 dst: a(VIP),
-                proto: spillway_shared::flow::proto::TCP,
+                proto: spillway_core::flow::proto::TCP,
                 sport: port,
                 dport: 80,
-                tcp_flags: spillway_shared::flow::tcp_flags::SYN,
+                tcp_flags: spillway_core::flow::tcp_flags::SYN,
                 ..Default::default()
             };
             let (o1, o2) = (s1.packet(&p), s2.packet(&p));

@@ -1,12 +1,12 @@
 //! Builders shared by the decision-core tests: a small two-region topology and packets.
 #![allow(dead_code)]
 
-use spillway_shared::addr::{Addr, Prefix};
-use spillway_shared::flow::{proto, tcp_flags, PacketInfo};
-use spillway_shared::model::{
+use spillway_core::addr::{Addr, Prefix};
+use spillway_core::flow::{proto, tcp_flags, PacketInfo};
+use spillway_core::model::{
     ClientSubnet, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
 };
-use spillway_shared::simulator::{Outcome, Simulator};
+use spillway_core::simulator::{Outcome, Simulator};
 
 pub const VIP: &str = "198.18.0.100";
 

@@ -3,9 +3,9 @@
 
 mod wire_fixtures;
 
-use spillway_shared::addr::Addr;
-use spillway_shared::flow::{proto, tcp_flags, PacketInfo};
-use spillway_shared::wire::{classify, Frame, FrameKind, IpMeta};
+use spillway_core::addr::Addr;
+use spillway_core::flow::{proto, tcp_flags, PacketInfo};
+use spillway_core::wire::{classify, Frame, FrameKind, IpMeta};
 use wire_fixtures::*;
 
 const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0x0c, 1];
@@ -363,7 +363,7 @@ fn whole_seed_corpus_classifies() {
     assert!(n >= 40, "{n} seeds");
 }
 
-/// Quick sanity figure, not a benchmark: `cargo test -p spillway-shared --release --test
+/// Quick sanity figure, not a benchmark: `cargo test -p spillway-core --release --test
 /// wire_classify -- --ignored --nocapture classify_ns`.
 #[test]
 #[ignore]

@@ -2,13 +2,13 @@
 //!
 //! Case counts are kept small for the large tables (N = 1000, M = 65537) so the whole crate's
 //! `cargo test` stays fast in the dev profile. `maglev_quality_report` (ignored) prints the
-//! disruption and imbalance figures: `cargo test -p spillway-shared --release --test
+//! disruption and imbalance figures: `cargo test -p spillway-core --release --test
 //! maglev_props -- --ignored --nocapture`.
 
 use proptest::prelude::*;
-use spillway_shared::addr::Addr;
-use spillway_shared::flow::{FlowHasher, DEFAULT_HASH_SEED};
-use spillway_shared::maglev::{
+use spillway_core::addr::Addr;
+use spillway_core::flow::{FlowHasher, DEFAULT_HASH_SEED};
+use spillway_core::maglev::{
     backend_identity, slots_moved, MaglevMember, MaglevTable, DEFAULT_TABLE_SIZE, TABLE_SIZES,
 };
 
@@ -114,21 +114,21 @@ fn table_sizes_are_prime_and_ascending() {
     assert_eq!(DEFAULT_TABLE_SIZE, 65537);
     for &m in TABLE_SIZES {
         assert!(miller_rabin(u64::from(m)), "{m} is not prime");
-        assert!(spillway_shared::maglev::is_prime(m), "{m}");
+        assert!(spillway_core::maglev::is_prime(m), "{m}");
     }
     assert!(TABLE_SIZES.windows(2).all(|w| w[0] < w[1]));
     // The crate's own check agrees with known primes and composites.
     for (n, prime) in [(0, false), (1, false), (2, true), (9, false), (65536, false), (65537, true)]
     {
-        assert_eq!(spillway_shared::maglev::is_prime(n), prime, "{n}");
+        assert_eq!(spillway_core::maglev::is_prime(n), prime, "{n}");
     }
-    assert!(!spillway_shared::maglev::is_prime(65537 * 3));
+    assert!(!spillway_core::maglev::is_prime(65537 * 3));
 }
 
 /// CH-1: pinned table. The values come from `maglev_reference.py` (next to this file), an
 /// independent Python implementation of the method in the module doc over the reference C
 /// xxHash (`XXH3_64bits_withSeed`), not from this crate: `python3
-/// shared/tests/maglev_reference.py --pinned` prints them (three backends 10.0.0.1..3:80,
+/// core/tests/maglev_reference.py --pinned` prints them (three backends 10.0.0.1..3:80,
 /// weights 1, 2, 3, default seed, M = 251), and `ch_1_tables_match_the_python_reference`
 /// checks that the script still computes them and this crate the same whole table.
 #[test]

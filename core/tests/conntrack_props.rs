@@ -1,4 +1,4 @@
-//! Property tests of the connection-tracking shard (`spillway_shared::conntrack`): key
+//! Property tests of the connection-tracking shard (`spillway_core::conntrack`): key
 //! integrity under colliding hashes (also when many keys share both candidate buckets), no
 //! entry lost unless reported evicted, agreement with a `HashMap` model, LRU eviction among the
 //! 16 ways of two full candidate buckets, idle time across the u32 wrap of milliseconds (CT-8),
@@ -7,12 +7,12 @@
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
-use spillway_shared::addr::Addr;
-use spillway_shared::conntrack::{
+use spillway_core::addr::Addr;
+use spillway_core::conntrack::{
     EntryValue, Shard, BUCKET_ALIGN, BUCKET_BYTES, BYTES_PER_ENTRY, WAYS,
 };
-use spillway_shared::flow::{FlowHasher, FlowKey};
-use spillway_shared::time::Time;
+use spillway_core::flow::{FlowHasher, FlowKey};
+use spillway_core::time::Time;
 
 const U32_WRAP: u64 = 1 << 32;
 
@@ -180,7 +180,7 @@ proptest! {
                     let key = key(k);
                     let got = s.lookup(&key, real_hash(&key), Time(now)).map(|(_, e)| e);
                     let want = model.get(&key).map(|&(value, seen)| {
-                        spillway_shared::conntrack::Entry { key, value, idle_ms: now - seen }
+                        spillway_core::conntrack::Entry { key, value, idle_ms: now - seen }
                     });
                     prop_assert_eq!(got, want);
                 }
@@ -249,7 +249,7 @@ proptest! {
                 }
                 continue;
             }
-            let before: Vec<(usize, spillway_shared::conntrack::Entry)> =
+            let before: Vec<(usize, spillway_core::conntrack::Entry)> =
                 s.iter(Time(now)).map(|(slot, e)| (slot.bucket(), e)).collect();
             let mut occupancy = vec![0usize; s.bucket_count()];
             for &(b, _) in &before {
@@ -258,7 +258,7 @@ proptest! {
             let full = |b: usize| occupancy[b] == WAYS;
             let (p, q) = s.candidate_buckets(hash(&key));
             let present = before.iter().any(|(_, e)| e.key == key);
-            let movable = |&(b, e): &(usize, spillway_shared::conntrack::Entry)| {
+            let movable = |&(b, e): &(usize, spillway_core::conntrack::Entry)| {
                 let (ep, eq) = s.candidate_buckets(hash(&e.key));
                 !full(if b == ep { eq } else { ep })
             };

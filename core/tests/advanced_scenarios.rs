@@ -7,8 +7,8 @@
 
 mod advanced_support;
 use advanced_support::*;
-use spillway_shared::model::Algorithm;
-use spillway_shared::simulator::{Simulator, TrafficReport};
+use spillway_core::model::Algorithm;
+use spillway_core::simulator::{Simulator, TrafficReport};
 
 const STEADY: std::ops::Range<usize> = 5..25;
 

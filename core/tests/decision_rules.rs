@@ -4,11 +4,11 @@
 mod common;
 use common::*;
 use proptest::prelude::*;
-use spillway_shared::addr::Prefix;
-use spillway_shared::flow::{proto, tcp_flags, PacketInfo};
-use spillway_shared::model::{Endpoint, Model, Ports, Rule, RuleDest, RuleProtocol, Service};
-use spillway_shared::policy::{Affinity, Persistence, TrackingMode};
-use spillway_shared::simulator::Simulator;
+use spillway_core::addr::Prefix;
+use spillway_core::flow::{proto, tcp_flags, PacketInfo};
+use spillway_core::model::{Endpoint, Model, Ports, Rule, RuleDest, RuleProtocol, Service};
+use spillway_core::policy::{Affinity, Persistence, TrackingMode};
+use spillway_core::simulator::Simulator;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -173,7 +173,7 @@ fn ct_6_entry_recorded_with_backend_and_time() {
     let (_, e) = entries[0];
     assert_eq!(e.idle_ms, 0);
     assert_eq!((e.key.sport, e.key.dport, e.key.proto), (5000, 53, proto::UDP));
-    let slot = spillway_shared::snapshot::BackendRef::from_u32(e.value.backend).slot;
+    let slot = spillway_core::snapshot::BackendRef::from_u32(e.value.backend).slot;
     assert_eq!(sim.snapshot().backend(slot).unwrap().endpoint, o.backend.unwrap());
 }
 
@@ -215,7 +215,7 @@ fn ct_8_reload_applies_new_timeout_to_existing_entries() {
 
 #[test]
 fn ct_9_idle_timeout_bounds_table() {
-    use spillway_shared::policy::idle_timeout_bounds as b;
+    use spillway_core::policy::idle_timeout_bounds as b;
     use Affinity::*;
     for aff in Affinity::ALL {
         assert_eq!(b(TrackingMode::PerConnection, *aff), (600, 60, 600));
@@ -584,7 +584,7 @@ fn operator_drain_stops_new_connections_keeps_entries() {
     let m = three(|_| {});
     let mut s = Simulator::new(m).unwrap();
     let x = backend(&s.packet(&udp("198.18.10.5", 1)));
-    let key = spillway_shared::model::BackendKey { service: "web".into(), endpoint: ep(&x) };
+    let key = spillway_core::model::BackendKey { service: "web".into(), endpoint: ep(&x) };
     let mut st_changed = false;
     // Drain through the policy state the way the control plane does.
     let snapshot_before = s.snapshot().generation;
@@ -606,9 +606,9 @@ fn operator_drain_stops_new_connections_keeps_entries() {
 
 #[test]
 fn explain_tells_what_decide_then_does() {
-    use spillway_shared::decide::CONNTRACK_HASHER;
-    use spillway_shared::explain::explain;
-    let mut s = sim(three(|s| s.zonal = spillway_shared::policy::ZonalAffinity::StayWithinZone));
+    use spillway_core::decide::CONNTRACK_HASHER;
+    use spillway_core::explain::explain;
+    let mut s = sim(three(|s| s.zonal = spillway_core::policy::ZonalAffinity::StayWithinZone));
     let x = backend(&s.packet(&syn("198.18.10.5", 7)));
     s.set_health_by_addr(a(&x), false);
     for p in [ack("198.18.10.5", 7), udp("198.18.10.5", 9), syn("198.18.10.5", 7)] {
@@ -632,10 +632,10 @@ fn explain_tells_what_decide_then_does() {
 /// established flows keep theirs.
 #[test]
 fn flood_guard_keeps_established_entries_and_forwards_the_flood_by_hash() {
-    use spillway_shared::conntrack::Shard;
-    use spillway_shared::decide::decide;
-    use spillway_shared::state::PolicyState;
-    use spillway_shared::time::Time;
+    use spillway_core::conntrack::Shard;
+    use spillway_core::decide::decide;
+    use spillway_core::state::PolicyState;
+    use spillway_core::time::Time;
     let mut st = PolicyState::new(true);
     st.apply_model(three(|_| {}), Time::ZERO).unwrap();
     let snap = st.snapshot(Time::ZERO);
@@ -662,8 +662,8 @@ fn flood_guard_keeps_established_entries_and_forwards_the_flood_by_hash() {
         assert_eq!((hit.backend(), hit.verdict), (d.backend(), hit.verdict));
         assert!(matches!(
             hit.verdict,
-            spillway_shared::decide::Verdict::Forward {
-                reason: spillway_shared::decide::ForwardReason::ConntrackHit,
+            spillway_core::decide::Verdict::Forward {
+                reason: spillway_core::decide::ForwardReason::ConntrackHit,
                 ..
             }
         ));

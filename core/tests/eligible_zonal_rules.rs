@@ -3,9 +3,9 @@
 
 mod common;
 use common::*;
-use spillway_shared::eligible::{eligible, Candidate, Eligible, EligibleKind};
-use spillway_shared::policy::{FailoverPolicy, ZonalAffinity};
-use spillway_shared::zonal::zonal_adjust;
+use spillway_core::eligible::{eligible, Candidate, Eligible, EligibleKind};
+use spillway_core::policy::{FailoverPolicy, ZonalAffinity};
+use spillway_core::zonal::zonal_adjust;
 use std::collections::BTreeSet;
 
 fn c(slot: u16, zone: u16, failover: bool, healthy: bool) -> Candidate {

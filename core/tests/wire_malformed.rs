@@ -7,7 +7,7 @@
 mod wire_fixtures;
 
 use proptest::prelude::*;
-use spillway_shared::wire::{classify, FrameKind, Malformed};
+use spillway_core::wire::{classify, FrameKind, Malformed};
 use wire_fixtures::*;
 
 fn set16(b: &mut [u8], at: usize, v: u16) {
