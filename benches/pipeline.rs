@@ -7,7 +7,11 @@
 //!
 //! ```text
 //! cargo bench -p spillway-gen --bench pipeline -- [--seconds S] [--quick] [--json FILE]
+//!     [--hugepages required|preferred|off]
 //! ```
+//!
+//! DPDK's memory is on hugepages when enough are free and mounted (`--hugepages preferred`, the
+//! default), else on ordinary memory; the first line and the `memory` row say which.
 //!
 //! Scenarios (docs/performance.md explains the method and the results):
 //! - `io_forward`: the baseline;
@@ -131,14 +135,14 @@ fn main() {
     let seconds: f64 = flag("--seconds").and_then(|s| s.parse().ok()).unwrap_or(2.0);
     let quick = args.iter().any(|a| a == "--quick");
     let json = flag("--json").cloned();
+    let policy = flag("--hugepages").map_or(dpdk::HugepagePolicy::Preferred, |p| {
+        dpdk::HugepagePolicy::from_name(p).expect("--hugepages: required, preferred or off")
+    });
     let big: u32 = if quick { 100_000 } else { 1_000_000 };
     let measure = Duration::from_secs_f64(seconds);
 
     let prefix = format!("spw-pipeline-{}", std::process::id());
     let eal_args: Vec<String> = [
-        "--no-huge",
-        "-m",
-        "1024",
         "--no-pci",
         "--lcores",
         "0@0,1@1,2@0",
@@ -157,7 +161,12 @@ fn main() {
     .iter()
     .map(|s| (*s).to_owned())
     .collect();
-    let eal = Eal::init(&eal_args).expect("EAL init (run as root)");
+    // The pool's 8191 mbufs (below) and 5 queues of 1024 + 1024 descriptors.
+    let need = dpdk::memory::need(8191, 5 * 2048);
+    let plan = dpdk::memory::plan(&eal_args, need, policy, &dpdk::Hugepages::of_host())
+        .unwrap_or_else(|e| panic!("--hugepages {}: {e}", policy.name()));
+    println!("memory: {plan}");
+    let eal = Eal::init(&plan.args).expect("EAL init (run as root)");
     // 8191 mbufs: enough for the 1024-slot rings, the per-lcore caches and the bursts in flight.
     // Without hugepages (`--no-huge`: DPDK's memory is a memfd in 4 KiB pages, out of reach of
     // transparent huge pages) a larger pool spreads the mbufs over more pages than the TLB
@@ -519,9 +528,10 @@ fn main() {
         workers: 1,
         extra: format!(
             "\"peak_rss_kib\":{hwm},\"bytes_per_connection\":{BYTES_PER_ENTRY},\
-             \"ten_million_entries\":{},\"ten_million_mib\":{}",
+             \"ten_million_entries\":{},\"ten_million_mib\":{},\"hugepages\":{}",
             buckets * 8,
-            (buckets * 8 * BYTES_PER_ENTRY) >> 20
+            (buckets * 8 * BYTES_PER_ENTRY) >> 20,
+            plan.hugepages
         ),
         ..Row::default()
     });

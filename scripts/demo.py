@@ -290,6 +290,7 @@ def run(args: argparse.Namespace) -> int:
             lb.wait_neighbours()
             say(f" running: port MAC {lb.port_mac}, answering ARP and ping for {VIP_WEB}, {VIP_DNS} "
                 f"and {T.LB_NODE_V4}")
+            say(f" memory: {lb.memory}")
             say(" health checks start pessimistic (every backend unhealthy until 2 probes pass) ...")
             wait_health(tail, t.backends, True, "all four backends healthy", gauges)
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Spillway in action on a fresh Debian 12 machine, as root, with no NIC and no hugepages.
+# Spillway in action on a fresh Debian 12 machine, as root, with no NIC. It reserves 2 MiB
+# hugepages at run time (scripts/hugepages.sh) and falls back to ordinary memory, said aloud,
+# when the kernel cannot give them.
 #
 # Installs what is missing (scripts/install-deps.sh), builds the release binary, then runs
 # scripts/demo.py: network namespaces for clients in two zones and four backends (two per zone,
@@ -20,6 +22,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 bash scripts/install-deps.sh
+bash scripts/hugepages.sh 1024
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 echo "demo: building spillway (release; the first build takes a few minutes)"
 cargo build --release -q -p spillway

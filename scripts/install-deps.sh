@@ -14,6 +14,7 @@ packages=(
     libxxhash0                # core/tests/maglev_reference.py hashes with the C xxHash
     python3-prometheus-client # the e2e tests parse /metrics with the reference parser
     curl iputils-ping         # clients in the end-to-end tests and the demo
+    dpkg-dev mmdebstrap       # the Debian package: cargo-deb's dependency scan, a throwaway root
 )
 
 missing=()

@@ -16,6 +16,8 @@ fi
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
+# Hugepages for the DPDK tests and the e2e balancers (they fall back, and say so, without them).
+bash scripts/hugepages.sh 1024
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 step() { printf '\n==> %s\n' "$*"; }
@@ -37,6 +39,9 @@ if compgen -G "tests/e2e/test_*.py" >/dev/null; then
     # (tests/e2e/conftest.py); -rfEs lists every failure, error and skip in the summary.
     CI="${CI:-true}" /usr/bin/python3 -m pytest -q -rfEs tests/e2e
 fi
+
+step "Debian package: build, install into a fresh Debian 12 root, run from there (scripts/package.sh --test)"
+bash scripts/package.sh --test
 
 step "fuzz the packet parser and the whole packet path for ${SPILLWAY_FUZZ_SECONDS:-20}s each (scripts/fuzz.sh)"
 bash scripts/fuzz.sh "${SPILLWAY_FUZZ_SECONDS:-20}"

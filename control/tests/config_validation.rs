@@ -331,11 +331,48 @@ fn unknown_enum_values_name_the_allowed_ones() {
     );
     assert!(m.contains("`IPIP`, `GUE`, `L2`"), "{m}");
     rejects(&HEAD.replace("type: TCP", "type: ICMP"), "health_checks.hc.type", "ICMP");
+    let m = rejects(
+        &HEAD.replace("  ports: [net_null0]\n", "  ports: [net_null0]\n  hugepages: maybe\n"),
+        "dataplane.hugepages",
+        "maybe",
+    );
+    assert!(m.contains("`maybe` is not one of `required`, `preferred`, `off`"), "{m}");
     rejects(
         &HEAD.replace("    port: 80\n", "    port: 80\n    initial: maybe\n"),
         "health_checks.hc.initial",
         "maybe",
     );
+}
+
+#[test]
+fn memory_options_belong_to_dataplane_hugepages() {
+    let m = rejects(
+        &HEAD.replace(
+            "  ports: [net_null0]\n",
+            "  eal_args: [\"--no-huge\", \"-m\", \"512\"]\n  ports: [net_null0]\n",
+        ),
+        "dataplane.eal_args",
+        "--no-huge",
+    );
+    assert!(m.contains("write `dataplane.hugepages: off`"), "{m}");
+    let m = rejects(
+        &HEAD.replace(
+            "  ports: [net_null0]\n",
+            "  eal_args: [\"--huge-unlink\"]\n  hugepages: off\n  ports: [net_null0]\n",
+        ),
+        "dataplane.eal_args",
+        "--huge-unlink",
+    );
+    assert!(m.contains("need hugepages"), "{m}");
+    for (policy, extra) in [("required", "-m"), ("preferred", "--socket-mem"), ("off", "-m")] {
+        let c = accepts(&HEAD.replace(
+            "  ports: [net_null0]\n",
+            &format!(
+                "  eal_args: [\"{extra}\", \"300\"]\n  hugepages: {policy}\n  ports: [net_null0]\n"
+            ),
+        ));
+        assert_eq!(c.dataplane.hugepages, policy);
+    }
 }
 
 // ---- addresses ----

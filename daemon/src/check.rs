@@ -24,10 +24,9 @@
 //! entries) x 64 B per worker.
 
 mod admin;
-mod eal;
 mod host;
 mod lcores;
-mod memory;
+pub(crate) mod memory;
 mod mtu;
 mod ports;
 
@@ -35,6 +34,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use spillway_control::config::{self, Config};
+use spillway_dataplane::dpdk::eal_args as eal;
+use spillway_dataplane::dpdk::memory::page_name;
 
 pub use host::Host;
 
@@ -246,15 +247,6 @@ fn size(bytes: u64) -> String {
     }
 }
 
-/// `2 MiB`, `1 GiB` for a page size in KiB.
-fn page_name(kb: u64) -> String {
-    match kb {
-        kb if kb >= 1 << 20 && kb % (1 << 20) == 0 => format!("{} GiB", kb >> 20),
-        kb if kb >= 1 << 10 && kb % (1 << 10) == 0 => format!("{} MiB", kb >> 10),
-        kb => format!("{kb} KiB"),
-    }
-}
-
 /// `1 worker`, `2 workers`.
 fn plural(n: u64, what: &str) -> String {
     if n == 1 {
@@ -288,9 +280,5 @@ mod tests {
         assert_eq!(size(19_398_656), "18.5 MiB");
         assert_eq!(size(512 << 20), "512 MiB");
         assert_eq!(size(24 << 30), "24.0 GiB");
-        assert_eq!(
-            (page_name(2048), page_name(1 << 20), page_name(64)),
-            ("2 MiB".into(), "1 GiB".into(), "64 KiB".into())
-        );
     }
 }

@@ -17,7 +17,10 @@ use spillway_control::view::DataplaneView;
 use spillway_core::addr::{mask, Prefix};
 use spillway_core::conntrack::Shard;
 use spillway_core::mailbox::Mailbox;
-use spillway_dataplane::dpdk::{self, DpdkError, Eal, Mempool, PollGate, PortSetup};
+use spillway_dataplane::dpdk::memory::{self, describe_areas};
+use spillway_dataplane::dpdk::{
+    self, DpdkError, Eal, HugepagePolicy, Hugepages, Mempool, PollGate, PortSetup,
+};
 use spillway_dataplane::neighbour::{NextHopCache, Resolver, ResolverTimers};
 use spillway_dataplane::node::Node;
 use spillway_dataplane::outbox::{outbox, OutboxSender};
@@ -25,6 +28,7 @@ use spillway_dataplane::setup;
 use spillway_dataplane::stats;
 use spillway_dataplane::worker::{Balancer, Worker, WorkerCounters, WorkerParams};
 
+use crate::check;
 use crate::control_loop::{self, ControlPlane, Signals};
 use crate::systemd;
 use crate::view::DaemonView;
@@ -113,9 +117,17 @@ fn run_config(
         ));
     }
 
-    // 1. The data plane's resources: EAL, the worker lcores, the mbuf pool, the ports.
-    setup::remove_stale_memif_sockets(&dp.eal_args);
-    let eal = Eal::init(&dp.eal_args).map_err(dpdk_err("dataplane.eal_args"))?;
+    // 1. The data plane's resources: EAL (on hugepages, memory sized from the configuration),
+    //    the worker lcores, the mbuf pool, the ports.
+    let need = check::memory::Need::of(dp);
+    let policy = HugepagePolicy::from_name(&dp.hugepages).expect("validated hugepages policy");
+    let plan = memory::plan(&dp.eal_args, need.total(), policy, &Hugepages::of_host())
+        .map_err(|m| setting("dataplane.hugepages", m))?;
+    if let Some(why) = &plan.fallback {
+        tracing::warn!("dataplane.hugepages: preferred, running on ordinary memory: {why}");
+    }
+    setup::remove_stale_memif_sockets(&plan.args);
+    let eal = Eal::init(&plan.args).map_err(dpdk_err("dataplane.eal_args"))?;
     let lcores = setup::worker_lcores(&eal, dp.lcores.as_deref(), usize::from(dp.worker_count()))
         .map_err(|(i, message)| match i {
         Some(i) => setting(format!("dataplane.lcores[{i}]"), message),
@@ -133,6 +145,7 @@ fn run_config(
     };
     let ports = setup::open_ports(&eal, &dp.ports, port_setup, &pool)
         .map_err(|(i, e)| dpdk_err(format!("dataplane.ports[{i}]"))(e))?;
+    report_memory(&eal, dp, &need, &plan, balance);
 
     // 2. The control plane, on this (the main) lcore: a current-thread runtime.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -267,6 +280,31 @@ fn run_config(
 
 /// A worker's connection table, sized and guarded as configured, on huge pages when the
 /// kernel allows them (module doc of `spillway_core::conntrack`).
+/// Says how much memory the configuration needs and how much EAL got, on which pages.
+fn report_memory(
+    eal: &Eal,
+    dp: &config::DataplaneConfig,
+    need: &check::memory::Need,
+    plan: &memory::MemoryPlan,
+    balance: bool,
+) {
+    let got = describe_areas(&eal.memory());
+    let pages = if eal.has_hugepages() { "hugepages" } else { "ordinary memory (--no-huge)" };
+    let tables = if balance {
+        let bytes =
+            u64::from(dp.worker_count()) * check::memory::table_bytes(dp.conntrack_capacity);
+        format!("; connection tables {} MiB in process memory", memory::mib(bytes))
+    } else {
+        String::new()
+    };
+    let line = format!(
+        "memory: needs {}; asked EAL for {} MiB on {pages}, got {got}{tables}",
+        need.explain(dp),
+        plan.reserve_mib,
+    );
+    println!("spillway: {line}");
+}
+
 fn conntrack_shard(config: &Config) -> Shard {
     let dp = &config.dataplane;
     let mut s = Shard::with_capacity_advised(dp.conntrack_capacity as usize, |p, n| {

@@ -355,24 +355,44 @@ fn eal_memory_options_are_compared_with_what_is_free() {
 }
 
 #[test]
-fn no_huge_is_a_warning() {
+fn hugepages_off_is_a_warning() {
     let f = Fake::clean();
-    let config =
-        CLEAN.replace("\"-l\", \"0-2\"", "\"--no-huge\", \"-m\", \"512\", \"-l\", \"0-2\"");
-    let out = f.check(&config);
+    let config = CLEAN.replace("  ports: [", "  hugepages: off\n  ports: [");
+    let with_m = config.replace("\"-l\", \"0-2\"", "\"-m\", \"512\", \"-l\", \"0-2\"");
+    let out = f.check(&with_m);
     assert_eq!(out.status, 0, "{}", out.stdout);
     let l = out.has(
         "WARN",
         "hugepages",
-        "--no-huge: runs without hugepages: fine for tests, not for production",
+        "dataplane.hugepages: off: runs without hugepages: fine for tests, not for production",
     );
     assert!(l.fix.is_some());
     out.has("PASS", "memory", "-m 512 MiB of ordinary memory (--no-huge)");
     assert!(out.with("FAIL", "hugepages", "").is_none(), "no hugepage checks: {}", out.stdout);
     assert!(out.stderr.contains("spillway check: warn"), "{}", out.stderr);
-    // Without -m, EAL's 64 MiB is less than the estimate but holds the pool.
-    let out = f.check(&config.replace("\"-m\", \"512\", ", ""));
-    out.has("WARN", "memory", "no -m: EAL's default 64 MiB");
+    // Without -m, the daemon sizes the memory from the configuration: enough by construction.
+    let out = f.check(&config);
+    out.has("PASS", "memory", "-m 83 MiB (sized by Spillway) of ordinary memory (--no-huge)");
+    // -m below the pool and descriptors: the daemon could not start.
+    let out = f.check(&config.replace("\"-l\", \"0-2\"", "\"-m\", \"16\", \"-l\", \"0-2\""));
+    out.has("FAIL", "memory", "-m 16 MiB of ordinary memory");
+}
+
+#[test]
+fn hugepages_preferred_without_pages_is_a_warning_not_a_failure() {
+    let f = Fake::clean();
+    f.write("sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages", "0\n");
+    f.write("sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "0\n");
+    let preferred = CLEAN.replace("  ports: [", "  hugepages: preferred\n  ports: [");
+    let out = f.check(&preferred);
+    assert_eq!(out.status, 0, "{}", out.stdout);
+    out.has("WARN", "hugepages", "dataplane.hugepages: preferred: the daemon would fall back");
+    out.has("WARN", "hugepages", "dataplane.hugepages: preferred: DPDK uses hugepages but none");
+    assert_eq!(out.count("FAIL"), 0, "{}", out.stdout);
+    // The same host with the default (required): the daemon would not start.
+    let out = f.check(CLEAN);
+    assert_eq!(out.status, 1, "{}", out.stdout);
+    out.has("FAIL", "hugepages", "dataplane.hugepages: required: DPDK uses hugepages but none");
 }
 
 #[test]
@@ -648,8 +668,19 @@ fn shipped_configs_on_this_host() {
             assert!(l.fix.is_some(), "{name}: {l:?} says no fix");
         }
         if name != "example" {
-            // --no-huge, a vdev: known whatever the host.
-            assert!(lines.iter().any(|l| l.level == "WARN" && l.message.contains("--no-huge")));
+            // `hugepages: preferred`: hugepages when the host has them, never a failure.
+            assert!(
+                !lines
+                    .iter()
+                    .any(|l| l.level == "FAIL" && (l.topic == "hugepages" || l.topic == "memory")),
+                "{name}:\n{stdout}"
+            );
+            let fallback = lines.iter().any(|l| {
+                l.level == "WARN" && l.message.contains("preferred: the daemon would fall back")
+            });
+            let on_pages =
+                lines.iter().any(|l| l.level == "PASS" && l.message.contains("hugetlbfs serves"));
+            assert!(fallback != on_pages, "{name}: exactly one of the two:\n{stdout}");
             let driver = if name == "demo" { "net_tap" } else { "net_null" };
             assert!(
                 lines.iter().any(|l| l.level == "PASS"

@@ -15,17 +15,19 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use spillway_core::wire::MacDisplay;
-use spillway_dataplane::dpdk::{Eal, Mempool, Port, PortSetup};
+use spillway_dataplane::dpdk::memory;
+use spillway_dataplane::dpdk::{Eal, HugepagePolicy, Hugepages, Mempool, Port, PortSetup};
 use spillway_gen::{
     send_and_receive, FrameFactory, Limit, Order, SendReport, SpecError, TrafficSpec,
 };
 
 const AFTER_HELP: &str = "\
 EAL arguments come after `--`; the sending runs on the first EAL worker lcore, so give EAL at \
-least two lcores. Example (no hugepages, a null device):
+least two lcores. Memory options (`-m`, `--no-huge`, `--huge-unlink`) are added by \
+--hugepages unless given. Example (a null device):
 
   spillway-gen --port net_null0 --dst-mac self --duration 5 -- \\
-      --no-huge -m 512 --no-pci -l 0-1 --file-prefix gen1 --vdev net_null0
+      --no-pci -l 0-1 --file-prefix gen1 --vdev net_null0
 
 Limits count frames offered to the driver; frames the driver refuses (TX ring full) are freed \
 and reported as `refused`, never retried. See docs/load-testing.md.";
@@ -113,9 +115,21 @@ struct Args {
     /// Mbufs in the pool.
     #[arg(long, value_name = "N", default_value_t = 8191)]
     mbufs: u32,
-    /// EAL arguments (after `--`), e.g. `--no-huge -m 512 --no-pci -l 0-1 --vdev net_null0`.
+    /// Hugepages for DPDK's memory: `preferred` (when enough are free and mounted, otherwise
+    /// ordinary memory, said on stderr), `required` or `off`. `--no-huge` among the EAL
+    /// arguments means `off`; `-m`/`--socket-mem` there set the size (default: the pool and
+    /// the descriptors plus 64 MiB).
+    #[arg(long, value_name = "POLICY", default_value = "preferred", value_parser = policy)]
+    hugepages: HugepagePolicy,
+    /// EAL arguments (after `--`), e.g. `--no-pci -l 0-1 --vdev net_null0`.
     #[arg(last = true, value_name = "EAL ARGS")]
     eal: Vec<String>,
+}
+
+/// `required`, `preferred` or `off`.
+fn policy(s: &str) -> Result<HugepagePolicy, String> {
+    HugepagePolicy::from_name(s)
+        .ok_or_else(|| format!("`{s}` is not one of `required`, `preferred`, `off`"))
 }
 
 /// A number with an optional k/M/G suffix (powers of 1000).
@@ -310,10 +324,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         bail!("--stats-interval: {} is not a number of seconds", args.stats_interval);
     }
     if args.eal.is_empty() {
-        bail!(
-            "no EAL arguments: add them after `--`, e.g. -- --no-huge -m 512 --no-pci -l 0-1 \
-             --vdev net_null0"
-        );
+        bail!("no EAL arguments: add them after `--`, e.g. -- --no-pci -l 0-1 --vdev net_null0");
     }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -321,7 +332,15 @@ fn run(args: &Args) -> anyhow::Result<()> {
             .context("cannot install the signal handlers")?;
     }
 
-    let eal = Eal::init(&args.eal).context("DPDK EAL initialisation failed (EAL arguments)")?;
+    let (rx_desc, tx_desc) = (512, 1024);
+    let need = memory::need(u64::from(args.mbufs), rx_desc + tx_desc);
+    let plan = memory::plan(&args.eal, need, args.hugepages, &Hugepages::of_host())
+        .map_err(|e| anyhow!("--hugepages {}: {e}", args.hugepages.name()))?;
+    match &plan.fallback {
+        Some(why) => eprintln!("spillway-gen: no hugepages, running on ordinary memory: {why}"),
+        None => eprintln!("spillway-gen: memory: {plan}"),
+    }
+    let eal = Eal::init(&plan.args).context("DPDK EAL initialisation failed (EAL arguments)")?;
     let lcore = *eal.worker_lcores().first().ok_or_else(|| {
         anyhow!(
             "the sending runs on an EAL worker lcore, and EAL has none: give EAL at least two \
@@ -330,8 +349,13 @@ fn run(args: &Args) -> anyhow::Result<()> {
     })?;
     let pool = Mempool::create(&eal, "spillway_gen", args.mbufs, 256)
         .with_context(|| format!("cannot create a pool of {} mbufs (--mbufs)", args.mbufs))?;
-    let setup =
-        PortSetup { rx_queues: 1, tx_queues: 1, extra_tx_queues: 0, rx_desc: 512, tx_desc: 1024 };
+    let setup = PortSetup {
+        rx_queues: 1,
+        tx_queues: 1,
+        extra_tx_queues: 0,
+        rx_desc: rx_desc as u16,
+        tx_desc: tx_desc as u16,
+    };
     let port = Port::open(&eal, &args.port, setup, &pool)
         .with_context(|| format!("--port {}", args.port))?;
     let own = port.mac().with_context(|| format!("--port {}: reading its MAC", args.port))?;
@@ -393,7 +417,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         .into_inner()
         .unwrap_or_else(|e| e.into_inner())
         .context("the sender returned no report")?;
-    print_report(args, &report);
+    print_report(args, &report, plan.hugepages);
     if let Some(e) = &report.error {
         bail!("the sender stopped early: {e}");
     }
@@ -435,16 +459,19 @@ fn progress(port: &Port<'_>, interval: Duration, done: &AtomicBool, stop: &Atomi
     }
 }
 
-fn print_report(args: &Args, r: &SendReport) {
+/// The report; `hugepages` says which memory the run had.
+fn print_report(args: &Args, r: &SendReport, hugepages: bool) {
     let mut out = std::io::stdout().lock();
     if args.json {
-        let _ = writeln!(out, "{}", r.to_json());
+        let json = r.to_json();
+        let body = json.strip_suffix('}').unwrap_or(&json);
+        let _ = writeln!(out, "{body},\"hugepages\":{hugepages}}}");
     } else {
         let c = &r.counts;
         let _ = writeln!(
             out,
             "spillway-gen: sent {} frames ({} bytes) in {:.3} s: {:.3} Mpps, {:.3} Gbit/s \
-             ({:.3} Gbit/s on the wire); refused {}, alloc failures {}, received {}",
+             ({:.3} Gbit/s on the wire); refused {}, alloc failures {}, received {}; on {}",
             r.sent,
             r.bytes,
             r.elapsed,
@@ -453,7 +480,8 @@ fn print_report(args: &Args, r: &SendReport) {
             r.wire_gbps,
             r.refused,
             r.alloc_failures,
-            r.received
+            r.received,
+            if hugepages { "hugepages" } else { "ordinary memory (no hugepages)" }
         );
         let _ = writeln!(
             out,

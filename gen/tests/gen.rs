@@ -2,7 +2,7 @@
 //!
 //! Pure tests parse every frame with the balancer's own classifier and check the checksums
 //! with an independent verifier written here; they need no privileges. The `cli_*` tests run
-//! the `spillway-gen` binary on DPDK virtual devices (`--no-huge`, root) as a child process,
+//! the `spillway-gen` binary on DPDK virtual devices (hugepages when free, root) as a child process,
 //! like the other data-plane tests: they need root, so they are `#[ignore]`d in a plain
 //! `cargo test` and run by `scripts/test.sh` (`--include-ignored`, as root).
 
@@ -647,11 +647,9 @@ fn gen_bin() -> &'static str {
     env!("CARGO_BIN_EXE_spillway-gen")
 }
 
+/// EAL arguments without memory options: `--hugepages` (default `preferred`) adds them.
 fn eal(prefix: &str, lcores: &str, vdev: &str) -> Vec<String> {
     [
-        "--no-huge",
-        "-m",
-        "512",
         "--no-pci",
         "-l",
         lcores,
@@ -806,6 +804,39 @@ fn cli_errors_are_clear_and_never_panics() {
         assert_eq!(code, 2, "clap usage error for {args:?}: {err}");
         assert!(err.contains("invalid value"), "{err}");
     }
+}
+
+/// `--hugepages`: the report says which memory the run had; `required` without enough free
+/// hugepages fails before EAL with the fix.
+#[test]
+#[ignore = "needs root: DPDK EAL, network namespaces, tap devices (scripts/test.sh runs it)"]
+fn cli_reports_the_memory_it_ran_on() {
+    common::require_root("cli_reports_the_memory_it_ran_on");
+    common::reserve_hugepages(128);
+    let send = ["--port", "net_null0", "--dst-mac", "self", "--count", "1000", "--json"];
+    for (policy, on_hugepages) in [("required", true), ("off", false)] {
+        let t = common::tag("spwgenmem");
+        let _dir = common::RuntimeDir(t.clone());
+        let mut args = send.to_vec();
+        args.extend(["--hugepages", policy]);
+        let (code, out, err) = run_gen(&args, &eal(&t, "0-1", "net_null0"));
+        assert_eq!(code, 0, "{policy}: {out}\n{err}");
+        assert!(out.contains(&format!("\"hugepages\":{on_hugepages}}}")), "{policy}: {out}");
+        let on = if on_hugepages { "on hugepages" } else { "on ordinary memory (--no-huge)" };
+        // 8191 mbufs x 2368 B + (512 + 1024) x 64 B + 64 MiB = 83 MiB.
+        assert!(err.contains(&format!("memory: 83 MiB reserved at start {on}")), "{policy}: {err}");
+    }
+    let t = common::tag("spwgenmem");
+    let _dir = common::RuntimeDir(t.clone());
+    let mut args = send.to_vec();
+    args.extend(["--hugepages", "required", "--mbufs", "4000000"]);
+    let (code, out, err) = run_gen(&args, &eal(&t, "0-1", "net_null0"));
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(err.contains("--hugepages required: not enough hugepages"), "{err}");
+    assert!(err.contains("/proc/sys/vm/nr_hugepages"), "{err}");
+    let (code, _, err) = run_gen(&["--hugepages", "maybe"], &eal(&t, "0-1", "net_null0"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("`maybe` is not one of `required`, `preferred`, `off`"), "{err}");
 }
 
 /// The errors DPDK itself reports (unknown port, too few lcores, bad EAL flag): clear, no panic.

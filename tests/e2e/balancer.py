@@ -128,10 +128,12 @@ def make_config(topo: Topology, services: list[dict], mtu: int = 1500, workers: 
     return {
         "dataplane": {
             "eal_args": [
-                "--no-huge", "-m", "256", "--no-pci", "-l", f"0-{workers}",
+                "--no-pci", "-l", f"0-{workers}",
                 "--file-prefix", f"{topo.prefix}-spw", "--log-level", "lib.eal:error",
                 "--vdev", f"net_tap0,iface={tap}",
             ],
+            # Hugepages when the host has them free (scripts/test.sh reserves them).
+            "hugepages": "preferred",
             "ports": ["net_tap0"],
             "workers": workers,
             "conntrack_capacity": 65536,
@@ -197,6 +199,13 @@ class Spillway:
                     if e not in out:
                         out.append(e)
         return out
+
+    @property
+    def memory(self) -> str:
+        """The daemon's `spillway: memory:` line: what the configuration needs and what EAL got,
+        on hugepages or not."""
+        m = re.search(r"spillway: memory: (.*)", self.output())
+        return m[1] if m else "(no memory line in the log)"
 
     @property
     def port_mac(self) -> str:

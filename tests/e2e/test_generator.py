@@ -47,7 +47,7 @@ def run_gen(t: T.Topology, lb: Spillway, name: str, args: list[str]) -> dict:
         str(GEN), "--port", "net_tap0", "--dst-mac", lb.port_mac, "--json", "--stats-interval", "0",
         # Sending starts once the tap has joined the bridge (attach below takes ~0.1 s).
         "--delay", "1.5", "--mbufs", "4095", *args,
-        "--", "--no-huge", "-m", "256", "--no-pci", "--lcores", "0@0,1@0", "--file-prefix", prefix,
+        "--", "--no-pci", "--lcores", "0@0,1@0", "--file-prefix", prefix,
         "--log-level", "lib.eal:error", "--no-telemetry", "--vdev", f"net_tap0,iface={tap}",
     ]
     try:

@@ -66,10 +66,11 @@ class Run:
         cfg = {
             "dataplane": {
                 "eal_args": [
-                    "--no-huge", "-m", "512", "--no-pci", "-l", "0-1", "--file-prefix", self.spw_prefix,
+                    "--no-pci", "-l", "0-1", "--file-prefix", self.spw_prefix,
                     "--vdev", f"net_memif0,role=server,socket={self.sock},socket-abstract=no,mac={SPW_MAC}",
                     "--log-level", "lib.eal:error", "--no-telemetry",
                 ],
+                "hugepages": "preferred",
                 "ports": ["net_memif0"],
                 "workers": 1,
             },

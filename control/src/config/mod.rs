@@ -38,6 +38,9 @@ pub use compile::NodeAddrs;
 pub use services::*;
 pub use validate::FieldError;
 
+/// The values of `dataplane.hugepages`.
+pub const HUGEPAGES: &[&str] = &["required", "preferred", "off"];
+
 /// Largest RX/TX burst a worker handles at once (the size of its on-stack mbuf array).
 pub const MAX_BURST: u16 = 32;
 
@@ -66,8 +69,14 @@ pub struct Config {
 #[serde(deny_unknown_fields, default)]
 pub struct DataplaneConfig {
     /// Arguments for `rte_eal_init`, without the program name, e.g.
-    /// `["--no-huge", "-m", "512", "--no-pci", "-l", "0-1", "--vdev", "net_tap0,iface=spw0"]`.
+    /// `["--no-pci", "-l", "0-1", "--vdev", "net_tap0,iface=spw0"]`.
     pub eal_args: Vec<String>,
+    /// Whether DPDK runs on hugepages: `required` (the default: not enough free hugepages is
+    /// an error at start, with the fix), `preferred` (hugepages when enough are free and
+    /// mounted, otherwise ordinary memory, said in the log) or `off` (ordinary memory). The
+    /// memory options (`--no-huge`, `-m` sized from this section, `--huge-unlink`) are added
+    /// to `eal_args` by Spillway; `-m` or `--socket-mem` given there override the size.
+    pub hugepages: String,
     /// DPDK ports to forward on, by device name (`net_tap0`, `net_null0`, a PCI address).
     pub ports: Vec<String>,
     /// Number of workers. Each runs on its own EAL worker lcore (not the main lcore) and owns
@@ -108,6 +117,7 @@ impl Default for DataplaneConfig {
     fn default() -> Self {
         Self {
             eal_args: Vec::new(),
+            hugepages: "required".into(),
             ports: Vec::new(),
             workers: None,
             lcores: None,
@@ -150,6 +160,26 @@ impl DataplaneConfig {
     /// The checks of the DPDK settings; pushes every problem onto `errors`.
     pub(crate) fn check(&self, errors: &mut Vec<FieldError>) {
         let mut err = |field: String, message: String| errors.push(FieldError { field, message });
+        if !HUGEPAGES.contains(&self.hugepages.as_str()) {
+            err("dataplane.hugepages".into(), compile::not_one_of(&self.hugepages, HUGEPAGES));
+        }
+        if self.eal_args.iter().any(|a| a == "--no-huge") {
+            err(
+                "dataplane.eal_args".into(),
+                "--no-huge is set by Spillway: write `dataplane.hugepages: off` (or `preferred`) \
+                 instead"
+                    .into(),
+            );
+        }
+        if self.hugepages == "off"
+            && self.eal_args.iter().any(|a| a.starts_with("--huge-unlink") || a == "--huge-dir")
+        {
+            err(
+                "dataplane.eal_args".into(),
+                "--huge-unlink and --huge-dir need hugepages, and dataplane.hugepages is `off`"
+                    .into(),
+            );
+        }
         if self.ports.is_empty() {
             err("dataplane.ports".into(), "at least one port is required".into());
         }
@@ -386,18 +416,20 @@ mod tests {
         assert_eq!(c.dataplane.burst_size, 32);
         assert_eq!(c.dataplane.rx_queue_size, 1024);
         assert!(c.dataplane.eal_args.is_empty());
+        assert_eq!(c.dataplane.hugepages, "required");
     }
 
     #[test]
     fn full_file_parses() {
         let c = parse(
-            "dataplane:\n  eal_args: [\"--no-huge\", \"-m\", \"512\", \"-l\", \"0-2\"]\n  \
-             ports: [net_tap0, net_null0]\n  lcores: [2, 1]\n  rx_queue_size: 512\n  \
+            "dataplane:\n  eal_args: [\"-m\", \"512\", \"-l\", \"0-2\"]\n  \
+             hugepages: preferred\n  ports: [net_tap0, net_null0]\n  lcores: [2, 1]\n  rx_queue_size: 512\n  \
              tx_queue_size: 256\n  mempool_size: 16383\n  burst_size: 16\n  tx_drain_us: 50\n",
         )
         .unwrap();
         let d = &c.dataplane;
-        assert_eq!(d.eal_args, ["--no-huge", "-m", "512", "-l", "0-2"]);
+        assert_eq!(d.eal_args, ["-m", "512", "-l", "0-2"]);
+        assert_eq!(d.hugepages, "preferred");
         assert_eq!(d.worker_count(), 2);
         assert_eq!(d.lcores.as_deref(), Some(&[2, 1][..]));
         assert_eq!((d.rx_queue_size, d.tx_queue_size, d.burst_size), (512, 256, 16));

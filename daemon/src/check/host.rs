@@ -7,6 +7,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
+use spillway_dataplane::dpdk::memory::Hugepages;
+pub use spillway_dataplane::dpdk::memory::{HugeMount, PageSize};
+
 use super::eal::parse_cpu_list;
 
 /// Where the system's facts are: `sys` for `/sys`, `proc` for `/proc`, and `root` for the
@@ -26,33 +29,6 @@ impl Default for Host {
     fn default() -> Self {
         Host { sys: "/sys".into(), proc: "/proc".into(), root: "/".into() }
     }
-}
-
-/// One hugepage size: `/sys/kernel/mm/hugepages/hugepages-<kb>kB/`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PageSize {
-    /// Page size in KiB.
-    pub kb: u64,
-    /// `nr_hugepages`: pages reserved.
-    pub nr: u64,
-    /// `free_hugepages`: reserved pages nobody uses.
-    pub free: u64,
-}
-
-impl PageSize {
-    /// Bytes per page.
-    pub fn bytes(&self) -> u64 {
-        self.kb * 1024
-    }
-}
-
-/// A hugetlbfs mount of `/proc/mounts`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HugeMount {
-    /// The mount point.
-    pub dir: String,
-    /// The page size it serves, in KiB (`pagesize=` or the default hugepage size).
-    pub kb: Option<u64>,
 }
 
 /// A PCI device under `/sys/bus/pci/devices/`.
@@ -94,26 +70,14 @@ impl Host {
         Host::read(path)?.trim().parse().ok()
     }
 
+    /// The hugepages: every size the kernel offers (smallest first) and the hugetlbfs mounts.
+    pub fn hugepages(&self) -> Hugepages {
+        Hugepages::read(&self.sys, &self.proc)
+    }
+
     /// Every hugepage size the kernel offers, smallest first.
     pub fn page_sizes(&self) -> Vec<PageSize> {
-        let dir = self.sys_path("kernel/mm/hugepages");
-        let mut out: Vec<PageSize> = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let kb = name.strip_prefix("hugepages-")?.strip_suffix("kB")?.parse().ok()?;
-                let p = e.path();
-                Some(PageSize {
-                    kb,
-                    nr: Host::read_u64(&p.join("nr_hugepages")).unwrap_or(0),
-                    free: Host::read_u64(&p.join("free_hugepages")).unwrap_or(0),
-                })
-            })
-            .collect();
-        out.sort_by_key(|p| p.kb);
-        out
+        self.hugepages().sizes
     }
 
     /// Free pages of `kb` KiB on NUMA node `node`, `None` when the node or size is unknown.
@@ -145,21 +109,7 @@ impl Host {
 
     /// The hugetlbfs mounts of `/proc/mounts`.
     pub fn huge_mounts(&self) -> Vec<HugeMount> {
-        let default_kb = self.meminfo_kb("Hugepagesize");
-        let Some(text) = Host::read(&self.proc_path("mounts")) else { return Vec::new() };
-        text.lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                if f.len() < 4 || f[2] != "hugetlbfs" {
-                    return None;
-                }
-                let kb = match f[3].split(',').find_map(|o| o.strip_prefix("pagesize=")) {
-                    Some(size) => parse_size_kb(size),
-                    None => default_kb,
-                };
-                Some(HugeMount { dir: f[1].replace("\\040", " "), kb })
-            })
-            .collect()
+        self.hugepages().mounts
     }
 
     /// A CPU list file under `/sys/devices/system/cpu/` (`online`, `isolated`, `nohz_full`);
@@ -272,19 +222,6 @@ impl Host {
     }
 }
 
-/// `2M`, `1024M`, `1G`, `2048k` (a mount's `pagesize=`) in KiB.
-fn parse_size_kb(s: &str) -> Option<u64> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().ok()?;
-    match unit.to_ascii_uppercase().as_str() {
-        "" => Some(n / 1024),
-        "K" => Some(n),
-        "M" => Some(n * 1024),
-        "G" => Some(n * 1024 * 1024),
-        _ => None,
-    }
-}
-
 /// `0100007F:2382` (IPv4) or 32 hex digits `:port` (IPv6): the kernel prints each 32-bit word
 /// of the address in host byte order.
 fn parse_proc_net_addr(s: &str) -> Option<(IpAddr, u16)> {
@@ -312,11 +249,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_and_socket_addresses() {
-        assert_eq!(parse_size_kb("2M"), Some(2048));
-        assert_eq!(parse_size_kb("1024M"), Some(1 << 20));
-        assert_eq!(parse_size_kb("1G"), Some(1 << 20));
-        assert_eq!(parse_size_kb("x"), None);
+    fn socket_addresses() {
         if cfg!(target_endian = "little") {
             assert_eq!(
                 parse_proc_net_addr("0100007F:2382"),

@@ -7,19 +7,11 @@
 use spillway_control::config::{Config, DataplaneConfig};
 use spillway_core::conntrack::{BYTES_PER_ENTRY, WAYS};
 
-use super::eal::{EalArgs, NO_HUGE_DEFAULT_MB};
+use spillway_dataplane::dpdk::memory::{DESC_BYTES, EAL_OVERHEAD, MBUF_BYTES};
+
+use super::eal::EalArgs;
 use super::host::{Host, PageSize};
-use super::{page_name, plural, size, Finding};
-
-/// One mbuf of the pool: `RTE_MBUF_DEFAULT_BUF_SIZE` (2,048 B data room + 128 B headroom) +
-/// `struct rte_mbuf` (128 B) + the mempool's object header (64 B).
-pub const MBUF_BYTES: u64 = 2048 + 128 + 128 + 64;
-
-/// One RX or TX descriptor, with the driver's software ring entry.
-pub const DESC_BYTES: u64 = 64;
-
-/// EAL's own memory (memzones, the mempool ring, driver state, page rounding), a margin.
-pub const EAL_OVERHEAD: u64 = 64 << 20;
+use super::{page_name, plural, size, Finding, Level};
 
 const MIB: u64 = 1 << 20;
 
@@ -54,7 +46,8 @@ impl Need {
         self.data() + EAL_OVERHEAD
     }
 
-    fn explain(&self, dp: &DataplaneConfig) -> String {
+    /// The estimate with its parts, for messages.
+    pub fn explain(&self, dp: &DataplaneConfig) -> String {
         format!(
             "about {} (dataplane.mempool_size {} x {MBUF_BYTES} B = {} + descriptors \
              ({} RX + {} TX) x {} x {} x {DESC_BYTES} B = {} + {} for EAL)",
@@ -94,35 +87,60 @@ pub fn check(config: &Config, eal: &EalArgs, host: &Host) -> Vec<Finding> {
     let dp = &config.dataplane;
     let need = Need::of(dp);
     let mut out = Vec::new();
-    if eal.no_huge {
+    if dp.hugepages == "off" || eal.no_huge {
         out.push(
             Finding::warn(
                 "hugepages",
-                "dataplane.eal_args: --no-huge: runs without hugepages: fine for tests, not for \
+                "dataplane.hugepages: off: runs without hugepages: fine for tests, not for \
                  production (4 KiB pages cost TLB misses on every packet buffer, and NIC DMA \
                  wants pinned hugepage memory)",
             )
             .fix(
                 "reserve hugepages and mount hugetlbfs (docs/deployment.md, Hugepages), then \
-                 drop --no-huge from dataplane.eal_args",
+                 set dataplane.hugepages: required",
             ),
         );
         let (mb, given) = match eal.mem_mb {
-            Some(mb) => (mb, format!("-m {mb}")),
-            None => (NO_HUGE_DEFAULT_MB, format!("no -m: EAL's default {NO_HUGE_DEFAULT_MB}")),
+            Some(mb) => (mb, format!("-m {mb} MiB")),
+            None => (
+                need.total().div_ceil(MIB),
+                format!("-m {} MiB (sized by Spillway)", need.total().div_ceil(MIB)),
+            ),
         };
         out.push(compare(
             &need,
             mb * MIB,
             format!(
-                "dataplane.eal_args: {given} MiB of ordinary memory (--no-huge); the \
+                "dataplane.eal_args: {given} of ordinary memory (--no-huge); the \
                  configuration needs {}",
                 need.explain(dp)
             ),
             || format!("set -m {} in dataplane.eal_args", need.total().div_ceil(MIB)),
         ));
     } else {
-        hugepages(dp, eal, host, &need, &mut out);
+        let mut found = Vec::new();
+        hugepages(dp, eal, host, &need, &mut found);
+        if dp.hugepages == "preferred" && found.iter().any(|f| f.level == Level::Fail) {
+            // The daemon would run, on ordinary memory: each problem is a warning.
+            for f in &mut found {
+                if f.level == Level::Fail {
+                    f.level = Level::Warn;
+                }
+            }
+            found.insert(
+                0,
+                Finding::warn(
+                    "hugepages",
+                    format!(
+                        "dataplane.hugepages: preferred: the daemon would fall back to \
+                         ordinary memory (--no-huge, -m {} MiB), for the reasons below",
+                        need.total().div_ceil(MIB)
+                    ),
+                )
+                .fix("reserve and mount hugepages as the lines below say"),
+            );
+        }
+        out.extend(found);
     }
     out.extend(conntrack(config, host));
     out
@@ -161,8 +179,8 @@ fn hugepages(
             Finding::fail(
                 "hugepages",
                 format!(
-                    "dataplane.eal_args: DPDK uses hugepages (no --no-huge) but none are \
-                     reserved ({})",
+                    "dataplane.hugepages: {}: DPDK uses hugepages but none are reserved ({})",
+                    dp.hugepages,
                     if listing.is_empty() { "no hugepage sizes in /sys".into() } else { listing }
                 ),
             )
@@ -178,7 +196,10 @@ fn hugepages(
             }),
         );
     } else {
-        out.push(Finding::pass("hugepages", format!("dataplane.eal_args: hugepages: {listing}")));
+        out.push(Finding::pass(
+            "hugepages",
+            format!("dataplane.hugepages: {}: {listing}", dp.hugepages),
+        ));
     }
 
     // Mounts: which sizes EAL can use.
@@ -447,6 +468,16 @@ fn reserved(
     )
 }
 
+/// Entries of one worker's connection table for `capacity` (whole buckets, a power of two).
+fn table_entries(capacity: u32) -> u64 {
+    (capacity as usize).max(WAYS).div_ceil(WAYS).next_power_of_two() as u64 * WAYS as u64
+}
+
+/// Bytes of one worker's connection table for `capacity`.
+pub fn table_bytes(capacity: u32) -> u64 {
+    table_entries(capacity) * BYTES_PER_ENTRY as u64
+}
+
 /// The connection tables: ordinary memory, one table per worker, in load-balancer mode only.
 fn conntrack(config: &Config, host: &Host) -> Vec<Finding> {
     let dp = &config.dataplane;
@@ -458,9 +489,9 @@ fn conntrack(config: &Config, host: &Host) -> Vec<Finding> {
         )];
     }
     let asked = dp.conntrack_capacity as usize;
-    let entries = (asked.max(WAYS).div_ceil(WAYS).next_power_of_two() * WAYS) as u64;
+    let entries = table_entries(dp.conntrack_capacity);
     let workers = u64::from(dp.worker_count());
-    let total = entries * BYTES_PER_ENTRY as u64 * workers;
+    let total = table_bytes(dp.conntrack_capacity) * workers;
     let rounded = if entries == asked as u64 {
         format!("{entries} entries")
     } else {

@@ -94,13 +94,41 @@ impl Drop for RuntimeDir {
     }
 }
 
-/// The EAL arguments every test uses, as YAML list items.
+/// The `eal_args` value every test uses (a YAML list), followed by a `hugepages: preferred`
+/// line at the same indent (`dataplane:` children): the tests run on hugepages when the host
+/// has enough free (scripts/test.sh reserves them) and on ordinary memory otherwise.
 pub fn eal_args(prefix: &str, lcores: &str, vdev: &str) -> String {
     format!(
-        "[\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--lcores\", \"{lcores}\", \
+        "[\"--no-pci\", \"--lcores\", \"{lcores}\", \
          \"--file-prefix\", \"{prefix}\", \"--vdev\", \"{vdev}\", \
-         \"--log-level\", \"lib.eal:error\", \"--no-telemetry\"]"
+         \"--log-level\", \"lib.eal:error\", \"--no-telemetry\"]\n  hugepages: preferred"
     )
+}
+
+/// Makes at least `pages` 2 MiB hugepages free and mounts hugetlbfs on `/dev/hugepages` if no
+/// mount serves them (root). Panics when the kernel cannot reserve them: a root test that
+/// asks for hugepages needs them.
+pub fn reserve_hugepages(pages: u64) {
+    let dir = "/sys/kernel/mm/hugepages/hugepages-2048kB";
+    let read = |f: &str| -> u64 {
+        std::fs::read_to_string(format!("{dir}/{f}"))
+            .unwrap_or_else(|e| panic!("{dir}/{f}: {e}"))
+            .trim()
+            .parse()
+            .expect("a page count")
+    };
+    let free = read("free_hugepages");
+    if free < pages {
+        let want = read("nr_hugepages") + pages - free;
+        std::fs::write(format!("{dir}/nr_hugepages"), want.to_string())
+            .unwrap_or_else(|e| panic!("reserving {want} hugepages: {e}"));
+        assert!(read("free_hugepages") >= pages, "the kernel reserved fewer than {want} pages");
+    }
+    let mounts = std::fs::read_to_string("/proc/mounts").expect("/proc/mounts");
+    if !mounts.lines().any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs")) {
+        sh(&["mkdir", "-p", "/dev/hugepages"]);
+        sh(&["mount", "-t", "hugetlbfs", "nodev", "/dev/hugepages"]);
+    }
 }
 
 /// A running `spillway`, killed on drop if still running.

@@ -6,12 +6,13 @@
 //! cleanup runs. It must never be initialised twice, and never from a library test process
 //! that might run other DPDK tests (run DPDK in a child process instead).
 
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::error::DpdkError;
+use super::memory::MemoryArea;
 
 /// An EAL logical core id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -109,6 +110,48 @@ impl Eal {
         lcore.0 < dpdk_sys::RTE_MAX_LCORE
             // SAFETY: EAL is initialised and lcore is below RTE_MAX_LCORE, as required.
             && unsafe { dpdk_sys::rte_lcore_is_enabled(lcore.0) } != 0
+    }
+
+    /// Whether EAL runs on hugepages (not `--no-huge`).
+    pub fn has_hugepages(&self) -> bool {
+        // SAFETY: EAL is initialised; the call reads its internal configuration.
+        unsafe { dpdk_sys::rte_eal_has_hugepages() != 0 }
+    }
+
+    /// The memory EAL has mapped, per socket and page size, with each socket's heap use.
+    pub fn memory(&self) -> Vec<MemoryArea> {
+        unsafe extern "C" fn add(
+            msl: *const dpdk_sys::rte_memseg_list,
+            ms: *const dpdk_sys::rte_memseg,
+            arg: *mut c_void,
+        ) -> c_int {
+            // SAFETY: rte_memseg_walk passes valid list and segment pointers for the duration
+            // of the call, and arg is the Vec below, borrowed for the whole walk.
+            let (msl, ms, out) = unsafe { (&*msl, &*ms, &mut *arg.cast::<Vec<MemoryArea>>()) };
+            let (socket, page_bytes) = (msl.socket_id, msl.page_sz);
+            match out.iter_mut().find(|a| a.socket == socket && a.page_bytes == page_bytes) {
+                Some(a) => a.bytes += ms.len as u64,
+                None => {
+                    out.push(MemoryArea { socket, page_bytes, bytes: ms.len as u64, heap_used: 0 })
+                }
+            }
+            0
+        }
+        let mut out: Vec<MemoryArea> = Vec::new();
+        // SAFETY: EAL is initialised; the callback only reads the segments and pushes into
+        // `out`, which outlives the walk; it returns 0 to continue.
+        unsafe {
+            dpdk_sys::rte_memseg_walk(Some(add), (&raw mut out).cast::<c_void>());
+        }
+        for a in &mut out {
+            let mut stats = dpdk_sys::rte_malloc_socket_stats::default();
+            // SAFETY: EAL is initialised; stats is a valid, writable struct for the call.
+            if unsafe { dpdk_sys::rte_malloc_get_socket_stats(a.socket, &raw mut stats) } == 0 {
+                a.heap_used = stats.heap_allocsz_bytes as u64;
+            }
+        }
+        out.sort_by_key(|a| (a.socket, a.page_bytes));
+        out
     }
 
     /// TSC ticks per second, as EAL measured it at start-up.

@@ -10,10 +10,12 @@
 
 mod cpu;
 mod eal;
+pub mod eal_args;
 mod error;
 mod lcore;
 mod mbuf;
 mod memif;
+pub mod memory;
 mod mempool;
 mod port;
 
@@ -23,5 +25,6 @@ pub use error::DpdkError;
 pub use lcore::LaunchScope;
 pub use mbuf::{BurstIntoIter, Mbuf, MbufBurst, WriteError, MAX_BURST};
 pub use memif::{GateSlot, PollGate};
+pub use memory::{HugepagePolicy, Hugepages, MemoryArea, MemoryPlan};
 pub use mempool::Mempool;
 pub use port::{EthStats, LinkStatus, Port, PortId, PortSetup, RxQueue, TxQueue, TxResult};

@@ -1,15 +1,13 @@
-//! What `dataplane.eal_args` asks of the host, read the way EAL reads it (DPDK 22.11's option
-//! names, `-x VALUE`, `-xVALUE` and `--long=VALUE` forms), without starting EAL.
+//! What a list of EAL arguments asks of the host, read the way EAL reads it (DPDK 22.11's
+//! option names, `-x VALUE`, `-xVALUE` and `--long=VALUE` forms), without starting EAL: the
+//! preflight (`spillway check`) and the memory plan ([`crate::memory`]) read it.
 //!
-//! Only the options a preflight needs are understood; every other argument is skipped.
+//! Only the options those need are understood; every other argument is skipped.
 
 use std::collections::BTreeMap;
 
 /// EAL's compile-time limit on lcore ids (`RTE_MAX_LCORE` of Debian's DPDK 22.11 build).
 pub const MAX_LCORE: u32 = 128;
-
-/// The memory EAL uses with `--no-huge` and no `-m` (`MEMSIZE_IF_NO_HUGE_PAGE`), in MiB.
-pub const NO_HUGE_DEFAULT_MB: u64 = 64;
 
 /// The parsed `eal_args`.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -20,6 +18,9 @@ pub struct EalArgs {
     pub in_memory: bool,
     /// `--legacy-mem`: all memory reserved at start, none added later.
     pub legacy_mem: bool,
+    /// `--huge-unlink` in any form (`--huge-unlink=never` included): the caller chose what
+    /// happens to hugepage files.
+    pub huge_unlink: bool,
     /// `-m MB`.
     pub mem_mb: Option<u64>,
     /// `--socket-mem MB,MB,...`, per NUMA node.
@@ -118,6 +119,9 @@ impl EalArgs {
                 "--in-memory" => out.in_memory = true,
                 "--legacy-mem" => out.legacy_mem = true,
                 "--no-pci" => out.no_pci = true,
+                _ if a == "--huge-unlink" || a.starts_with("--huge-unlink=") => {
+                    out.huge_unlink = true
+                }
                 _ => {}
             }
             let Some((name, value)) = split_option(a, args.get(i).map(String::as_str)) else {
