@@ -258,6 +258,27 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
         }
     }
 
+    // The neighbour resolver: what it did with the answers the workers heard.
+    if let Some(n) = view.neighbour_counters() {
+        let values = n.values();
+        let f = s.family(
+            "spillway_neighbour_answers",
+            "ARP replies and neighbour advertisements heard, by what the resolver did: learned, \
+             confirmed, changed (a next hop moved), ignored_unsolicited (not asked for), \
+             ignored_conflict (another MAC claims a known next hop), rate_limited.",
+            Counter,
+        );
+        for (outcome, v) in values.iter().filter(|(k, _)| *k != "publishes") {
+            f.add(vec![("outcome", (*outcome).to_owned())], *v);
+        }
+        s.family(
+            "spillway_neighbour_table_publishes",
+            "Neighbour tables published to the workers.",
+            Counter,
+        )
+        .add(Vec::new(), n.publishes.get());
+    }
+
     // Per reason, summed over the workers.
     let sum = |r: Reason| {
         (0..workers).map(|i| view.counters(i).reason(r).get()).fold(0u64, u64::wrapping_add)

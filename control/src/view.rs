@@ -7,7 +7,7 @@
 //! tested with a fake.
 
 use spillway_core::addr::Addr;
-use spillway_core::counters::WorkerCounters;
+use spillway_core::counters::{NeighbourCounters, WorkerCounters};
 use spillway_core::flow::FlowKey;
 pub use spillway_core::mailbox::LookupReply;
 
@@ -25,4 +25,9 @@ pub trait DataplaneView: Send + Sync + 'static {
 
     /// The resolved neighbours (next hop, MAC).
     fn neighbours(&self) -> Vec<(Addr, [u8; 6])>;
+
+    /// The neighbour resolver's counters; `None` where no resolver runs.
+    fn neighbour_counters(&self) -> Option<&NeighbourCounters> {
+        None
+    }
 }

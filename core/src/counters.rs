@@ -279,3 +279,42 @@ mod tests {
         assert_eq!(c.reason(Reason::Path(PathDrop::NotForUs)).get(), 0);
     }
 }
+
+/// What the neighbour resolver did with the answers workers heard (written by the control
+/// thread's resolver alone, read by the metrics). Every answer is counted once.
+#[derive(Debug, Default)]
+pub struct NeighbourCounters {
+    /// A next hop resolved for the first time, by an answer to Spillway's own request.
+    pub learned: Counter,
+    /// An answer that repeats the known MAC (it stays fresh).
+    pub confirmed: Counter,
+    /// A known next hop's MAC changed: a fresh resolution got the new MAC and the old one
+    /// did not answer it (the host moved).
+    pub changed: Counter,
+    /// An answer for an address Spillway did not ask about (not a configured next hop, or no
+    /// request outstanding): ignored.
+    pub ignored_unsolicited: Counter,
+    /// A different MAC for a known next hop that a fresh resolution did not confirm (the known
+    /// MAC answered): ignored. Someone else claims the address.
+    pub ignored_conflict: Counter,
+    /// A change that came sooner than the minimum interval between two changes of one next
+    /// hop: ignored.
+    pub rate_limited: Counter,
+    /// New tables published to the workers.
+    pub publishes: Counter,
+}
+
+impl NeighbourCounters {
+    /// `(name, value)` of every counter, in declaration order (metric labels).
+    pub fn values(&self) -> [(&'static str, u64); 7] {
+        [
+            ("learned", self.learned.get()),
+            ("confirmed", self.confirmed.get()),
+            ("changed", self.changed.get()),
+            ("ignored_unsolicited", self.ignored_unsolicited.get()),
+            ("ignored_conflict", self.ignored_conflict.get()),
+            ("rate_limited", self.rate_limited.get()),
+            ("publishes", self.publishes.get()),
+        ]
+    }
+}

@@ -212,6 +212,7 @@ fn run_config(
         counters: Arc::clone(&counters),
         mailboxes: if balance { mailboxes } else { Vec::new() },
         neighbours: resolver.cell(),
+        neighbour_counters: resolver.counters(),
     });
     let api = match &control {
         Some((c, _)) => Some(

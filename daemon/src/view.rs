@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use spillway_control::view::{DataplaneView, LookupReply};
 use spillway_core::addr::Addr;
-use spillway_core::counters::WorkerCounters;
+use spillway_core::counters::{NeighbourCounters, WorkerCounters};
 use spillway_core::flow::FlowKey;
 use spillway_core::mailbox::Mailbox;
 use spillway_dataplane::neighbour::NeighbourCell;
@@ -19,6 +19,8 @@ pub struct DaemonView {
     pub mailboxes: Vec<Mailbox>,
     /// The neighbour table.
     pub neighbours: NeighbourCell,
+    /// What the resolver did with the answers workers heard.
+    pub neighbour_counters: Arc<NeighbourCounters>,
 }
 
 impl DataplaneView for DaemonView {
@@ -36,5 +38,9 @@ impl DataplaneView for DaemonView {
 
     fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {
         self.neighbours.load().iter().map(|(a, m)| (*a, *m)).collect()
+    }
+
+    fn neighbour_counters(&self) -> Option<&NeighbourCounters> {
+        Some(&self.neighbour_counters)
     }
 }

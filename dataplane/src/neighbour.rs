@@ -4,19 +4,37 @@
 //! Workers never resolve anything themselves. They read a [`NeighbourTable`] published by
 //! pointer swap (like the snapshot, once per burst), and when a next hop is missing they drop
 //! the packet (counted as `neighbour_unresolved`) and post a [`NeighbourEvent::Wanted`]; when
-//! they receive an ARP reply or a neighbour advertisement (or a request from a host, which
-//! tells its mapping) they post [`NeighbourEvent::Learned`]. The [`Resolver`] on the control
-//! thread consumes those events, sends ARP requests and neighbour solicitations on its own TX
-//! queue, refreshes known entries before they go stale, and publishes new tables. So a worker
-//! never blocks, and never waits for an answer.
+//! they receive an ARP reply or a neighbour advertisement they post
+//! [`NeighbourEvent::Learned`]. The [`Resolver`] on the control thread consumes those events,
+//! sends ARP requests and neighbour solicitations on its own TX queue, refreshes known entries
+//! before they go stale, and publishes new tables. So a worker never blocks, and never waits
+//! for an answer.
+//!
+//! **Only what was asked for is learned.** Anyone on the segment can send an ARP reply, so the
+//! resolver believes an answer only while one of its own requests for that address is
+//! outstanding (for [`ResolverTimers::answer`] after it was sent), and it only ever asks for
+//! configured next hops (backends on-link, gateways) and the next hops workers needed. Every
+//! other answer is ignored and counted ([`NeighbourCounters`]):
+//! - an answer nobody asked for (`ignored_unsolicited`);
+//! - a different MAC for a known next hop, outside a request's window (`ignored_conflict`): it
+//!   triggers a fresh resolution, rate-limited by [`ResolverTimers::retry`];
+//! - a different MAC inside the window becomes a candidate change, applied when the window
+//!   closes only if the known MAC did not answer the same request (a host that moved does
+//!   not; a host that is still there does, and the claim is ignored as a conflict); and at
+//!   most once per [`ResolverTimers::min_change`] per next hop (`rate_limited`).
+//!
+//! So a forged reply changes nothing while the real host answers, and a real move (a new MAC,
+//! the old one silent) is picked up within one request window. A first resolution has nothing
+//! to compare with: the first answer to the request wins, as with any ARP.
 
 use crate::node::Node;
 use arc_swap::ArcSwap;
 use crossbeam::queue::ArrayQueue;
 use hashbrown::HashMap;
 use spillway_core::addr::Addr;
+use spillway_core::counters::NeighbourCounters;
 use spillway_core::snapshot::Snapshot;
-use spillway_core::wire::MacAddr;
+use spillway_core::wire::{MacAddr, MacDisplay};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -105,7 +123,8 @@ impl NextHopCache {
 pub enum NeighbourEvent {
     /// A packet needed this next hop and it was not resolved.
     Wanted(Addr),
-    /// This address is at this MAC (from an ARP reply/request or an NA/NS).
+    /// An answer heard: this address says it is at this MAC (an ARP reply or a neighbour
+    /// advertisement). The resolver decides whether to believe it.
     Learned(Addr, MacAddr),
 }
 
@@ -132,6 +151,15 @@ pub trait RequestSender {
 struct Known {
     mac: MacAddr,
     confirmed: Instant,
+    changed: Instant,
+}
+
+/// A different MAC heard inside a request's window, applied when the window closes unless the
+/// known MAC answers meanwhile.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    mac: MacAddr,
+    until: Instant,
 }
 
 /// Timers of the resolver.
@@ -143,6 +171,10 @@ pub struct ResolverTimers {
     pub expire: Duration,
     /// Ask again for an unresolved next hop at most this often.
     pub retry: Duration,
+    /// How long after a request its answers are believed.
+    pub answer: Duration,
+    /// The shortest time between two MAC changes of one next hop.
+    pub min_change: Duration,
 }
 
 impl Default for ResolverTimers {
@@ -151,6 +183,8 @@ impl Default for ResolverTimers {
             refresh: Duration::from_secs(30),
             expire: Duration::from_secs(120),
             retry: Duration::from_millis(500),
+            answer: Duration::from_millis(500),
+            min_change: Duration::from_secs(5),
         }
     }
 }
@@ -162,9 +196,16 @@ pub struct Resolver {
     events: NeighbourEvents,
     known: HashMap<Addr, Known>,
     asked: HashMap<Addr, Instant>,
+    candidates: HashMap<Addr, Candidate>,
     wanted: Vec<Addr>,
     timers: ResolverTimers,
+    counters: Arc<NeighbourCounters>,
+    /// When a conflict was last logged, per address (one line a minute at most).
+    logged: HashMap<Addr, Instant>,
 }
+
+/// At most one log line per address and this long about ignored claims.
+const LOG_EVERY: Duration = Duration::from_secs(60);
 
 impl Resolver {
     /// A resolver with an empty table.
@@ -174,9 +215,17 @@ impl Resolver {
             events: Arc::new(ArrayQueue::new(EVENTS_CAPACITY)),
             known: HashMap::new(),
             asked: HashMap::new(),
+            candidates: HashMap::new(),
             wanted: Vec::new(),
             timers,
+            counters: Arc::new(NeighbourCounters::default()),
+            logged: HashMap::new(),
         }
+    }
+
+    /// What the resolver did with the answers (for the metrics).
+    pub fn counters(&self) -> Arc<NeighbourCounters> {
+        Arc::clone(&self.counters)
     }
 
     /// The cell workers read.
@@ -210,13 +259,12 @@ impl Resolver {
         while let Some(ev) = self.events.pop() {
             match ev {
                 NeighbourEvent::Learned(ip, mac) => {
-                    let prev = self.known.insert(ip, Known { mac, confirmed: now });
-                    changed |= prev.is_none_or(|k| k.mac != mac);
-                    self.asked.remove(&ip);
+                    changed |= self.heard(ip, mac, now, &mut to_ask);
                 }
                 NeighbourEvent::Wanted(ip) => to_ask.push(ip),
             }
         }
+        changed |= self.close_windows(now);
         for ip in &self.wanted {
             match self.known.get(ip) {
                 None => to_ask.push(*ip),
@@ -243,6 +291,104 @@ impl Resolver {
             let table =
                 NeighbourTable { entries: self.known.iter().map(|(ip, k)| (*ip, k.mac)).collect() };
             self.cell.store(Arc::new(table));
+            self.counters.publishes.inc();
+        }
+    }
+
+    /// One answer heard (module doc); true when the table changed.
+    fn heard(&mut self, ip: Addr, mac: MacAddr, now: Instant, to_ask: &mut Vec<Addr>) -> bool {
+        let window = self.asked.get(&ip).map(|t| *t + self.timers.answer).filter(|end| now < *end);
+        match (self.known.get_mut(&ip), window) {
+            (Some(k), _) if k.mac == mac => {
+                k.confirmed = now;
+                self.counters.confirmed.inc();
+                if let Some(c) = self.candidates.remove(&ip) {
+                    // The known host answered the same request: the other claim was false.
+                    self.counters.ignored_conflict.inc();
+                    self.log_conflict(ip, c.mac, mac, now);
+                }
+                false
+            }
+            (Some(_), Some(until)) => {
+                // The first different MAC of a window is the candidate (counted when the
+                // window closes); any other answer of the window is ignored.
+                if self.candidates.contains_key(&ip) {
+                    self.counters.ignored_conflict.inc();
+                } else {
+                    self.candidates.insert(ip, Candidate { mac, until });
+                }
+                false
+            }
+            (Some(k), None) => {
+                // A claim outside any request: check it with a fresh resolution.
+                let known = k.mac;
+                self.counters.ignored_conflict.inc();
+                self.log_conflict(ip, mac, known, now);
+                to_ask.push(ip);
+                false
+            }
+            (None, Some(_)) => {
+                self.known.insert(ip, Known { mac, confirmed: now, changed: now });
+                self.asked.remove(&ip);
+                self.counters.learned.inc();
+                true
+            }
+            (None, None) => {
+                self.counters.ignored_unsolicited.inc();
+                false
+            }
+        }
+    }
+
+    /// Applies the candidate changes whose window closed without the known MAC answering;
+    /// true when the table changed.
+    fn close_windows(&mut self, now: Instant) -> bool {
+        let mut changed = false;
+        let closed: Vec<(Addr, Candidate)> =
+            self.candidates.iter().filter(|(_, c)| now >= c.until).map(|(a, c)| (*a, *c)).collect();
+        for (ip, c) in closed {
+            self.candidates.remove(&ip);
+            let asked_at = c.until - self.timers.answer;
+            match self.known.get_mut(&ip) {
+                Some(k) if k.confirmed >= asked_at => {
+                    // The known MAC answered the same request (before or after the claim).
+                    let known = k.mac;
+                    self.counters.ignored_conflict.inc();
+                    self.log_conflict(ip, c.mac, known, now);
+                }
+                Some(k) if now.duration_since(k.changed) < self.timers.min_change => {
+                    self.counters.rate_limited.inc();
+                }
+                Some(k) => {
+                    tracing::warn!(
+                        "neighbour {ip}: moved from {} to {} (a fresh resolution got only the \
+                         new MAC)",
+                        MacDisplay(k.mac),
+                        MacDisplay(c.mac)
+                    );
+                    *k = Known { mac: c.mac, confirmed: now, changed: now };
+                    self.counters.changed.inc();
+                    changed = true;
+                }
+                None => {
+                    self.known.insert(ip, Known { mac: c.mac, confirmed: now, changed: now });
+                    self.counters.learned.inc();
+                    changed = true;
+                }
+            }
+        }
+        changed
+    }
+
+    fn log_conflict(&mut self, ip: Addr, claimed: MacAddr, known: MacAddr, now: Instant) {
+        if self.logged.get(&ip).is_none_or(|t| now.duration_since(*t) >= LOG_EVERY) {
+            self.logged.insert(ip, now);
+            tracing::warn!(
+                "neighbour {ip}: {} claims it, but it is at {}: ignored (at most one such line \
+                 a minute per address; metric spillway_neighbour_answers_total)",
+                MacDisplay(claimed),
+                MacDisplay(known)
+            );
         }
     }
 
@@ -271,11 +417,7 @@ mod tests {
 
     #[test]
     fn asks_for_wanted_learns_refreshes_and_expires() {
-        let timers = ResolverTimers {
-            refresh: Duration::from_secs(30),
-            expire: Duration::from_secs(120),
-            retry: Duration::from_secs(1),
-        };
+        let timers = ResolverTimers { retry: Duration::from_secs(1), ..ResolverTimers::default() };
         let mut r = Resolver::new(timers);
         let t0 = Instant::now();
         let mut tx = Recorder::default();
@@ -283,19 +425,121 @@ mod tests {
         r.tick(t0, &mut tx);
         assert_eq!(tx.0, vec![a("198.18.1.1"), a("fd00::1:1")]);
         // Not asked again before the retry interval.
-        r.tick(t0 + Duration::from_millis(500), &mut tx);
+        r.tick(t0 + Duration::from_millis(200), &mut tx);
         assert_eq!(tx.0.len(), 2);
         let mac = [2, 0, 0, 0, 0, 1];
         r.events().push(NeighbourEvent::Learned(a("198.18.1.1"), mac)).unwrap();
-        r.tick(t0 + Duration::from_secs(1), &mut tx);
+        r.tick(t0 + Duration::from_millis(300), &mut tx);
         assert_eq!(r.table().get(&a("198.18.1.1")), Some(mac));
+        assert_eq!(r.counters().learned.get(), 1);
         // Only the unresolved one is asked again.
+        r.tick(t0 + Duration::from_secs(1), &mut tx);
         assert_eq!(tx.0[2..], [a("fd00::1:1")]);
-        // Refresh after 30 s, expire after 120 s without confirmation.
-        r.tick(t0 + Duration::from_secs(32), &mut tx);
-        assert!(tx.0.contains(&a("198.18.1.1")));
+        // Refreshed after 30 s: the answer repeats the MAC and keeps the entry past 120 s.
+        let refresh = t0 + Duration::from_secs(31);
+        r.tick(refresh, &mut tx);
+        assert_eq!(tx.0.iter().filter(|x| **x == a("198.18.1.1")).count(), 2);
+        r.events().push(NeighbourEvent::Learned(a("198.18.1.1"), mac)).unwrap();
+        r.tick(refresh + Duration::from_millis(10), &mut tx);
+        assert_eq!(r.counters().confirmed.get(), 1);
         r.tick(t0 + Duration::from_secs(122), &mut tx);
+        assert_eq!(r.table().get(&a("198.18.1.1")), Some(mac));
+        // Expired 120 s after the last answer.
+        r.tick(t0 + Duration::from_secs(152), &mut tx);
         assert_eq!(r.table().get(&a("198.18.1.1")), None);
+    }
+
+    const BACKEND: &str = "198.18.1.1";
+    const REAL: MacAddr = [2, 0, 0, 0, 0, 1];
+    const FORGED: MacAddr = [2, 0, 0, 0, 0, 0x66];
+
+    /// A resolver that learned BACKEND at REAL through its own request at `t0`.
+    fn resolved(t0: Instant, tx: &mut Recorder) -> Resolver {
+        let mut r = Resolver::new(ResolverTimers::default());
+        r.set_wanted([a(BACKEND)]);
+        r.tick(t0, tx);
+        r.events().push(NeighbourEvent::Learned(a(BACKEND), REAL)).unwrap();
+        r.tick(t0 + Duration::from_millis(10), tx);
+        assert_eq!(r.table().get(&a(BACKEND)), Some(REAL));
+        r
+    }
+
+    #[test]
+    fn a_forged_reply_for_a_backend_changes_nothing() {
+        let t0 = Instant::now();
+        let mut tx = Recorder::default();
+        let mut r = resolved(t0, &mut tx);
+        let publishes = r.counters().publishes.get();
+        // Unsolicited: ignored, and checked with a fresh request.
+        let t1 = t0 + Duration::from_secs(5);
+        r.events().push(NeighbourEvent::Learned(a(BACKEND), FORGED)).unwrap();
+        r.tick(t1, &mut tx);
+        assert_eq!(r.table().get(&a(BACKEND)), Some(REAL));
+        assert_eq!(r.counters().ignored_conflict.get(), 1);
+        assert_eq!(tx.0, [a(BACKEND), a(BACKEND)], "a fresh resolution was asked");
+        // The forger answers the request too, before and after the real host: still nothing.
+        for mac in [FORGED, REAL, FORGED] {
+            r.events().push(NeighbourEvent::Learned(a(BACKEND), mac)).unwrap();
+        }
+        r.tick(t1 + Duration::from_millis(10), &mut tx);
+        r.tick(t1 + Duration::from_secs(1), &mut tx);
+        assert_eq!(r.table().get(&a(BACKEND)), Some(REAL));
+        assert_eq!(r.counters().changed.get(), 0);
+        assert_eq!(r.counters().ignored_conflict.get(), 3);
+        assert_eq!(r.counters().publishes.get(), publishes, "the workers' table never changed");
+    }
+
+    #[test]
+    fn a_backend_that_moved_is_picked_up_by_a_fresh_resolution() {
+        let t0 = Instant::now();
+        let mut tx = Recorder::default();
+        let mut r = resolved(t0, &mut tx);
+        // The host moved: its gratuitous reply is only a hint...
+        let t1 = t0 + Duration::from_secs(10);
+        r.events().push(NeighbourEvent::Learned(a(BACKEND), FORGED)).unwrap();
+        r.tick(t1, &mut tx);
+        assert_eq!(r.table().get(&a(BACKEND)), Some(REAL));
+        // ...and the fresh resolution gets only the new MAC: applied when the window closes.
+        r.events().push(NeighbourEvent::Learned(a(BACKEND), FORGED)).unwrap();
+        r.tick(t1 + Duration::from_millis(10), &mut tx);
+        assert_eq!(r.table().get(&a(BACKEND)), Some(REAL), "not before the window closes");
+        r.tick(t1 + Duration::from_millis(600), &mut tx);
+        assert_eq!(r.table().get(&a(BACKEND)), Some(FORGED));
+        assert_eq!(r.counters().changed.get(), 1);
+        // Moving back within min_change (5 s) is rate-limited; after it, allowed.
+        let t2 = t1 + Duration::from_secs(2);
+        r.events().push(NeighbourEvent::Learned(a(BACKEND), REAL)).unwrap();
+        r.tick(t2, &mut tx);
+        r.events().push(NeighbourEvent::Learned(a(BACKEND), REAL)).unwrap();
+        r.tick(t2 + Duration::from_millis(10), &mut tx);
+        r.tick(t2 + Duration::from_millis(600), &mut tx);
+        assert_eq!(r.table().get(&a(BACKEND)), Some(FORGED));
+        assert_eq!(r.counters().rate_limited.get(), 1);
+        let t3 = t1 + Duration::from_secs(6);
+        r.events().push(NeighbourEvent::Learned(a(BACKEND), REAL)).unwrap();
+        r.tick(t3, &mut tx);
+        r.events().push(NeighbourEvent::Learned(a(BACKEND), REAL)).unwrap();
+        r.tick(t3 + Duration::from_millis(10), &mut tx);
+        r.tick(t3 + Duration::from_millis(600), &mut tx);
+        assert_eq!(r.table().get(&a(BACKEND)), Some(REAL));
+        assert_eq!(r.counters().changed.get(), 2);
+    }
+
+    #[test]
+    fn answers_nobody_asked_for_are_ignored() {
+        let mut r = Resolver::new(ResolverTimers::default());
+        let mut tx = Recorder::default();
+        let t0 = Instant::now();
+        r.set_wanted([a(BACKEND)]);
+        r.tick(t0, &mut tx);
+        // Another address, never asked; and the backend after its request's window.
+        r.events().push(NeighbourEvent::Learned(a("198.18.7.7"), FORGED)).unwrap();
+        r.tick(t0 + Duration::from_millis(10), &mut tx);
+        r.events().push(NeighbourEvent::Learned(a(BACKEND), FORGED)).unwrap();
+        r.tick(t0 + Duration::from_millis(700), &mut tx);
+        assert!(r.table().is_empty());
+        assert_eq!(r.counters().ignored_unsolicited.get(), 2);
+        assert_eq!(r.counters().publishes.get(), 0);
     }
 
     #[test]

@@ -95,8 +95,12 @@ impl PathCtx<'_> {
         self.node.owns(a) || self.snap.rules.is_vip(a)
     }
 
-    fn learn(&self, ip: Addr, mac: MacAddr) {
-        if ip != Addr::UNSPECIFIED && self.neighbours.get(&ip).is_none_or(|m| m != mac) {
+    /// An answer heard (ARP reply, neighbour advertisement): the resolver decides whether to
+    /// believe it (only answers to its own requests are), so every one goes to it, also those
+    /// that repeat the known MAC (they keep the entry fresh). Answers are rare: a few per next
+    /// hop per refresh period; a flood of them fills the bounded queue and the rest are lost.
+    fn heard(&self, ip: Addr, mac: MacAddr) {
+        if ip != Addr::UNSPECIFIED {
             let _ = self.events.push(NeighbourEvent::Learned(ip, mac));
         }
     }
@@ -239,8 +243,10 @@ fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome
         FrameKind::Ip { .. } | FrameKind::IcmpError { .. } => drop_path(PathDrop::NotForUs),
         FrameKind::IcmpEchoRequest { .. } => echo_reply(buf, ctx, f),
         FrameKind::Arp { op, sender_mac, sender_ip, target_ip, .. } => {
-            if op == arp::op::REPLY || ctx.node.owns(&target_ip) {
-                ctx.learn(sender_ip, sender_mac);
+            // Replies, and gratuitous announcements (a request for the sender's own address,
+            // sent when a host moves or changes its MAC): the resolver checks them.
+            if op == arp::op::REPLY || sender_ip == target_ip {
+                ctx.heard(sender_ip, sender_mac);
             }
             if op != arp::op::REQUEST || !ctx.is_local(&target_ip) {
                 return if op == arp::op::REPLY {
@@ -257,12 +263,7 @@ fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome
                 _ => drop_path(PathDrop::NoHeadroom),
             }
         }
-        FrameKind::NeighborSolicitation { src, target, source_mac, .. } => {
-            if let Some(mac) = source_mac {
-                if ctx.node.owns(&target) {
-                    ctx.learn(src, mac);
-                }
-            }
+        FrameKind::NeighborSolicitation { target, .. } => {
             if !ctx.is_local(&target) {
                 return drop_path(PathDrop::NotForUs);
             }
@@ -280,7 +281,7 @@ fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome
             }
         }
         FrameKind::NeighborAdvertisement { target, target_mac, .. } => {
-            ctx.learn(target, target_mac.unwrap_or(f.src_mac));
+            ctx.heard(target, target_mac.unwrap_or(f.src_mac));
             Outcome::Consumed
         }
         FrameKind::Other { .. } => drop_path(PathDrop::NotForUs),

@@ -35,6 +35,7 @@ use spillway_core::policy::ZonalAffinity;
 use spillway_core::snapshot::{
     AdvancedClientView, AdvancedView, BackendRef, BackendStatus, ServiceView, Snapshot,
 };
+use spillway_core::wire::MacDisplay;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
@@ -245,6 +246,7 @@ pub fn router(controller: Arc<Mutex<Controller>>, view: Arc<dyn DataplaneView>) 
         .route("/v1/backends/{addr}/drain", post(drain))
         .route("/v1/backends/{addr}/undrain", post(undrain))
         .route("/v1/reload", post(reload))
+        .route("/v1/neighbours", get(neighbours))
         .route("/v1/conntrack", get(conntrack))
         .route("/v1/conntrack/lookup", get(lookup))
         .route("/v1/explain", get(explain_flow))
@@ -787,6 +789,23 @@ async fn reload(State(api): State<Api>) -> Result<Json<ReloadReply>, HttpError> 
 }
 
 // ---- conntrack ----------------------------------------------------------------------------
+
+async fn neighbours(State(api): State<Api>) -> Json<NeighboursReply> {
+    let mut table = api.view.neighbours();
+    table.sort_unstable();
+    let answers = api
+        .view
+        .neighbour_counters()
+        .map(|c| c.values().iter().map(|(k, v)| ((*k).to_owned(), *v)).collect())
+        .unwrap_or_default();
+    Json(NeighboursReply {
+        neighbours: table
+            .into_iter()
+            .map(|(a, m)| NeighbourEntry { addr: a.to_string(), mac: MacDisplay(m).to_string() })
+            .collect(),
+        answers,
+    })
+}
 
 async fn conntrack(State(api): State<Api>) -> Json<ConntrackReply> {
     let v = &*api.view;

@@ -327,6 +327,26 @@ pub struct RemovedBackend {
     pub draining_deadline_ms: u64,
 }
 
+/// One resolved next hop of `GET /v1/neighbours`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NeighbourEntry {
+    /// The next hop (a backend on-link, or a gateway).
+    pub addr: String,
+    /// Its MAC, `02:00:00:00:00:01`.
+    pub mac: String,
+}
+
+/// `GET /v1/neighbours`: the table the workers use, and what the resolver did with the ARP
+/// replies and neighbour advertisements it heard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NeighboursReply {
+    /// Resolved next hops, by address.
+    pub neighbours: Vec<NeighbourEntry>,
+    /// Answers by outcome (`learned`, `confirmed`, `changed`, `ignored_unsolicited`,
+    /// `ignored_conflict`, `rate_limited`) and `publishes`.
+    pub answers: BTreeMap<String, u64>,
+}
+
 /// `GET /v1/conntrack`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConntrackReply {

@@ -73,6 +73,9 @@ enum Command {
     },
     /// Re-read the configuration file; an invalid file changes nothing (NX-3).
     Reload,
+    /// Resolved next hops (backends on-link, gateways) and what the resolver did with the
+    /// ARP replies and neighbour advertisements it heard.
+    Neighbours,
     /// Connection-table statistics per worker.
     Conntrack,
     /// Find one flow's connection-table entry on every worker.
@@ -212,6 +215,7 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
                 .await?
         }
         Command::Reload => post("/v1/reload".into(), None).await?,
+        Command::Neighbours => get("/v1/neighbours".into()).await?,
         Command::Conntrack => get("/v1/conntrack".into()).await?,
         Command::Lookup(flow) => get(format!("/v1/conntrack/lookup?{}", flow.query(false))).await?,
         Command::Explain { flow, syn } => get(format!("/v1/explain?{}", flow.query(*syn))).await?,
@@ -233,11 +237,21 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
             format!("{}snapshot generation {}\n", backends_table(&r.backends), r.generation)
         }
         Command::Reload => show_reload(&serde_json::from_str(&body)?),
+        Command::Neighbours => show_neighbours(&serde_json::from_str(&body)?),
         Command::Conntrack => show_conntrack(&serde_json::from_str(&body)?),
         Command::Lookup(_) => show_lookup(&serde_json::from_str(&body)?),
         Command::Explain { .. } => show_explain(&serde_json::from_str(&body)?),
         Command::Metrics | Command::Simulate(_) => body,
     })
+}
+
+fn show_neighbours(r: &NeighboursReply) -> String {
+    let rows: Vec<Vec<String>> =
+        r.neighbours.iter().map(|n| vec![n.addr.clone(), n.mac.clone()]).collect();
+    let mut out = table(&["next hop", "mac"], &rows);
+    let answers: Vec<String> = r.answers.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let _ = writeln!(out, "answers: {}", answers.join(", "));
+    out
 }
 
 fn pretty(body: &str) -> String {
