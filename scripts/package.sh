@@ -59,6 +59,12 @@ in_root test -x /usr/bin/spillway
 in_root test -f /usr/lib/systemd/system/spillway.service
 in_root test -f /usr/share/doc/spillway/deployment.md
 
+say "postinst: the admin socket's group and a private API token"
+in_root getent group spillway | sed 's/^/  /'
+[ "$(in_root stat -c %a /etc/spillway/admin.token)" = 600 ]
+grep -Eqx '[0-9a-f]{64}' "$root/etc/spillway/admin.token"
+echo "  /etc/spillway/admin.token: mode 600, 64 hex digits"
+
 say "spillway --version / spillwayctl --version"
 version=$(in_root spillway --version)
 echo "  $version"
@@ -75,6 +81,8 @@ echo "$out" | sed 's/^/  /'
 [ "$rc" -eq 1 ] || { say "expected exit 1, got $rc"; exit 1; }
 grep -q '^PASS  config: /etc/spillway/spillway.yaml: valid' <<<"$out"
 grep -q '^FAIL  port: dataplane.ports\[0\]: this host has no PCI device 0000:3b:00.0' <<<"$out"
+grep -q '^PASS  admin: admin.token_file /etc/spillway/admin.token: a 64-byte token' <<<"$out"
+grep -q '^PASS  admin: admin.socket_group spillway' <<<"$out"
 
 say "the daemon from the package, 1 s on net_null"
 cat >"$root/tmp/null.yaml" <<'YAML'

@@ -6,7 +6,7 @@
 use hyper::Method;
 use spillway_control::api::client::{Client, ClientError};
 use spillway_control::api::types::*;
-use spillway_control::api::{self, ApiServer, Listen};
+use spillway_control::api::{self, ApiOptions, ApiServer, Listen};
 use spillway_control::config;
 use spillway_control::controller::Controller;
 use spillway_control::view::{DataplaneView, LookupReply};
@@ -36,7 +36,7 @@ fn yaml(closed_port: u16) -> String {
     ipv4: 10.0.0.2/8
     gateway_ipv4: 10.0.0.1
 admin:
-  listen: 127.0.0.1:0
+  listen: unix:/run/spillway-api-test/unused.sock
 topology:
   region: r1
   zones:
@@ -178,7 +178,8 @@ async fn fixture_with(unix: bool, config: fn(u16) -> String) -> Fixture {
     } else {
         "127.0.0.1:0".to_owned()
     };
-    let server = api::spawn(&listen, Arc::clone(&controller), view.clone()).expect("bind");
+    let server =
+        api::spawn(&ApiOptions::new(&listen), Arc::clone(&controller), view.clone()).expect("bind");
     let client = Client::new(&server.local_addr().to_string(), Duration::from_secs(5)).unwrap();
     Fixture { dir, path, closed_port, controller, view, server, client }
 }
@@ -774,20 +775,28 @@ async fn bind_errors_name_admin_listen_and_a_stale_socket_is_replaced() {
     let f = fixture(true).await;
     let Listen::Unix(path) = f.server.local_addr().clone() else { panic!() };
     // In use by a live server.
-    let e =
-        api::spawn(&format!("unix:{}", path.display()), Arc::clone(&f.controller), f.view.clone())
-            .unwrap_err();
+    let on = |l: String| ApiOptions::new(&l);
+    let e = api::spawn(
+        &on(format!("unix:{}", path.display())),
+        Arc::clone(&f.controller),
+        f.view.clone(),
+    )
+    .unwrap_err();
     assert!(e.to_string().starts_with("cannot listen on `unix:/"), "{e}");
-    let e = api::spawn("localhost", Arc::clone(&f.controller), f.view.clone()).unwrap_err();
+    let e =
+        api::spawn(&on("localhost".into()), Arc::clone(&f.controller), f.view.clone()).unwrap_err();
     assert!(e.to_string().contains("`localhost` is neither"), "{e}");
     // A stale socket file (no process behind it) is removed and rebound; dropping the server
     // removes its socket.
     let stale: &Path = &f.dir.path().join("stale.sock");
     drop(std::os::unix::net::UnixListener::bind(stale).unwrap());
     assert!(stale.exists());
-    let s =
-        api::spawn(&format!("unix:{}", stale.display()), Arc::clone(&f.controller), f.view.clone())
-            .expect("stale socket replaced");
+    let s = api::spawn(
+        &on(format!("unix:{}", stale.display())),
+        Arc::clone(&f.controller),
+        f.view.clone(),
+    )
+    .expect("stale socket replaced");
     let c = Client::new(&s.local_addr().to_string(), Duration::from_secs(5)).unwrap();
     assert_eq!(c.get("/v1/status").await.unwrap().0, 200);
     drop(s);
@@ -804,7 +813,7 @@ fn advanced_yaml(_: u16) -> String {
     ipv4: 10.0.0.2/8
     gateway_ipv4: 10.0.0.1
 admin:
-  listen: 127.0.0.1:0
+  listen: unix:/run/spillway-api-test/unused.sock
 topology:
   region: r1
   zones:

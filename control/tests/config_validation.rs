@@ -375,6 +375,36 @@ fn memory_options_belong_to_dataplane_hugepages() {
     }
 }
 
+#[test]
+fn the_admin_api_is_not_an_open_door() {
+    let with_admin =
+        |lines: &str| HEAD.replace("topology:\n", &format!("admin:\n{lines}topology:\n"));
+    let m = rejects(&with_admin("  listen: 127.0.0.1:9090\n"), "admin.listen", "127.0.0.1:9090");
+    assert!(m.contains("a TCP API needs `admin.token_file`"), "{m}");
+    accepts(&with_admin("  listen: 127.0.0.1:9090\n  token_file: /etc/spillway/admin.token\n"));
+    let m = rejects(
+        &with_admin("  listen: 127.0.0.1:9090\n  token_file: admin.token\n"),
+        "admin.token_file",
+        "admin.token",
+    );
+    assert!(m.contains("not an absolute path"), "{m}");
+    rejects(
+        &with_admin("  listen: 127.0.0.1:9090\n  token_file: /t\n  socket_group: spillway\n"),
+        "admin.socket_group",
+        "socket_group",
+    );
+    let m = rejects(
+        &with_admin("  listen: unix:/run/s.sock\n  metrics_listen: unix:/run/s.sock\n"),
+        "admin.metrics_listen",
+        "metrics_listen",
+    );
+    assert!(m.contains("same address as `admin.listen`"), "{m}");
+    rejects(&with_admin("  metrics_listen: 9091\n"), "admin.metrics_listen", "9091");
+    // The default: a Unix socket, no token needed.
+    let c = accepts(HEAD);
+    assert_eq!(c.admin.listen, "unix:/run/spillway/admin.sock");
+}
+
 // ---- addresses ----
 
 #[test]

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use spillway_control::api::{ApiError, ApiOptions};
 use spillway_control::config::{self, Config, ConfigError};
 use spillway_control::controller::{ControlError, Controller};
 use spillway_control::view::DataplaneView;
@@ -215,10 +216,17 @@ fn run_config(
         neighbour_counters: resolver.counters(),
     });
     let api = match &control {
-        Some((c, _)) => Some(
-            spillway_control::api::spawn(&config.admin.listen, Arc::clone(c), Arc::clone(&view))
-                .map_err(|e| setting("admin.listen", e))?,
-        ),
+        Some((c, _)) => {
+            let field = |e: &ApiError| match e {
+                ApiError::Token { .. } => "admin.token_file",
+                ApiError::Group(_) => "admin.socket_group",
+                _ => "admin.listen",
+            };
+            let started = ApiOptions::from_config(&config.admin).and_then(|options| {
+                spillway_control::api::spawn(&options, Arc::clone(c), Arc::clone(&view))
+            });
+            Some(started.map_err(|e| setting(field(&e), e))?)
+        }
         None => None,
     };
     let mut sender = control.as_ref().map(|(_, node)| OutboxSender {

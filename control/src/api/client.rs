@@ -55,13 +55,20 @@ pub enum ClientError {
 pub struct Client {
     target: Listen,
     timeout: Duration,
+    token: Option<String>,
 }
 
 impl Client {
     /// A client of the API at `admin` (`host:port` or `unix:/path`).
     pub fn new(admin: &str, timeout: Duration) -> Result<Client, ClientError> {
         let target = Listen::parse(admin).ok_or_else(|| ClientError::BadAddress(admin.into()))?;
-        Ok(Client { target, timeout })
+        Ok(Client { target, timeout, token: None })
+    }
+
+    /// Sends `Authorization: Bearer token` with every request (`admin.token_file`).
+    pub fn with_token(mut self, token: Option<String>) -> Client {
+        self.token = token;
+        self
     }
 
     /// `GET path`: status and body.
@@ -120,6 +127,9 @@ impl Client {
             Listen::Unix(_) => ("localhost", body),
         };
         let mut req = Request::builder().method(method).uri(path).header("host", host);
+        if let Some(t) = &self.token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
         let data = match payload {
             Some(v) => {
                 req = req.header("content-type", "application/json");

@@ -1,6 +1,7 @@
-//! The operator API: JSON over HTTP/1.1 on `admin.listen` (loopback TCP or a Unix socket),
-//! plus `GET /metrics` (see [`crate::metrics`]). `spillwayctl` is a thin client of it
-//! ([`client`]); `docs/operations.md` is the reference of every endpoint.
+//! The operator API: JSON over HTTP/1.1 on `admin.listen` (a Unix socket by default, or TCP
+//! with a token), plus `GET /metrics` (see [`crate::metrics`]). `spillwayctl` is a thin client
+//! of it ([`client`]); `docs/operations.md` is the reference of every endpoint. Who may connect
+//! and the bounds on every connection: [`server`].
 //!
 //! It owns the HTTP server (axum on the control plane's tokio current-thread runtime), the
 //! request and reply shapes ([`types`]) and the translation of controller and data-plane state
@@ -39,14 +40,16 @@ use spillway_core::wire::MacDisplay;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use tokio::task::JoinHandle;
 use types::*;
 
 pub mod client;
+mod server;
 pub mod types;
+
+pub use server::{read_token, serve, spawn, ApiOptions, ApiServer, Limits, MIN_TOKEN_LEN};
 
 /// The longest an API request waits for the workers' conntrack replies (a worker answers
 /// between two bursts; one that does not answer in time is reported as `no_answer`).
@@ -66,6 +69,17 @@ pub enum ApiError {
         /// The OS error.
         source: io::Error,
     },
+    /// `admin.token_file` cannot be used.
+    #[error("{path}: {message}")]
+    Token {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// `admin.socket_group` names no group of this host.
+    #[error("no group `{0}` in /etc/group")]
+    Group(String),
     /// The server stopped with an I/O error.
     #[error("admin API on `{listen}` stopped: {source}")]
     Serve {
@@ -109,124 +123,6 @@ impl fmt::Display for Listen {
             Listen::Unix(p) => write!(f, "unix:{}", p.display()),
         }
     }
-}
-
-/// A running API server; dropping it stops the server and removes its Unix socket file.
-#[derive(Debug)]
-pub struct ApiServer {
-    local: Listen,
-    task: JoinHandle<()>,
-}
-
-impl ApiServer {
-    /// Where it listens (with the actual port when `admin.listen` asked for port 0).
-    pub fn local_addr(&self) -> &Listen {
-        &self.local
-    }
-}
-
-impl Drop for ApiServer {
-    fn drop(&mut self) {
-        self.task.abort();
-        if let Listen::Unix(path) = &self.local {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
-/// A bound listening socket.
-enum Bound {
-    Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener),
-}
-
-/// Bind `listen` now (so that a bad address or a port in use is a startup error) and serve
-/// the API on the current tokio runtime until the returned [`ApiServer`] is dropped.
-///
-/// # Panics
-///
-/// Outside a tokio runtime context with I/O enabled.
-pub fn spawn(
-    listen: &str,
-    controller: Arc<Mutex<Controller>>,
-    view: Arc<dyn DataplaneView>,
-) -> Result<ApiServer, ApiError> {
-    let (bound, local) = bind(listen)?;
-    let app = router(controller, view);
-    let shown = local.to_string();
-    let task = tokio::spawn(async move {
-        if let Err(e) = run(bound, app).await {
-            tracing::error!(listen = shown, "admin API stopped: {e}");
-        }
-    });
-    tracing::info!(listen = %local, "admin API listening");
-    Ok(ApiServer { local, task })
-}
-
-/// Bind `listen` and serve the API until an I/O error stops the server.
-pub async fn serve(
-    listen: &str,
-    controller: Arc<Mutex<Controller>>,
-    view: Arc<dyn DataplaneView>,
-) -> Result<(), ApiError> {
-    let (bound, local) = bind(listen)?;
-    run(bound, router(controller, view))
-        .await
-        .map_err(|source| ApiError::Serve { listen: local.to_string(), source })
-}
-
-async fn run(bound: Bound, app: Router) -> io::Result<()> {
-    match bound {
-        Bound::Tcp(l) => axum::serve(l, app).await,
-        Bound::Unix(l) => axum::serve(l, app).await,
-    }
-}
-
-fn bind(listen: &str) -> Result<(Bound, Listen), ApiError> {
-    let bind_err = |source| ApiError::Bind { listen: listen.to_owned(), source };
-    match Listen::parse(listen) {
-        Some(Listen::Tcp(a)) => {
-            let addr: std::net::SocketAddr =
-                a.parse().map_err(|_| ApiError::BadListen(listen.to_owned()))?;
-            let l = std::net::TcpListener::bind(addr).map_err(bind_err)?;
-            l.set_nonblocking(true).map_err(bind_err)?;
-            let local = l.local_addr().map_err(bind_err)?;
-            let l = tokio::net::TcpListener::from_std(l).map_err(bind_err)?;
-            Ok((Bound::Tcp(l), Listen::Tcp(local.to_string())))
-        }
-        Some(Listen::Unix(path)) => {
-            remove_stale_socket(&path).map_err(bind_err)?;
-            let l = std::os::unix::net::UnixListener::bind(&path).map_err(bind_err)?;
-            // The API changes health and drains backends: owner only.
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-                .map_err(bind_err)?;
-            l.set_nonblocking(true).map_err(bind_err)?;
-            let l = tokio::net::UnixListener::from_std(l).map_err(bind_err)?;
-            Ok((Bound::Unix(l), Listen::Unix(path)))
-        }
-        None => Err(ApiError::BadListen(listen.to_owned())),
-    }
-}
-
-/// A socket file left by a process that is gone is removed; one that still accepts
-/// connections, or a file that is not a socket, is an error.
-fn remove_stale_socket(path: &Path) -> io::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
-    if !meta.file_type().is_socket() {
-        return Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            "the path exists and is not a socket",
-        ));
-    }
-    if std::os::unix::net::UnixStream::connect(path).is_ok() {
-        return Err(io::Error::new(
-            io::ErrorKind::AddrInUse,
-            "another process is listening on this socket",
-        ));
-    }
-    std::fs::remove_file(path)
 }
 
 /// What every handler shares.

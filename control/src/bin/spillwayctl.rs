@@ -19,9 +19,18 @@ use std::time::Duration;
 #[derive(Debug, Parser)]
 #[command(name = "spillwayctl", version)]
 struct Cli {
-    /// The daemon's admin endpoint (`admin.listen`): `host:port` or `unix:/path`.
-    #[arg(long, global = true, env = "SPILLWAY_ADMIN", default_value = "127.0.0.1:9090")]
+    /// The daemon's admin endpoint (`admin.listen`): `unix:/path` or `host:port`.
+    #[arg(
+        long,
+        global = true,
+        env = "SPILLWAY_ADMIN",
+        default_value = spillway_control::config::DEFAULT_ADMIN_LISTEN
+    )]
     admin: String,
+    /// A file whose first line is the API token (`admin.token_file`), sent as
+    /// `Authorization: Bearer ...`.
+    #[arg(long, global = true, env = "SPILLWAY_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
     /// Print the API's JSON reply instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -157,6 +166,16 @@ fn main() -> ExitCode {
             eprintln!("spillwayctl: --admin: {e}");
             return ExitCode::from(2);
         }
+    };
+    let client = match &cli.token_file {
+        Some(path) => match spillway_control::api::read_token(path) {
+            Ok(t) => client.with_token(Some(t)),
+            Err(e) => {
+                eprintln!("spillwayctl: --token-file: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => client,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,

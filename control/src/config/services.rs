@@ -30,13 +30,30 @@ pub struct NodeConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// `127.0.0.1:9090` (loopback TCP) or `unix:/run/spillway.sock`.
+    /// `unix:/run/spillway/admin.sock` (the default) or `ip:port` (TCP: needs `token_file`).
     pub listen: String,
+    /// The group whose members may use the Unix socket (`0660`); without it the socket is
+    /// its owner's alone (`0600`).
+    pub socket_group: Option<String>,
+    /// A file whose first line is the token every request but `GET /metrics` must carry
+    /// (`Authorization: Bearer ...`); required with a TCP `listen`.
+    pub token_file: Option<String>,
+    /// A second listener (`ip:port` or `unix:/path`) serving `GET /metrics` only, without a
+    /// token: for a Prometheus scraper.
+    pub metrics_listen: Option<String>,
 }
+
+/// The default `admin.listen`.
+pub const DEFAULT_ADMIN_LISTEN: &str = "unix:/run/spillway/admin.sock";
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        AdminConfig { listen: "127.0.0.1:9090".to_string() }
+        AdminConfig {
+            listen: DEFAULT_ADMIN_LISTEN.to_string(),
+            socket_group: None,
+            token_file: None,
+            metrics_listen: None,
+        }
     }
 }
 

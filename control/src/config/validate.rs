@@ -164,16 +164,52 @@ impl Checker {
     }
 
     fn admin(&mut self, c: &Config) {
-        let l = &c.admin.listen;
-        let ok = match l.strip_prefix("unix:") {
-            Some(p) => p.starts_with('/'),
-            None => l.parse::<std::net::SocketAddr>().is_ok(),
+        let a = &c.admin;
+        let kind = |l: &str| match l.strip_prefix("unix:") {
+            Some(p) if p.starts_with('/') => Some(true),
+            Some(_) => None,
+            None => l.parse::<std::net::SocketAddr>().is_ok().then_some(false),
         };
-        if !ok {
+        let listen_unix = kind(&a.listen);
+        if listen_unix.is_none() {
             self.err(
                 "admin.listen",
-                format!("`{l}` is neither `ip:port` nor `unix:/absolute/path`"),
+                format!("`{}` is neither `ip:port` nor `unix:/absolute/path`", a.listen),
             );
+        }
+        if listen_unix == Some(false) && a.token_file.is_none() {
+            self.err(
+                "admin.listen",
+                format!(
+                    "`{}` is TCP: anyone who can connect could drain every backend, so a TCP \
+                     API needs `admin.token_file` (or use a Unix socket, the default `{}`)",
+                    a.listen,
+                    super::services::DEFAULT_ADMIN_LISTEN
+                ),
+            );
+        }
+        if a.socket_group.is_some() && listen_unix == Some(false) {
+            self.err("admin.socket_group", "only applies to a Unix socket `admin.listen`");
+        }
+        if let Some(g) = &a.socket_group {
+            if g.trim().is_empty() || g.contains([':', '\n']) {
+                self.err("admin.socket_group", format!("`{g}` is not a group name"));
+            }
+        }
+        if let Some(f) = &a.token_file {
+            if !f.starts_with('/') {
+                self.err("admin.token_file", format!("`{f}` is not an absolute path"));
+            }
+        }
+        if let Some(m) = &a.metrics_listen {
+            if kind(m).is_none() {
+                self.err(
+                    "admin.metrics_listen",
+                    format!("`{m}` is neither `ip:port` nor `unix:/absolute/path`"),
+                );
+            } else if *m == a.listen {
+                self.err("admin.metrics_listen", "is the same address as `admin.listen`");
+            }
         }
     }
 

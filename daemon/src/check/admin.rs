@@ -1,12 +1,13 @@
-//! The admin endpoint (`admin.listen`): the API changes state (health overrides, drains,
-//! reloads) and has no authentication, so it belongs on loopback or a Unix socket only the
-//! operator can reach; and the daemon must be able to bind it.
+//! The admin endpoint (`admin.listen`, `admin.socket_group`, `admin.token_file`,
+//! `admin.metrics_listen`): the API changes state (health overrides, drains, reloads), so it
+//! belongs on a Unix socket only the operator (or a group) can reach, or behind a token; and
+//! the daemon must be able to bind it.
 
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
 
-use spillway_control::api::Listen;
+use spillway_control::api::{read_token, ApiError, Listen};
 use spillway_control::config::Config;
 
 use super::host::Host;
@@ -21,7 +22,7 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
             format!("admin.listen {listen}: not opened: io-forward mode (no services) runs no admin API"),
         )];
     }
-    match Listen::parse(listen) {
+    let mut out = match Listen::parse(listen) {
         Some(Listen::Unix(path)) => unix(listen, &path, host),
         Some(Listen::Tcp(addr)) => match addr.parse::<SocketAddr>() {
             Ok(sa) => tcp(listen, sa, host),
@@ -29,32 +30,82 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
                 "admin",
                 format!("admin.listen: `{listen}`: the daemon listens on a literal ip:port only"),
             )
-            .fix("write an address, e.g. 127.0.0.1:9090")],
+            .fix("write an address, e.g. 127.0.0.1:9090 (with admin.token_file)")],
         },
         None => vec![Finding::fail(
             "admin",
             format!("admin.listen: `{listen}` is neither ip:port nor unix:/absolute/path"),
         )
-        .fix("e.g. 127.0.0.1:9090 or unix:/run/spillway/admin.sock")],
+        .fix("e.g. unix:/run/spillway/admin.sock")],
+    };
+    let a = &config.admin;
+    if let Some(file) = &a.token_file {
+        out.push(match read_token(&host.path(Path::new(file))) {
+            Ok(t) => Finding::pass(
+                "admin",
+                format!(
+                    "admin.token_file {file}: a {}-byte token, private to its owner: every API \
+                     request but GET /metrics must carry it",
+                    t.len()
+                ),
+            ),
+            Err(e) => Finding::fail(
+                "admin",
+                match e {
+                    // The message names the configured path, not the host-rooted one read.
+                    ApiError::Token { message, .. } => {
+                        format!("admin.token_file {file}: {message}")
+                    }
+                    e => format!("admin.token_file {file}: {e}"),
+                },
+            )
+            .fix(format!(
+                "umask 077; openssl rand -hex 32 > {file} (spillwayctl reads it with \
+                 --token-file)"
+            )),
+        });
     }
+    if let Some(g) = &a.socket_group {
+        let known = g.parse::<u32>().is_ok()
+            || std::fs::read_to_string(host.path(Path::new("/etc/group")))
+                .is_ok_and(|t| t.lines().any(|l| l.split(':').next() == Some(g.as_str())));
+        out.push(if known {
+            Finding::pass(
+                "admin",
+                format!(
+                    "admin.socket_group {g}: the socket is 0660, usable by the group's members"
+                ),
+            )
+        } else {
+            Finding::fail("admin", format!("admin.socket_group {g}: no such group in /etc/group"))
+                .fix(format!("groupadd --system {g} (the Debian package creates `spillway`)"))
+        });
+    }
+    if let Some(m) = &a.metrics_listen {
+        out.push(Finding::pass(
+            "admin",
+            format!("admin.metrics_listen {m}: GET /metrics only, without a token"),
+        ));
+    }
+    out
 }
 
 fn unix(listen: &str, path: &Path, host: &Host) -> Vec<Finding> {
     let dir = path.parent().unwrap_or("/".as_ref());
     if !host.path(dir).is_dir() {
-        return vec![Finding::fail(
+        return vec![Finding::pass(
             "admin",
-            format!("admin.listen {listen}: the directory {} does not exist", dir.display()),
-        )
-        .fix(format!(
-            "mkdir -p -m 0750 {} (or RuntimeDirectory=spillway in the systemd unit)",
-            dir.display()
-        ))];
+            format!(
+                "admin.listen {listen}: the daemon creates the directory {} (0755; the socket \
+                 itself is 0600, or 0660 with admin.socket_group)",
+                dir.display()
+            ),
+        )];
     }
     let Ok(meta) = std::fs::symlink_metadata(host.path(path)) else {
         return vec![Finding::pass(
             "admin",
-            format!("admin.listen {listen}: a Unix socket in an existing directory (the daemon makes it 0600)"),
+            format!("admin.listen {listen}: a Unix socket in an existing directory (the daemon makes it 0600, or 0660 with admin.socket_group)"),
         )];
     };
     if !meta.file_type().is_socket() {
@@ -107,12 +158,13 @@ fn tcp(listen: &str, sa: SocketAddr, host: &Host) -> Vec<Finding> {
             Finding::warn(
                 "admin",
                 format!(
-                    "admin.listen {listen}: not loopback: anyone who reaches it can change \
-                     health, drain backends and reload (the API has no authentication)"
+                    "admin.listen {listen}: not loopback: the API is plain HTTP, so its token \
+                     crosses the network in clear text"
                 ),
             )
             .fix(format!(
-                "listen on 127.0.0.1:{} or unix:/run/spillway/admin.sock, and reach it over SSH",
+                "listen on unix:/run/spillway/admin.sock (or 127.0.0.1:{}) and reach it over \
+                 SSH, or put a TLS proxy in front; scrapers can use admin.metrics_listen",
                 sa.port()
             )),
         );
@@ -134,7 +186,10 @@ fn tcp(listen: &str, sa: SocketAddr, host: &Host) -> Vec<Finding> {
         }
     }
     if out.is_empty() {
-        out.push(Finding::pass("admin", format!("admin.listen {listen}: loopback TCP, port free")));
+        out.push(Finding::pass(
+            "admin",
+            format!("admin.listen {listen}: loopback TCP, port free (with the token)"),
+        ));
     }
     out
 }
