@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""Seed corpus for the `parse` fuzz target, and expected frames for the builder tests.
+"""Seed corpora for the fuzz targets, and expected frames for the builder tests.
+
+`parse` and `path`: frames written here. `config`: the repository's configurations
+(configs/, the simulator tests' configs). `scenario`: the simulator tests' scenarios. `api`:
+requests to the admin API (method byte, target line, body).
 
 Plain `struct`, no scapy: every header and checksum here is written independently of the
 Rust code under test.
@@ -283,6 +287,52 @@ def main():
         with open(os.path.join(d, name), "wb") as f:
             f.write(data)
     print(f"wrote {len(inputs)} bursts to {d}")
+    text_corpora(here)
+
+
+def text_corpora(here):
+    """`config` and `scenario`: copies of the repository's YAML files; `api`: requests."""
+    import glob
+    import shutil
+    root = os.path.join(here, "..")
+    sources = {
+        "config": sorted(glob.glob(os.path.join(root, "configs", "*.yaml")))
+        + sorted(glob.glob(os.path.join(root, "control", "tests", "scenarios", "configs", "*.yaml"))),
+        "scenario": sorted(glob.glob(os.path.join(root, "control", "tests", "scenarios", "*.yaml"))),
+    }
+    for target, files in sources.items():
+        d = os.path.join(here, "corpus", target)
+        os.makedirs(d, exist_ok=True)
+        for f in files:
+            name = os.path.relpath(f, root).replace(os.sep, "_")
+            shutil.copyfile(f, os.path.join(d, name))
+        print(f"wrote {len(files)} files to {d}")
+    # The api target: method index (0 GET, 1 POST, 2 PUT, 3 DELETE, 4 HEAD), target, body.
+    requests = {
+        "status": (0, "/v1/status", b""),
+        "services": (0, "/v1/services", b""),
+        "backends": (0, "/v1/backends?service=web", b""),
+        "health": (1, "/v1/backends/10.0.1.1/health", b'{"health":"unhealthy","service":"web"}'),
+        "health_auto": (1, "/v1/backends/10.0.1.1/health", b'{"health":"auto"}'),
+        "drain": (1, "/v1/backends/10.0.1.2/drain", b'{"service":"web"}'),
+        "undrain": (1, "/v1/backends/10.0.1.2/undrain", b""),
+        "reload": (1, "/v1/reload", b""),
+        "neighbours": (0, "/v1/neighbours", b""),
+        "conntrack": (0, "/v1/conntrack", b""),
+        "lookup": (0, "/v1/conntrack/lookup?src=192.0.2.7&dst=198.51.100.10&proto=tcp&sport=40000&dport=80", b""),
+        "explain": (0, "/v1/explain?src=192.0.2.7&dst=198.51.100.10&proto=tcp&sport=40000&dport=80&syn=true", b""),
+        "explain6": (0, "/v1/explain?src=2001:db8::7&dst=2001:db8::10&proto=udp&sport=5000&dport=53", b""),
+        "metrics": (0, "/metrics", b""),
+        "bad_json": (1, "/v1/backends/10.0.1.1/health", b'{"health":'),
+        "bad_addr": (1, "/v1/backends/..%2F..%2Fetc/drain", b""),
+        "unknown": (2, "/v1/nothing?x=1", b"x"),
+    }
+    d = os.path.join(here, "corpus", "api")
+    os.makedirs(d, exist_ok=True)
+    for name, (method, target, body) in requests.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(bytes([method]) + target.encode() + b"\n" + body)
+    print(f"wrote {len(requests)} requests to {d}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # A short fuzz session of each target (NX-2), on the stable toolchain:
-#   parse  the classifier and the in-place answers (spillway_core::wire), on single frames;
-#   path   the whole packet path (dataplane::path::process_burst) on bursts of frames,
-#          some of them shared buffers.
+#   parse     the classifier and the in-place answers (spillway_core::wire), on single frames;
+#   path      the whole packet path (dataplane::path::process_burst) on bursts of frames,
+#             some of them shared buffers;
+#   config    the configuration loader (YAML, validation, compilation to the model);
+#   scenario  the `spillwayctl simulate` scenario loader and its step checks;
+#   api       the admin API's router: any method, path, query and body; never a 500.
 #
-#   scripts/fuzz.sh [SECONDS]     (default 30, per target)
+#   scripts/fuzz.sh [SECONDS] [TARGET...]    (default 30 s per target, every target)
 #
 # cargo-fuzz passes nightly-only flags (-Zsanitizer=address, -Cpasses=sancov-module, ...);
 # RUSTC_BOOTSTRAP=1 lets the stable compiler accept them. cargo-fuzz itself is installed with
@@ -14,6 +17,9 @@
 set -euo pipefail
 
 secs="${1:-30}"
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(parse path config scenario api)
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
@@ -31,8 +37,8 @@ trap 'rm -rf "$scratch"' EXIT
 # -s none: the targets' code forbids unsafe (the path's buffers are plain vectors), so
 # AddressSanitizer finds nothing the bounds checks do not; without it the targets run several
 # times faster. Debug assertions stay on (overflow checks), as does the release optimiser.
-for target in parse path; do
+for target in "${targets[@]}"; do
     mkdir -p "$scratch/$target"
     cargo fuzz run --fuzz-dir fuzz -s none "$target" "$scratch/$target" "fuzz/corpus/$target" -- \
-        -max_total_time="$secs" -max_len=4096 -timeout=5 -print_final_stats=1
+        -max_total_time="$secs" -max_len=8192 -timeout=5 -print_final_stats=1
 done

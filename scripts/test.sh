@@ -43,7 +43,7 @@ fi
 step "Debian package: build, install into a fresh Debian 12 root, run from there (scripts/package.sh --test)"
 bash scripts/package.sh --test
 
-step "fuzz the packet parser and the whole packet path for ${SPILLWAY_FUZZ_SECONDS:-20}s each (scripts/fuzz.sh)"
-bash scripts/fuzz.sh "${SPILLWAY_FUZZ_SECONDS:-20}"
+step "fuzz the packet parser, the packet path, the config and scenario loaders and the admin API for ${SPILLWAY_FUZZ_SECONDS:-15}s each (scripts/fuzz.sh)"
+bash scripts/fuzz.sh "${SPILLWAY_FUZZ_SECONDS:-15}"
 
 step "all checks passed"

@@ -68,6 +68,35 @@ pub fn main(args: &SimulateArgs) -> ExitCode {
     }
 }
 
+/// Reads a scenario's text as [`run`] does and checks every step against `model` (packet
+/// steps built, traffic steps checked), without running anything: the number of steps, or the
+/// first error with its position. The `scenario` fuzz target drives this.
+pub fn check_scenario(path: &Path, text: &str, model: &Model) -> Result<usize, SimulateError> {
+    let (parsed, locations) = parse_scenario(path, text)?;
+    for (i, step) in parsed.steps.iter().enumerate() {
+        match step {
+            Step::Packet(spec) => {
+                if impossible(spec).is_none() {
+                    let _ = spec.info();
+                }
+            }
+            Step::Traffic(t) => {
+                check_traffic(t, model).map_err(|(f, m)| {
+                    let field = traffic_field(i, t, &f);
+                    SimulateError::Scenario {
+                        path: path.to_owned(),
+                        location: locations.get(&field),
+                        field,
+                        message: m,
+                    }
+                })?;
+            }
+            _ => {}
+        }
+    }
+    Ok(parsed.steps.len())
+}
+
 /// Loads `config`, runs `scenario` and writes one JSON line per packet step to `out`.
 ///
 /// Everything that can be checked before the first step is (the configuration, the whole
