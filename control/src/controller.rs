@@ -19,7 +19,7 @@ use spillway_core::advanced::Load;
 use spillway_core::counters::MAX_ZONES;
 use spillway_core::maglev::slots_moved;
 use spillway_core::model::BackendKey;
-use spillway_core::publish::{Publisher, SnapshotReader};
+use spillway_core::publish::{PublishStats, Publisher, SnapshotReader};
 use spillway_core::snapshot::Snapshot;
 use spillway_core::state::{ModelChange, PolicyState, StateError};
 use spillway_core::time::Time;
@@ -143,6 +143,11 @@ impl Controller {
     /// The current snapshot.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.publisher.current()
+    }
+
+    /// Snapshots published and freed so far.
+    pub fn publish_stats(&self) -> PublishStats {
+        self.publisher.stats()
     }
 
     /// The running configuration.

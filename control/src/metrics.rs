@@ -21,6 +21,7 @@ use prometheus_client::registry::Registry;
 use spillway_core::counters::{Reason, TrafficCounters, WorkerCounters};
 use spillway_core::eligible::EligibleKind;
 use spillway_core::model::BackendKey;
+use spillway_core::publish::PublishStats;
 use spillway_core::snapshot::{BackendStatus, Choice, Snapshot};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -120,6 +121,7 @@ struct Copied {
     snap: Arc<Snapshot>,
     slots: Vec<SlotInfo>,
     checks: Vec<TargetStatus>,
+    published: PublishStats,
 }
 
 /// Picks a gauge's value from a zone's choice.
@@ -146,7 +148,7 @@ fn copy(controller: &Mutex<Controller>) -> Copied {
             })
         })
         .collect();
-    Copied { snap, slots, checks: c.health_status() }
+    Copied { snap, slots, checks: c.health_status(), published: c.publish_stats() }
 }
 
 /// `addr` or `addr:port`, the `backend` label.
@@ -198,15 +200,40 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
     )
     .add(Vec::new(), snap.generation);
     s.family("spillway_workers", "Data-plane workers.", Gauge).add(Vec::new(), workers as u64);
+    s.family(
+        "spillway_snapshots_published",
+        "Decision snapshots published after the first (reloads, health and drain changes).",
+        Counter,
+    )
+    .add(Vec::new(), c.published.published);
+    s.family(
+        "spillway_snapshots_reclaimed",
+        "Retired snapshots freed once no worker held them any more.",
+        Counter,
+    )
+    .add(Vec::new(), c.published.reclaimed);
+    s.family(
+        "spillway_snapshots_retained",
+        "Retired snapshots a worker still holds (freed at its next burst or sweep).",
+        Gauge,
+    )
+    .add(Vec::new(), c.published.retained);
 
     // Per worker.
     type Pick = fn(&WorkerCounters) -> u64;
-    let per_worker: [(&'static str, &'static str, MetricType, Pick); 11] = [
+    let per_worker: [(&'static str, &'static str, MetricType, Pick); 12] = [
         (
             "spillway_conntrack_bypassed",
             "New connections the flood guard forwarded by the hash alone, without an entry.",
             Counter,
             |c| c.ct_bypassed.get(),
+        ),
+        (
+            "spillway_worker_snapshot_generation",
+            "Generation of the snapshot the worker decides with (a reload is in force once every \
+             worker's is at least its generation).",
+            Gauge,
+            |c| c.snapshot_generation.get(),
         ),
         ("spillway_worker_rx_packets", "Packets received by the worker.", Counter, |c| {
             c.rx_packets.get()

@@ -203,6 +203,10 @@ pub struct WorkerCounters {
     /// `tx_drain_us`), traffic or not; the systemd watchdog pings only while every worker's
     /// moves.
     pub heartbeat: Counter,
+    /// The generation of the snapshot the worker decided its last burst with (also refreshed
+    /// when it sweeps its table, so an idle worker reports it too): a reload is in force once
+    /// every worker's is at least the reload's generation.
+    pub snapshot_generation: Counter,
     /// Per service id.
     pub services: Box<[TrafficCounters]>,
     /// Per backend slot.
@@ -230,6 +234,7 @@ impl WorkerCounters {
             ct_capacity: Counter::default(),
             ct_bypassed: Counter::default(),
             heartbeat: Counter::default(),
+            snapshot_generation: Counter::default(),
             services: (0..MAX_SERVICES).map(|_| TrafficCounters::default()).collect(),
             backends: (0..MAX_BACKENDS).map(|_| TrafficCounters::default()).collect(),
             zone_new_connections: (0..MAX_SERVICES * ZONE_SLOTS)

@@ -24,12 +24,28 @@ pub type SnapshotReader = arc_swap::Cache<SnapshotCell, Arc<Snapshot>>;
 pub struct Publisher {
     cell: SnapshotCell,
     retired: Vec<Arc<Snapshot>>,
+    stats: PublishStats,
+}
+
+/// What the publisher did since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PublishStats {
+    /// Snapshots published after the first.
+    pub published: u64,
+    /// Retired snapshots freed (no reader held them any more).
+    pub reclaimed: u64,
+    /// Retired snapshots still held by a reader (not freed yet).
+    pub retained: u64,
 }
 
 impl Publisher {
     /// Start with `initial` as the current snapshot.
     pub fn new(initial: Snapshot) -> Publisher {
-        Publisher { cell: Arc::new(ArcSwap::from_pointee(initial)), retired: Vec::new() }
+        Publisher {
+            cell: Arc::new(ArcSwap::from_pointee(initial)),
+            retired: Vec::new(),
+            stats: PublishStats::default(),
+        }
     }
 
     /// A reader for one worker.
@@ -47,13 +63,22 @@ impl Publisher {
     pub fn publish(&mut self, next: Snapshot) {
         let old = self.cell.swap(Arc::new(next));
         self.retired.push(old);
+        self.stats.published += 1;
         self.reclaim();
     }
 
     /// Drop the retired snapshots no reader holds any more; returns how many remain.
     pub fn reclaim(&mut self) -> usize {
+        let before = self.retired.len();
         self.retired.retain(|s| Arc::strong_count(s) > 1);
+        self.stats.reclaimed += (before - self.retired.len()) as u64;
+        self.stats.retained = self.retired.len() as u64;
         self.retired.len()
+    }
+
+    /// What it published and freed so far.
+    pub fn stats(&self) -> PublishStats {
+        self.stats
     }
 }
 
@@ -75,9 +100,11 @@ mod tests {
         p.publish(snap(2));
         // The worker has not passed a quiescent point: snapshot 1 is kept.
         assert_eq!(p.reclaim(), 1);
+        assert_eq!(p.stats(), PublishStats { published: 1, reclaimed: 0, retained: 1 });
         assert_eq!(worker.load().generation, 2);
         // Its next load released snapshot 1.
         assert_eq!(p.reclaim(), 0);
+        assert_eq!(p.stats(), PublishStats { published: 1, reclaimed: 1, retained: 0 });
     }
 
     #[test]

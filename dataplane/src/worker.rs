@@ -266,6 +266,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         // is written.
         let Balancer { snapshots, neighbours, next_hops, events, shard, node, origin, .. } = b;
         let snap = snapshots.load();
+        c.snapshot_generation.set(snap.generation);
         let neighbours = neighbours.load();
         next_hops.refresh(snap, neighbours, node);
         let now = time_since(*origin);
@@ -315,6 +316,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         let Some(b) = &mut self.balancer else { return };
         let c = self.counters;
         let snap = b.snapshots.load();
+        c.snapshot_generation.set(snap.generation);
         let now = time_since(b.origin);
         b.shard.sweep(buckets, now, |e| {
             let dead = is_reclaimable(e.key.service, &e.value, e.idle_ms, snap, now);

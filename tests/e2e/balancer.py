@@ -267,7 +267,7 @@ class Spillway:
     @property
     def admin(self) -> str:
         """`admin.listen` of the configuration (`unix:/path` or `host:port`)."""
-        return self.config.get("admin", {}).get("listen", "127.0.0.1:9090")
+        return self.config.get("admin", {}).get("listen", "unix:/run/spillway/admin.sock")
 
     def ctl_run(self, *args, json_out: bool = True, timeout: float = 15) -> subprocess.CompletedProcess:
         """Run `spillwayctl --admin ADMIN [--json] args...` (from the host: the admin socket

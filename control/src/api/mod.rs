@@ -380,6 +380,7 @@ async fn status(State(api): State<Api>) -> Json<StatusReply> {
                 .sum(),
             backends: counts,
             conntrack: ConntrackTotals::default(),
+            worker_generations: Vec::new(),
         };
         (reply, snap)
     };
@@ -388,6 +389,7 @@ async fn status(State(api): State<Api>) -> Json<StatusReply> {
         let c = api.view.counters(w);
         reply.conntrack.entries += c.ct_entries.get();
         reply.conntrack.capacity += c.ct_capacity.get();
+        reply.worker_generations.push(c.snapshot_generation.get());
     }
     Json(reply)
 }

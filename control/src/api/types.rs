@@ -49,6 +49,10 @@ pub struct StatusReply {
     pub backends: BackendCounts,
     /// Conntrack totals over the workers.
     pub conntrack: ConntrackTotals,
+    /// Per worker, the generation of the snapshot it decides with: the configuration in force
+    /// everywhere once each is at least `generation`.
+    #[serde(default)]
+    pub worker_generations: Vec<u64>,
 }
 
 /// Backend counts of the status.
