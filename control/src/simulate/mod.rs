@@ -75,10 +75,8 @@ pub fn check_scenario(path: &Path, text: &str, model: &Model) -> Result<usize, S
     let (parsed, locations) = parse_scenario(path, text)?;
     for (i, step) in parsed.steps.iter().enumerate() {
         match step {
-            Step::Packet(spec) => {
-                if impossible(spec).is_none() {
-                    let _ = spec.info();
-                }
+            Step::Packet(spec) if impossible(spec).is_none() => {
+                let _ = spec.info();
             }
             Step::Traffic(t) => {
                 check_traffic(t, model).map_err(|(f, m)| {
