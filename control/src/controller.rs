@@ -79,6 +79,8 @@ pub struct Controller {
     config: Config,
     state: PolicyState,
     publisher: Publisher,
+    /// Reloads applied and rejected.
+    reloads: (u64, u64),
     origin: Instant,
     overrides: HashMap<BackendKey, Override>,
     probes: HashMap<BackendKey, bool>,
@@ -116,6 +118,7 @@ impl Controller {
             config,
             state,
             publisher: Publisher::new(first),
+            reloads: (0, 0),
             origin,
             overrides: HashMap::new(),
             probes: HashMap::new(),
@@ -242,8 +245,19 @@ impl Controller {
     /// Re-read the configuration file and apply it if it is valid (NX-3). On error nothing
     /// changes and the error is returned (and logged by the caller).
     pub fn reload(&mut self) -> Result<ReloadReport, ControlError> {
-        let config = config::load(&self.path)?;
+        let config = config::load(&self.path).inspect_err(|_| self.reloads.1 += 1)?;
         self.apply_config(config)
+    }
+
+    /// A reload that was rejected before it reached the controller (the admin API validates
+    /// the file off the runtime thread): counted with the others.
+    pub fn note_rejected_reload(&mut self) {
+        self.reloads.1 += 1;
+    }
+
+    /// Reloads applied and rejected since the start.
+    pub fn reload_counts(&self) -> (u64, u64) {
+        self.reloads
     }
 
     /// Apply an already validated configuration (NX-4: backends that stay keep their slots,
@@ -251,9 +265,11 @@ impl Controller {
     pub fn apply_config(&mut self, config: Config) -> Result<ReloadReport, ControlError> {
         let now = self.now();
         self.state.set_topology(config.advanced_topology());
-        let change = self.state.apply_model(config.to_model(), now)?;
+        let change =
+            self.state.apply_model(config.to_model(), now).inspect_err(|_| self.reloads.1 += 1)?;
         self.config = config;
         self.config_generation += 1;
+        self.reloads.0 += 1;
         self.start_probes();
         for (key, deadline) in &change.removed {
             tracing::info!(backend = %key, deadline_ms = deadline.as_millis(), "backend removed, draining");

@@ -122,6 +122,7 @@ struct Copied {
     slots: Vec<SlotInfo>,
     checks: Vec<TargetStatus>,
     published: PublishStats,
+    reloads: (u64, u64),
 }
 
 /// Picks a gauge's value from a zone's choice.
@@ -148,7 +149,13 @@ fn copy(controller: &Mutex<Controller>) -> Copied {
             })
         })
         .collect();
-    Copied { snap, slots, checks: c.health_status(), published: c.publish_stats() }
+    Copied {
+        snap,
+        slots,
+        checks: c.health_status(),
+        published: c.publish_stats(),
+        reloads: c.reload_counts(),
+    }
 }
 
 /// `addr` or `addr:port`, the `backend` label.
@@ -207,6 +214,14 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
     )
     .add(Vec::new(), c.published.published);
     s.family(
+        "spillway_reloads",
+        "Configuration reloads (SIGHUP or the admin API): applied, or rejected with the \
+         running configuration kept.",
+        Counter,
+    )
+    .add(vec![("result", "applied".into())], c.reloads.0)
+    .add(vec![("result", "rejected".into())], c.reloads.1);
+    s.family(
         "spillway_snapshots_reclaimed",
         "Retired snapshots freed once no worker held them any more.",
         Counter,
@@ -221,12 +236,19 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
 
     // Per worker.
     type Pick = fn(&WorkerCounters) -> u64;
-    let per_worker: [(&'static str, &'static str, MetricType, Pick); 12] = [
+    let per_worker: [(&'static str, &'static str, MetricType, Pick); 13] = [
         (
             "spillway_conntrack_bypassed",
             "New connections the flood guard forwarded by the hash alone, without an entry.",
             Counter,
             |c| c.ct_bypassed.get(),
+        ),
+        (
+            "spillway_worker_heartbeat",
+            "Goes up every time the worker passes its TX drain deadline, traffic or not: a \
+             worker whose heartbeat stops has stopped polling.",
+            Counter,
+            |c| c.heartbeat.get(),
         ),
         (
             "spillway_worker_snapshot_generation",
@@ -298,6 +320,13 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
         for (outcome, v) in values.iter().filter(|(k, _)| *k != "publishes") {
             f.add(vec![("outcome", (*outcome).to_owned())], *v);
         }
+        s.family(
+            "spillway_neighbour_unresolved_next_hops",
+            "Configured next hops (backends on-link, gateways) with no MAC right now: their \
+             backends' packets are dropped as neighbour_unresolved.",
+            Gauge,
+        )
+        .add(Vec::new(), n.unresolved.get());
         s.family(
             "spillway_neighbour_table_publishes",
             "Neighbour tables published to the workers.",

@@ -424,6 +424,10 @@ async fn nx_3_reload_rejects_an_invalid_file_and_reports_a_valid_change() {
     let s: StatusReply = f.get("/v1/status").await;
     assert_eq!(s.generation, r.generation);
     assert!(f.service("web").await.eligible.contains(&"10.0.1.3".to_owned()));
+    // Both outcomes counted for the alert on rejected reloads.
+    let (_, text) = f.client.get("/metrics").await.unwrap();
+    assert!(text.contains("spillway_reloads_total{result=\"applied\"} 1"), "{text}");
+    assert!(text.contains("spillway_reloads_total{result=\"rejected\"} 1"), "{text}");
 }
 
 #[tokio::test]

@@ -307,6 +307,8 @@ pub struct NeighbourCounters {
     pub rate_limited: Counter,
     /// New tables published to the workers.
     pub publishes: Counter,
+    /// Gauge: configured next hops (backends on-link, gateways) with no MAC right now.
+    pub unresolved: Counter,
 }
 
 impl NeighbourCounters {

@@ -66,6 +66,7 @@ pub async fn run(
     let mut tick = tokio::time::interval(TICK);
     let mut seen_config = 0;
     let mut watchdog = Watchdog::from_env(counters.len());
+    let mut bypass_watch = BypassWatch::default();
     loop {
         tokio::select! {
             Some(ev) = async { match events.as_mut() { Some(e) => e.recv().await, None => None } } => {
@@ -117,9 +118,52 @@ pub async fn run(
         if let Some(w) = watchdog.as_mut() {
             w.tick(now, counters);
         }
+        let _ = bypass_watch.tick(now, counters);
         printer.tick(now, lcores, counters);
     }
     start.elapsed()
+}
+
+/// Logs, at most once a minute per worker, that a worker forwards new connections without a
+/// connection-table entry (its table is full, or the flood guard's rate is spent): the
+/// operator's signal that the table is too small or a flood is on (metric
+/// `spillway_conntrack_bypassed_total`).
+#[derive(Debug, Default)]
+struct BypassWatch {
+    seen: Vec<u64>,
+    logged: Vec<Option<Instant>>,
+}
+
+impl BypassWatch {
+    /// Logs what is due; returns the lines (tests).
+    fn tick(&mut self, now: Instant, counters: &[WorkerCounters]) -> Vec<String> {
+        let mut lines = Vec::new();
+        self.seen.resize(counters.len(), 0);
+        self.logged.resize(counters.len(), None);
+        for (w, c) in counters.iter().enumerate() {
+            let bypassed = c.ct_bypassed.get();
+            let due =
+                self.logged[w].is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60));
+            if bypassed > self.seen[w] && due {
+                let line = format!(
+                    "worker {w}: {} new connections forwarded by the hash alone, without a \
+                     connection-table entry (table {} of {} entries; full, or the flood guard's \
+                     dataplane.conntrack_max_inserts_per_sec spent): at most one such line a \
+                     minute per worker",
+                    bypassed - self.seen[w],
+                    c.ct_entries.get(),
+                    c.ct_capacity.get()
+                );
+                tracing::warn!("{line}");
+                lines.push(line);
+                self.logged[w] = Some(now);
+                self.seen[w] = bypassed;
+            } else if due {
+                self.seen[w] = bypassed;
+            }
+        }
+        lines
+    }
 }
 
 /// Locks the controller. A panic while it was held already aborted the process (release
@@ -131,4 +175,32 @@ pub fn lock(c: &Mutex<Controller>) -> MutexGuard<'_, Controller> {
 /// Every backend's next hop, to resolve before traffic needs it.
 pub fn next_hops(c: &Controller, node: &Node) -> Vec<Addr> {
     c.state().model().backends().filter_map(|(k, _, _)| node.next_hop(&k.endpoint.addr)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bypassing_is_logged_at_most_once_a_minute_per_worker_with_the_count_since() {
+        let counters = [WorkerCounters::new(), WorkerCounters::new()];
+        let mut w = BypassWatch::default();
+        let t0 = Instant::now();
+        assert!(w.tick(t0, &counters).is_empty());
+        counters[1].ct_bypassed.set(500);
+        counters[1].ct_capacity.set(65536);
+        counters[1].ct_entries.set(65536);
+        let lines = w.tick(t0 + Duration::from_secs(1), &counters);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].starts_with("worker 1: 500 new connections"), "{}", lines[0]);
+        assert!(lines[0].contains("table 65536 of 65536 entries"), "{}", lines[0]);
+        // More within the minute: nothing; after it, the total since the last line.
+        counters[1].ct_bypassed.set(900);
+        assert!(w.tick(t0 + Duration::from_secs(30), &counters).is_empty());
+        counters[1].ct_bypassed.set(1200);
+        let lines = w.tick(t0 + Duration::from_secs(62), &counters);
+        assert!(lines[0].starts_with("worker 1: 700 new connections"), "{}", lines[0]);
+        // Quiet when nothing more is bypassed.
+        assert!(w.tick(t0 + Duration::from_secs(200), &counters).is_empty());
+    }
 }

@@ -202,7 +202,12 @@ pub struct Resolver {
     counters: Arc<NeighbourCounters>,
     /// When a conflict was last logged, per address (one line a minute at most).
     logged: HashMap<Addr, Instant>,
+    /// Since when each unresolved wanted next hop has been so, and when that was last logged.
+    missing: HashMap<Addr, (Instant, Option<Instant>)>,
 }
+
+/// A configured next hop unresolved this long is logged (then once a minute).
+const UNRESOLVED_LOG_AFTER: Duration = Duration::from_secs(5);
 
 /// At most one log line per address and this long about ignored claims.
 const LOG_EVERY: Duration = Duration::from_secs(60);
@@ -220,6 +225,7 @@ impl Resolver {
             timers,
             counters: Arc::new(NeighbourCounters::default()),
             logged: HashMap::new(),
+            missing: HashMap::new(),
         }
     }
 
@@ -293,6 +299,31 @@ impl Resolver {
             self.cell.store(Arc::new(table));
             self.counters.publishes.inc();
         }
+        self.watch_unresolved(now);
+    }
+
+    /// The unresolved gauge, and a log line for a configured next hop that stays unresolved.
+    fn watch_unresolved(&mut self, now: Instant) {
+        let known = &self.known;
+        self.missing.retain(|ip, _| !known.contains_key(ip));
+        for ip in &self.wanted {
+            if self.known.contains_key(ip) {
+                continue;
+            }
+            let (since, logged) = self.missing.entry(*ip).or_insert((now, None));
+            let due = logged.is_none_or(|t| now.duration_since(t) >= LOG_EVERY);
+            if now.duration_since(*since) >= UNRESOLVED_LOG_AFTER && due {
+                *logged = Some(now);
+                tracing::warn!(
+                    "neighbour {ip}: a configured next hop has not answered ARP/ND for {} s: \
+                     packets to its backends are dropped as neighbour_unresolved (metric \
+                     spillway_neighbour_unresolved_next_hops)",
+                    now.duration_since(*since).as_secs()
+                );
+            }
+        }
+        self.missing.retain(|ip, _| self.wanted.contains(ip));
+        self.counters.unresolved.set(self.missing.len() as u64);
     }
 
     /// One answer heard (module doc); true when the table changed.
@@ -539,6 +570,7 @@ mod tests {
         r.tick(t0 + Duration::from_millis(700), &mut tx);
         assert!(r.table().is_empty());
         assert_eq!(r.counters().ignored_unsolicited.get(), 2);
+        assert_eq!(r.counters().unresolved.get(), 1, "the backend is still unresolved");
         assert_eq!(r.counters().publishes.get(), 0);
     }
 

@@ -653,9 +653,18 @@ async fn reload(State(api): State<Api>) -> Result<Json<ReloadReply>, HttpError> 
     let loaded = tokio::task::spawn_blocking(move || config::load(&path))
         .await
         .map_err(|e| HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    let config = loaded.map_err(config_error)?;
+    let config = match loaded {
+        Ok(c) => c,
+        Err(e) => {
+            lock(&api.controller).note_rejected_reload();
+            tracing::error!("reload rejected (admin API), running configuration kept: {e}");
+            return Err(config_error(e));
+        }
+    };
     let mut c = lock(&api.controller);
-    let report = c.apply_config(config)?;
+    let report = c.apply_config(config).inspect_err(|e| {
+        tracing::error!("reload rejected (admin API), running configuration kept: {e}");
+    })?;
     tracing::info!(
         services = report.services,
         added = report.change.added.len(),
