@@ -25,7 +25,7 @@ use spillway_core::state::{ModelChange, PolicyState, StateError};
 use spillway_core::time::Time;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 /// An operator's health override (HC-2); `None` elsewhere means `auto`.
@@ -47,6 +47,21 @@ impl Override {
             other => Err(format!("unknown health override `{other}` (healthy, unhealthy, auto)")),
         }
     }
+}
+
+/// Verdict changes logged per backend and [`FLAP_WINDOW`]; the rest are only counted.
+pub const FLAP_LOG_LINES: u32 = 5;
+
+/// The window of [`FLAP_LOG_LINES`].
+pub const FLAP_WINDOW: Duration = Duration::from_secs(60);
+
+/// One backend's verdict changes and its log budget in the current window.
+#[derive(Debug, Default, Clone, Copy)]
+struct FlapLog {
+    window: Duration,
+    logged: u32,
+    suppressed: u64,
+    changes: u64,
 }
 
 /// Why the controller could not start or apply something.
@@ -81,6 +96,8 @@ pub struct Controller {
     publisher: Publisher,
     /// Reloads applied and rejected.
     reloads: (u64, u64),
+    /// Health verdict changes per backend, and their log budget.
+    flaps: HashMap<BackendKey, FlapLog>,
     origin: Instant,
     overrides: HashMap<BackendKey, Override>,
     probes: HashMap<BackendKey, bool>,
@@ -119,6 +136,7 @@ impl Controller {
             state,
             publisher: Publisher::new(first),
             reloads: (0, 0),
+            flaps: HashMap::new(),
             origin,
             overrides: HashMap::new(),
             probes: HashMap::new(),
@@ -194,9 +212,37 @@ impl Controller {
         self.events.take()
     }
 
-    /// Apply a health verdict change; publishes when the effective health changed.
+    /// Apply a health verdict change; publishes when the effective health changed. Each
+    /// change is counted per backend; at most [`FLAP_LOG_LINES`] are logged per backend and
+    /// minute, the rest only counted (a flapping backend cannot flood the log), and the next
+    /// window's first line says how many went unlogged.
     pub fn on_health_event(&mut self, ev: HealthEvent) {
-        tracing::info!(backend = %ev.key, healthy = ev.healthy, "health check verdict changed");
+        let now = Duration::from_millis(self.now().0);
+        let log = self.flaps.entry(ev.key.clone()).or_default();
+        log.changes += 1;
+        if now.saturating_sub(log.window) >= FLAP_WINDOW {
+            if log.suppressed > 0 {
+                tracing::info!(
+                    backend = %ev.key,
+                    unlogged = log.suppressed,
+                    "health verdict changes not logged in the last minute (flapping)"
+                );
+            }
+            *log = FlapLog { window: now, logged: 0, suppressed: 0, changes: log.changes };
+        }
+        if log.logged < FLAP_LOG_LINES {
+            log.logged += 1;
+            tracing::info!(backend = %ev.key, healthy = ev.healthy, "health check verdict changed");
+            if log.logged == FLAP_LOG_LINES {
+                tracing::warn!(
+                    backend = %ev.key,
+                    "backend flapping: further verdict changes this minute are counted \
+                     (spillway_backend_health_changes_total), not logged"
+                );
+            }
+        } else {
+            log.suppressed += 1;
+        }
         self.probes.insert(ev.key.clone(), ev.healthy);
         if self.sync_health() {
             self.publish("health");
@@ -258,6 +304,12 @@ impl Controller {
     /// Reloads applied and rejected since the start.
     pub fn reload_counts(&self) -> (u64, u64) {
         self.reloads
+    }
+
+    /// Health verdict changes of `key` since the start, and how many of the current minute's
+    /// went unlogged.
+    pub fn health_changes(&self, key: &BackendKey) -> (u64, u64) {
+        self.flaps.get(key).map_or((0, 0), |f| (f.changes, f.suppressed))
     }
 
     /// Apply an already validated configuration (NX-4: backends that stay keep their slots,

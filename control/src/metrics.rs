@@ -114,6 +114,8 @@ struct SlotInfo {
     probe: Option<bool>,
     /// The operator's override.
     health_override: Option<Override>,
+    /// Health verdict changes since the start.
+    health_changes: u64,
 }
 
 /// What a scrape needs from the controller, copied under its lock.
@@ -145,6 +147,7 @@ fn copy(controller: &Mutex<Controller>) -> Copied {
                 drained: state.is_drained(&key),
                 probe: c.probe_verdict(&key),
                 health_override: c.override_of(&key),
+                health_changes: c.health_changes(&key).0,
                 key,
             })
         })
@@ -516,6 +519,15 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
         if let Some(p) = b.probe {
             f.add(bl(&b.key), u64::from(p));
         }
+    }
+    let f = s.family(
+        "spillway_backend_health_changes",
+        "Health-check verdict changes of the backend (a flapping backend: only the first few a \
+         minute are logged).",
+        Counter,
+    );
+    for b in &c.slots {
+        f.add(bl(&b.key), b.health_changes);
     }
 
     // Health checks.

@@ -614,3 +614,78 @@ async fn drop_stops_all_tasks() {
     clock.run_for(Duration::from_millis(250)).await;
     assert_eq!(accepted.load(Ordering::Relaxed), n);
 }
+
+/// An HTTP server whose n-th request (from 0) is answered with `pattern[n % len]`: a backend
+/// that flaps in a fixed rhythm of probes, whatever the probes' jitter.
+async fn flapping_server(pattern: &'static [u16]) -> (u16, Arc<AtomicU64>) {
+    let l = TcpListener::bind(SocketAddr::new(LO4, 0)).await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let requests = Arc::new(AtomicU64::new(0));
+    let rq = Arc::clone(&requests);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let rq = Arc::clone(&rq);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let n = rq.fetch_add(1, Ordering::Relaxed) as usize;
+                let code = pattern[n % pattern.len()];
+                let reply = format!(
+                    "HTTP/1.1 {code} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                );
+                let _ = s.write_all(reply.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    (port, requests)
+}
+
+/// HC-3 under flapping: a backend that changes its answer at every probe for a virtual
+/// minute changes the verdict only as often as the thresholds allow. Alternating answers
+/// with thresholds of 2: never (after turning unhealthy once it never has 2 successes in a
+/// row); with thresholds of 1: at every probe; two good then two bad with thresholds of 2:
+/// once every two probes at most.
+#[tokio::test(start_paused = true)]
+async fn hc_3_a_flapping_backend_changes_verdict_only_as_the_thresholds_allow() {
+    const ALTERNATE: &[u16] = &[200, 500];
+    const PAIRS: &[u16] = &[200, 200, 500, 500];
+    let clock = Clock::start();
+    let (tx, mut rx) = unbounded_channel();
+    let mut hc = HealthChecker::new(tx);
+    let mut cases = Vec::new();
+    for (pattern, thresholds) in [(ALTERNATE, 2), (ALTERNATE, 1), (PAIRS, 2)] {
+        let (port, requests) = flapping_server(pattern).await;
+        let k = key(&format!("flap-{}-{thresholds}", pattern.len()), LO4, port);
+        cases.push((k, requests, pattern, thresholds));
+    }
+    hc.set_targets(
+        cases.iter().map(|(k, _, _, t)| target(k, spec(http(200), 50, *t, *t))).collect(),
+    );
+    clock.run_for(Duration::from_secs(60)).await;
+    let mut changes: std::collections::HashMap<BackendKey, u64> = Default::default();
+    while let Ok(ev) = rx.try_recv() {
+        *changes.entry(ev.key).or_default() += 1;
+    }
+    for (k, requests, pattern, thresholds) in &cases {
+        let probes = requests.load(Ordering::Relaxed);
+        let n = changes.get(k).copied().unwrap_or(0);
+        eprintln!("flapping {k}: {probes} probes, {n} verdict changes");
+        // A minute at 50 ms +-5 %: about 1,200 probes.
+        assert!((1100..=1300).contains(&probes), "{k}: {probes} probes");
+        match (pattern.len(), thresholds) {
+            // Starts unhealthy (HC-3); never two successes in a row.
+            (2, 2) => assert_eq!(n, 0, "{k}"),
+            // Every answer flips it (the first success turns it healthy).
+            (2, 1) => assert!(n + 1 >= probes - 1 && n <= probes, "{k}: {n} of {probes}"),
+            // Two in a row each way: a change every two probes, never more.
+            _ => assert!(n <= probes / 2 && n + 2 >= probes / 2 - 1, "{k}: {n} of {probes}"),
+        }
+    }
+}
