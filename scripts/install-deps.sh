@@ -10,6 +10,7 @@ packages=(
     clang libclang-dev        # bindgen (dpdk-sys) parses the DPDK headers with libclang
     gcc libc6-dev pkg-config  # cc compiles the static-inline wrappers; pkg-config finds libdpdk
     iproute2 procps           # network namespaces (ip netns), kill
+    nftables                  # tests/e2e/test_soak.py: a backend's health port refused, then not
     python3 python3-pytest    # traffic scripts and the end-to-end tests
     libxxhash0                # core/tests/maglev_reference.py hashes with the C xxHash
     python3-prometheus-client # the e2e tests parse /metrics with the reference parser

@@ -239,7 +239,7 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
 
     // Per worker.
     type Pick = fn(&WorkerCounters) -> u64;
-    let per_worker: [(&'static str, &'static str, MetricType, Pick); 13] = [
+    let per_worker: [(&'static str, &'static str, MetricType, Pick); 14] = [
         (
             "spillway_conntrack_bypassed",
             "New connections the flood guard forwarded by the hash alone, without an entry.",
@@ -292,6 +292,12 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
             "ARP replies and neighbour advertisements sent.",
             Counter,
             |c| c.neighbour_replies.get(),
+        ),
+        (
+            "spillway_neighbour_answers_heard",
+            "ARP replies and neighbour advertisements received (handed to the resolver).",
+            Counter,
+            |c| c.neighbour_answers_heard.get(),
         ),
         ("spillway_echo_replies", "Echo replies sent for node addresses and VIPs.", Counter, |c| {
             c.echo_replies.get()

@@ -187,6 +187,11 @@ pub struct WorkerCounters {
     pub neighbour_replies: Counter,
     /// Echo replies sent for our addresses and VIPs.
     pub echo_replies: Counter,
+    /// ARP replies and neighbour advertisements received and handed to the resolver (used,
+    /// neither forwarded nor dropped). With the forward and drop reasons (`tx_full` aside: it
+    /// counts forwarded packets the driver then refused) and the replies sent, every received
+    /// packet is counted exactly once.
+    pub neighbour_answers_heard: Counter,
     /// ICMP errors for VIP flows sent on to the flow's backend.
     pub icmp_errors_forwarded: Counter,
     /// Conntrack gauge: entries in this worker's shard.
@@ -227,6 +232,7 @@ impl WorkerCounters {
             reasons: std::array::from_fn(|_| Counter::default()),
             neighbour_replies: Counter::default(),
             echo_replies: Counter::default(),
+            neighbour_answers_heard: Counter::default(),
             icmp_errors_forwarded: Counter::default(),
             ct_entries: Counter::default(),
             ct_inserts: Counter::default(),

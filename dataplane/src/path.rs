@@ -250,6 +250,7 @@ fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome
             }
             if op != arp::op::REQUEST || !ctx.is_local(&target_ip) {
                 return if op == arp::op::REPLY {
+                    ctx.counters.neighbour_answers_heard.inc();
                     Outcome::Consumed
                 } else {
                     drop_path(PathDrop::NotForUs)
@@ -282,6 +283,7 @@ fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome
         }
         FrameKind::NeighborAdvertisement { target, target_mac, .. } => {
             ctx.heard(target, target_mac.unwrap_or(f.src_mac));
+            ctx.counters.neighbour_answers_heard.inc();
             Outcome::Consumed
         }
         FrameKind::Other { .. } => drop_path(PathDrop::NotForUs),

@@ -87,6 +87,7 @@ pub fn print_final(
     for (name, n) in [
         ("neighbour_replies", sum(|c| c.neighbour_replies.get())),
         ("echo_replies", sum(|c| c.echo_replies.get())),
+        ("neighbour_answers_heard", sum(|c| c.neighbour_answers_heard.get())),
         ("icmp_errors_forwarded", sum(|c| c.icmp_errors_forwarded.get())),
         ("conntrack_entries", sum(|c| c.ct_entries.get())),
         ("memif_gate_closings", PollGate::closings()),

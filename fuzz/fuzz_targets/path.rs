@@ -100,4 +100,12 @@ fuzz_target!(|data: &[u8]| {
             assert!(counters.reason(r).get() > 0, "frame {i}: {r:?} is counted");
         }
     }
+    // Every frame is counted exactly once: a forward or drop reason, or an answer sent, or an
+    // answer heard (the identity docs/operations.md gives; no TX here, so no tx_full).
+    let reasons: u64 = Reason::all().map(|r| counters.reason(r).get()).sum();
+    let accounted = reasons
+        + counters.neighbour_replies.get()
+        + counters.echo_replies.get()
+        + counters.neighbour_answers_heard.get();
+    assert_eq!(accounted, bufs.len() as u64, "{out:?}");
 });
