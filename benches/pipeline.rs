@@ -396,6 +396,7 @@ fn main() {
     }
 
     if flag("--only").is_some() {
+        write_json(json.as_deref(), &rows);
         return;
     }
     // Latency at a low rate: generator -> ring0 -> worker -> ring1 -> main thread.
@@ -577,14 +578,7 @@ fn main() {
         ..Row::default()
     });
 
-    if let Some(path) = json {
-        let mut out = String::new();
-        for r in &rows {
-            let _ = writeln!(out, "{}", to_json(r));
-        }
-        std::fs::write(&path, out).expect("write --json file");
-        println!("wrote {path}");
-    }
+    write_json(json.as_deref(), &rows);
     drop((ring0_rx, ring0_tx, ring1_rx, ring1_tx, null_tx, null_rx));
     drop((ring0, ring1, null0));
 }
@@ -744,10 +738,19 @@ fn flood_run<'a>(
 ) -> Flood {
     let established = || FrameFactory::new(&spec(ESTABLISHED)).expect("spec");
     let flat = |d: Duration| Limit { duration: Some(d), ..Limit::default() };
-    // Twice through every flow, paced so that none is refused: each has its entry.
-    let warm =
-        Limit { count: Some(u64::from(ESTABLISHED) * 2), rate: Some(1e6), ..Limit::default() };
-    let _ = phase(tx, pool, counters, tsc_hz, &mut established(), warm);
+    // The worker was just launched: let it reach its poll loop before the first frame.
+    std::thread::sleep(Duration::from_millis(100));
+    // Twice through every flow in turn, paced below the flood guard's rate (a new flow beyond
+    // it is forwarded without an entry): every one has its entry.
+    let warm = Limit {
+        count: Some(u64::from(ESTABLISHED) * 2),
+        rate: Some(f64::from(FLOOD_GUARD) / 2.0),
+        ..Limit::default()
+    };
+    let mut in_turn =
+        FrameFactory::new(&TrafficSpec { order: Order::Sequential, ..spec(ESTABLISHED) })
+            .expect("spec");
+    let _ = phase(tx, pool, counters, tsc_hz, &mut in_turn, warm);
     let before = phase(tx, pool, counters, tsc_hz, &mut established(), flat(measure));
     let fill = prefill.then(|| {
         // New connections only, until the table is full (the guard admits 200k a second).
@@ -764,11 +767,15 @@ fn flood_run<'a>(
 
 fn print_flood(r: &Row, f: &Flood) {
     println!(
-        "{:<22} before {:.2} Mpps (hit share {:.4}%), flood {:.2} Mpps ({:.1}% of before): \
-         hits {} new {} bypassed {} evictions {} entries {}{}; after: hit share {:.4}%",
+        "{:<22} before {:.2} Mpps (hit share {:.4}%: {} of {}, new {}), flood {:.2} Mpps ({:.1}% \
+         of before): hits {} new {} bypassed {} evictions {} entries {}{}; after: hit share \
+         {:.4}%",
         r.name,
         f.before.mpps(),
         f.before.hit_share() * 100.0,
+        f.before.d.hits,
+        f.before.d.rx,
+        f.before.d.new,
         f.flood.mpps(),
         f.flood.mpps() / f.before.mpps().max(1e-9) * 100.0,
         f.flood.d.hits,
@@ -819,6 +826,17 @@ fn print_row(r: &Row) {
         r.entries,
         r.extra
     );
+}
+
+/// Writes the rows, one JSON object per line, to `path` when given.
+fn write_json(path: Option<&str>, rows: &[Row]) {
+    let Some(path) = path else { return };
+    let mut out = String::new();
+    for r in rows {
+        let _ = writeln!(out, "{}", to_json(r));
+    }
+    std::fs::write(path, out).expect("write --json file");
+    println!("wrote {path}");
 }
 
 fn to_json(r: &Row) -> String {

@@ -37,6 +37,15 @@ pytestmark = needs_built(BIN)
 FORGED_MAC = "02:66:66:66:66:66"
 
 
+def record(name: str, report: dict) -> None:
+    """Writes a test's figures to target/reliability/NAME.json (scripts/reliability.py puts them
+    in docs/reliability.md) and prints them."""
+    out = T.REPO / "target" / "reliability"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1))
+    print(f"{name}:", json.dumps(report))
+
+
 def neighbour_mac(lb: Spillway, addr: str) -> str | None:
     return next((n["mac"] for n in lb.ctl("neighbours")["neighbours"] if n["addr"] == addr), None)
 
@@ -95,13 +104,21 @@ def test_forged_arp_for_a_backend_changes_nothing_and_a_real_move_is_picked_up()
             new = "02:00:5e:10:00:b1"
             b1.ip("link", "set", "dev", b1.ifname, "address", new)
             announce = T.ether("ff:ff:ff:ff:ff:ff", new, T.ETH_P_ARP, T.arp(1, new, b1.ipv4, b1.ipv4))
+            t_move = time.monotonic()
             T.wait_until(lambda: b1.send_frames(b1.ifname, [announce]) and
                          neighbour_mac(lb, b1.ipv4) == new,
                          "the balancer to take b1's new MAC", timeout=15, poll=0.5)
+            took = time.monotonic() - t_move
             moved = lb.ctl("neighbours")["answers"]
             assert moved["changed"] == before["changed"] + 1, moved
-            seen = spread(t)
-            assert seen.get("b1", 0) > 0 and sum(seen.values()) == 48, seen
+            seen_after = spread(t)
+            assert seen_after.get("b1", 0) > 0 and sum(seen_after.values()) == 48, seen_after
+        record("neighbour_poisoning", {
+            "forged_answers": 40, "ignored_conflict": after["ignored_conflict"] - before["ignored_conflict"],
+            "table_changes_from_forgery": after["changed"] - before["changed"],
+            "frames_to_forger": len(stolen), "flows_answered_during_forgery": sum(seen.values()),
+            "move_picked_up_s": round(took, 2), "flows_answered_after_move": sum(seen_after.values()),
+        })
 
 
 class _UnixHTTP(http.client.HTTPConnection):
@@ -269,7 +286,7 @@ def test_reload_storm_moves_no_established_flow():
             "latency_ms_max": round(lat[-1] * 1000, 2),
             "api_ms_p50": round(statistics.median(api_times) * 1000, 2),
         }
-        print("reload storm:", json.dumps(report))
+        record("reload_storm", report)
         assert moved == 0 and lost == 0 and new_on_b4 == 0, report
         assert bg_stats["rounds"] >= 10 and bg_stats["lost"] == 0 and bg_stats["moved"] == 0, report
         assert published >= reloads, report

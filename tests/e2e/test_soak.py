@@ -30,7 +30,7 @@ from pathlib import Path
 
 import topo as T
 from balancer import BIN, Spillway, make_config, needs_built, service
-from test_hardening import api, exchange, rss_kib
+from test_hardening import api, exchange, record, rss_kib
 
 pytestmark = needs_built(BIN)
 
@@ -179,10 +179,7 @@ def test_soak_mixed_traffic_flaps_reloads_and_a_slow_admin_client():
             "fds_first": samples[0]["fds"], "fds_max": max(s["fds"] for s in samples),
             "conntrack_max": max(s["conntrack"] for s in samples), "samples": len(samples),
         }
-        out_dir = T.REPO / "target" / "reliability"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "soak.json").write_text(json.dumps(report, indent=1))
-        print("soak:", json.dumps(report))
+        record("soak", report)
         assert final.get("rx", 0) > 0 and accounted == final["rx"], (final, report)
         assert lost <= flows // 200, report  # every client flow answered (0.5% for the Python backends)
         assert report["rss_kib_max"] - report["rss_kib_warm"] < 16 * 1024, report

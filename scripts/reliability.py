@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Puts the figures the hardening tests and benchmarks measured into docs/reliability.md.
+
+The e2e tests write target/reliability/NAME.json (test_hardening.py, test_soak.py); the
+pipeline benchmark writes target/bench/pipeline.json (the flood_room and flood_full rows).
+This script rewrites the part of docs/reliability.md between the `measured:begin` and
+`measured:end` markers with them, so the document shows the last run's figures:
+
+    python3 scripts/reliability.py            # rewrite the section
+    python3 scripts/reliability.py --check    # exit 1 if the section is not what the files say
+"""
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "reliability.md"
+BEGIN, END = "<!-- measured:begin -->", "<!-- measured:end -->"
+
+
+def load(name):
+    p = REPO / "target" / "reliability" / f"{name}.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def flood_rows():
+    p = REPO / "target" / "bench" / "pipeline.json"
+    if not p.exists():
+        return []
+    rows = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    return [r for r in rows if r["name"].startswith("flood_")]
+
+
+def section():
+    out = ["| test | what was tried | figures |", "|---|---|---|"]
+    n = load("neighbour_poisoning")
+    if n:
+        out.append(
+            "| neighbour poisoning (`test_hardening.py`) | "
+            f"{n['forged_answers']} forged ARP replies and gratuitous ARPs for a backend's address, "
+            "then the backend really moving to a new MAC | "
+            f"ignored and counted: {n['ignored_conflict']}; table changes: "
+            f"{n['table_changes_from_forgery']}; frames to the forger: {n['frames_to_forger']}; "
+            f"flows answered meanwhile: {n['flows_answered_during_forgery']}/48; the move picked "
+            f"up in {n['move_picked_up_s']} s, then {n['flows_answered_after_move']}/48 answered |")
+    for r in flood_rows():
+        x = r  # the row's extra fields are top-level keys
+        out.append(
+            f"| SYN flood, `{r['name']}` (pipeline benchmark) | {x['established_flows']:,} "
+            f"established flows, then 95% SYNs from random sources flat out, flood guard "
+            f"{x['guard_per_sec']:,}/s, table {x['capacity']:,} entries "
+            f"({x['entries_before_flood']:,} used before the flood) | "
+            f"established hit share alone before {x['before_hit_share'] * 100:.3f}%, after "
+            f"{x['after_hit_share'] * 100:.3f}%; evictions {r['evictions']}; bypassed "
+            f"{r['bypassed']:,}; worker {x['before_mpps']:.2f} Mpps before, "
+            f"{x['flood_mpps']:.2f} during ({x['flood_over_before'] * 100:.0f}%) |")
+    s = load("reload_storm")
+    if s:
+        out.append(
+            f"| reload storm (`test_hardening.py`) | {s['reloads']} reloads (a backend removed "
+            "and re-added within its draining time, weights, idle timeout) under 1,000 + 200 "
+            "established UDP flows and new flows | "
+            f"moved {s['moved']}, lost {s['lost']} (background: {s['background']['rounds']} "
+            f"rounds, lost {s['background']['lost']}, moved {s['background']['moved']}); new "
+            f"flows on the removed backend {s['new_on_removed']}; snapshots published "
+            f"{s['published']:.0f}, reclaimed {s['reclaimed']:.0f}, retained {s['retained']:.0f}; "
+            f"RSS {s['rss_kib_before']} -> {s['rss_kib_after']} KiB; request to every worker "
+            f"using it: p50 {s['latency_ms_p50']} ms, p99 {s['latency_ms_p99']} ms (the API "
+            f"answers in {s['api_ms_p50']} ms) |")
+    k = load("soak")
+    if k:
+        out.append(
+            f"| soak (`test_soak.py`) | {k['seconds']:.0f} s: generator traffic, client flows, "
+            f"{k['flaps']} health flaps, {k['reloads']} reloads, a slow admin client | "
+            f"no exit; rx {k['rx']:,} = accounted {k['accounted']:,}; client flows "
+            f"{k['client_flows']:,}, lost {k['client_lost']}; RSS {k['rss_kib_warm']} -> max "
+            f"{k['rss_kib_max']} KiB after warm-up; fds {k['fds_first']} -> max {k['fds_max']}; "
+            f"conntrack max {k['conntrack_max']:,.0f}; health changes {k['health_changes']:.0f} |")
+    return "\n".join(out)
+
+
+def main():
+    text = DOC.read_text()
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    new = f"{head}{BEGIN}\n{section()}\n{END}{tail}"
+    if "--check" in sys.argv:
+        if new != text:
+            sys.exit("docs/reliability.md: the measured section differs from target/ (run scripts/reliability.py)")
+        return
+    DOC.write_text(new)
+    print(f"wrote {DOC}")
+
+
+if __name__ == "__main__":
+    main()
