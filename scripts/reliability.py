@@ -54,6 +54,16 @@ def section():
             f"{x['after_hit_share'] * 100:.3f}%; evictions {r['evictions']}; bypassed "
             f"{r['bypassed']:,}; worker {x['before_mpps']:.2f} Mpps before, "
             f"{x['flood_mpps']:.2f} during ({x['flood_over_before'] * 100:.0f}%) |")
+    o = load("syn_flood_outside")
+    if o:
+        out.append(
+            "| SYN flood from outside (`test_hardening.py`) | `spillway-gen` on the segment: "
+            f"{o['flood_sent']:,} new connections from random sources at {o['flood_rate_pps']:,}/s "
+            "against a 4,096-entry table with the guard at 1,000/s, 200 established client "
+            "flows meanwhile | "
+            f"evictions {o['evictions']:.0f}; bypassed {o['bypassed']:,.0f}; established: "
+            f"{o['established_rounds']} rounds, lost {o['established_lost']}, moved "
+            f"{o['established_moved']} |")
     s = load("reload_storm")
     if s:
         out.append(

@@ -7,6 +7,10 @@ What is shown:
   for another MAC change nothing (the table keeps the backend's MAC, the backend keeps
   receiving its flows, the forger receives none), and are counted; when the backend really
   moves to a new MAC, a fresh resolution picks the new MAC up and traffic follows it.
+* A SYN flood from an outside sender (``spillway-gen`` on the segment, new connections from
+  random sources flat out) against a small connection table with the flood guard on, while
+  200 established client flows run: none is lost or moves, no entry is evicted, and the flood
+  is forwarded by the hash alone (counted as bypassed).
 * A reload storm under traffic: 200 reloads alternating two configurations (a backend removed
   and re-added within its draining time, group weights and the idle timeout changed) while
   1,000 established UDP flows and new flows run. No established flow moves (CD-3/CD-4: the
@@ -21,12 +25,14 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import resource
 import selectors
 import socket
 import statistics
 import threading
 import time
+from pathlib import Path
 
 import topo as T
 from balancer import BIN, Spillway, make_config, needs_built, service
@@ -295,3 +301,69 @@ def test_reload_storm_moves_no_established_flow():
         assert rss1 - rss0 < 8 * 1024, report
         for reason in ("no_eligible_backend", "no_matching_rule", "neighbour_unresolved", "tx_full"):
             assert final.get(f"drop.{reason}", 0) == 0, (reason, final)
+
+
+FLOOD_VIP = "198.18.0.103"
+
+
+def test_syn_flood_from_outside_keeps_established_flows():
+    """The flood's service has one backend that is not on the segment: its packets are decided
+    (and tracked or bypassed) like any others, then dropped as neighbour_unresolved, so that the
+    Python backends are not flooded too; the established flows go to the web service."""
+    from test_soak import start_gen  # the generator on a tap joined to br0
+
+    with T.Topology(vips4=(T.VIP4, FLOOD_VIP)) as t:
+        web = service(t, vips=(T.VIP4,))
+        flood = service(t, name="flood", vips=(FLOOD_VIP,),
+                        groups=[{"group": "nowhere", "zone": "zone-a", "endpoints": ["198.18.99.1"]}])
+        cfg = make_config(t, [web, flood])
+        cfg["dataplane"]["conntrack_capacity"] = 4096
+        cfg["dataplane"]["conntrack_max_inserts_per_sec"] = 1000
+        lb = Spillway(t, cfg)
+        with lb:
+            lb.wait_ready(t.clients[0])
+            lb.wait_neighbours()
+            c1 = t.client("c1")
+            socks = [c1.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(200)]
+            try:
+                for s in socks:
+                    s.bind((c1.ipv4, 0))
+                first = exchange(socks, "before")
+                assert len(first) == len(socks)
+                m0 = lb.metrics()
+                gen, prefix = start_gen(t, lb, 8, flood=FLOOD_VIP)
+                rounds = lost = moved = 0
+                lost_by_round = []
+                t_start = time.monotonic()
+                try:
+                    deadline = time.monotonic() + 9
+                    while time.monotonic() < deadline:
+                        got = exchange(socks, f"flood{rounds}")
+                        rounds += 1
+                        lost += len(socks) - len(got)
+                        lost_by_round.append((round(time.monotonic() - t_start, 1), len(socks) - len(got)))
+                        moved += sum(1 for k, b in got.items() if b != first[k])
+                        time.sleep(0.2)
+                finally:
+                    out, _ = gen.communicate(timeout=60)
+                    shutil.rmtree(Path("/var/run/dpdk") / prefix, ignore_errors=True)
+                m1 = lb.metrics()
+            finally:
+                for s in socks:
+                    s.close()
+            final = lb.stop()
+        sent = json.loads([x for x in out.decode().splitlines() if x.startswith("{")][-1])["sent"]
+        report = {
+            "flood_sent": sent, "flood_rate_pps": round(sent / 8),
+            "bypassed": m1.value("spillway_conntrack_bypassed_total", worker=0)
+            - m0.value("spillway_conntrack_bypassed_total", worker=0),
+            "evictions": m1.value("spillway_conntrack_evictions_total", worker=0),
+            "table": m1.value("spillway_conntrack_entries", worker=0),
+            "established_rounds": rounds, "established_lost": lost, "established_moved": moved,
+            "unresolved_drops": final.get("drop.neighbour_unresolved", 0),
+            "lost_by_round": lost_by_round,
+        }
+        record("syn_flood_outside", report)
+        assert rounds >= 10 and lost == 0 and moved == 0, report
+        assert report["evictions"] == 0, report
+        assert report["bypassed"] > sent // 2, report

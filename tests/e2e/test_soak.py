@@ -47,15 +47,20 @@ def fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def start_gen(t: T.Topology, lb: Spillway, seconds: float) -> tuple[subprocess.Popen, str]:
-    """spillway-gen on a net_tap port joined to br0, mixed traffic at 2,000 packets/s (the
-    backends decapsulate in Python: more would starve this 2-core machine)."""
+def start_gen(t: T.Topology, lb: Spillway, seconds: float,
+              flood: str | None = None) -> tuple[subprocess.Popen, str]:
+    """spillway-gen on a net_tap port joined to br0: mixed traffic at 2,000 packets/s (the
+    backends decapsulate in Python: more would starve this 2-core machine), or with `flood`,
+    new TCP connections from random sources to that VIP at 25,000 a second (flat out, the
+    sender's core starves the backends' Python processes, which share it, and their answers
+    are late; the in-memory benchmark measures the flood flat out)."""
     tap = prefix = f"{t.prefix}-sk"
+    traffic = (["--dst", flood, "--syn-share", "1", "--flows", "1000", "--rate", "25k"] if flood else
+               ["--flows", "100000", "--syn-share", "0.05", "--udp-share", "0.5",
+                "--ipv6-share", "0.2", "--fragment-share", "0.02", "--rate", "2k"])
     argv = [
         str(GEN), "--port", "net_tap0", "--dst-mac", lb.port_mac, "--json", "--stats-interval", "0",
-        "--delay", "1.5", "--mbufs", "4095", "--flows", "100000", "--syn-share", "0.05",
-        "--udp-share", "0.5", "--ipv6-share", "0.2", "--fragment-share", "0.02",
-        "--rate", "2k", "--duration", str(seconds),
+        "--delay", "1.5", "--mbufs", "4095", *traffic, "--duration", str(seconds),
         "--", "--no-pci", "--lcores", "0@0,1@0", "--file-prefix", prefix,
         "--log-level", "lib.eal:error", "--no-telemetry", "--vdev", f"net_tap0,iface={tap}",
     ]
