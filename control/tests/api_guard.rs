@@ -3,15 +3,15 @@
 //! slow client, oversized and malformed bodies, path tricks, too many connections; and
 //! `spillwayctl --token-file`.
 
+mod common;
+
+use common::{one_service, OneWorker};
 use hyper::Method;
 use spillway_control::api::client::Client;
 use spillway_control::api::{self, ApiOptions, ApiServer, Limits};
 use spillway_control::config;
 use spillway_control::controller::Controller;
-use spillway_control::view::{DataplaneView, LookupReply};
-use spillway_core::addr::Addr;
-use spillway_core::counters::WorkerCounters;
-use spillway_core::flow::FlowKey;
+use spillway_control::view::DataplaneView;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
@@ -19,39 +19,6 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
-
-const YAML: &str = "dataplane:
-  ports: [net_null0]
-  node:
-    ipv4: 10.0.0.2/8
-topology:
-  region: r1
-  zones: [{name: zone-a}]
-services:
-  - name: web
-    forwarding_rules:
-      - {vip: 198.51.100.10, protocol: TCP, ports: [80]}
-    backend_service:
-      backends:
-        - {group: a, zone: zone-a, endpoints: [10.0.1.1]}
-";
-
-struct OneWorker(WorkerCounters);
-
-impl DataplaneView for OneWorker {
-    fn workers(&self) -> usize {
-        1
-    }
-    fn counters(&self, _: usize) -> &WorkerCounters {
-        &self.0
-    }
-    fn lookup(&self, _: FlowKey, _: u64) -> Vec<LookupReply> {
-        Vec::new()
-    }
-    fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {
-        Vec::new()
-    }
-}
 
 struct Rig {
     _dir: TempDir,
@@ -61,11 +28,11 @@ struct Rig {
 fn rig(options: impl FnOnce(&TempDir) -> ApiOptions) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
-    std::fs::write(&path, YAML).unwrap();
+    std::fs::write(&path, one_service(&["10.0.1.1"])).unwrap();
     let cfg = config::load(&path).expect("valid");
     let controller =
         Arc::new(Mutex::new(Controller::start(&path, cfg, Instant::now()).expect("controller")));
-    let view: Arc<dyn DataplaneView> = Arc::new(OneWorker(WorkerCounters::new()));
+    let view: Arc<dyn DataplaneView> = Arc::new(OneWorker::new());
     let server = api::spawn(&options(&dir), controller, view).expect("bind");
     Rig { _dir: dir, server }
 }
@@ -161,7 +128,7 @@ async fn the_unix_socket_is_its_owners_or_its_groups() {
     // An unknown group is a start-up error naming it.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
-    std::fs::write(&path, YAML).unwrap();
+    std::fs::write(&path, one_service(&["10.0.1.1"])).unwrap();
     let controller = Arc::new(Mutex::new(
         Controller::start(&path, config::load(&path).unwrap(), Instant::now()).unwrap(),
     ));
@@ -171,7 +138,7 @@ async fn the_unix_socket_is_its_owners_or_its_groups() {
             ..ApiOptions::new(&format!("unix:{}", dir.path().join("x.sock").display()))
         },
         controller,
-        Arc::new(OneWorker(WorkerCounters::new())),
+        Arc::new(OneWorker::new()),
     )
     .unwrap_err();
     assert_eq!(e.to_string(), "no group `no-such-group-spw` in /etc/group");

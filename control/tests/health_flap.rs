@@ -4,6 +4,9 @@
 //! never move. The checker's side, that verdicts change only as often as the thresholds allow,
 //! is `health.rs::hc_3_a_flapping_backend_changes_verdict_only_as_the_thresholds_allow`.
 
+mod common;
+
+use common::one_service;
 use spillway_control::config::{self, Config};
 use spillway_control::controller::{Controller, FLAP_LOG_LINES};
 use spillway_control::health::HealthEvent;
@@ -14,21 +17,9 @@ use spillway_core::simulator::Simulator;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const YAML: &str = "dataplane:
-  ports: [net_null0]
-  node:
-    ipv4: 10.0.0.2/8
-topology:
-  region: r1
-  zones: [{name: zone-a}]
-services:
-  - name: web
-    forwarding_rules:
-      - {vip: 198.51.100.10, protocol: TCP, ports: [80]}
-    backend_service:
-      backends:
-        - {group: a, zone: zone-a, endpoints: [10.0.1.1, 10.0.1.2, 10.0.1.3, 10.0.1.4]}
-";
+fn yaml() -> String {
+    one_service(&["10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4"])
+}
 
 fn a(s: &str) -> Addr {
     s.parse().unwrap()
@@ -42,7 +33,7 @@ fn b1() -> BackendKey {
 async fn a_flapping_backend_moves_the_eligible_set_every_time_and_the_log_five_times_a_minute() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
-    std::fs::write(&path, YAML).unwrap();
+    std::fs::write(&path, yaml()).unwrap();
     let cfg = config::load(&path).unwrap();
     let mut c = Controller::start(&path, cfg, Instant::now()).unwrap();
     let eligible = |c: &Controller| {
@@ -65,7 +56,7 @@ async fn a_flapping_backend_moves_the_eligible_set_every_time_and_the_log_five_t
 
 #[test]
 fn established_connections_of_other_backends_never_move_while_one_flaps() {
-    let cfg = Config::from_yaml(Path::new("c.yaml"), YAML).unwrap();
+    let cfg = Config::from_yaml(Path::new("c.yaml"), &yaml()).unwrap();
     let mut sim = Simulator::new(cfg.to_model()).unwrap();
     let packet = |i: u32, flags: u8| PacketInfo {
         src: Addr::v4(192, 0, 2 + (i / 250) as u8, (i % 250) as u8 + 1),

@@ -20,46 +20,12 @@ use libfuzzer_sys::fuzz_target;
 use spillway_control::api::router;
 use spillway_control::config;
 use spillway_control::controller::Controller;
-use spillway_control::view::{DataplaneView, LookupReply};
-use spillway_core::addr::Addr;
-use spillway_core::counters::WorkerCounters;
-use spillway_core::flow::FlowKey;
+use spillway_control::view::DataplaneView;
 use tower::ServiceExt;
 
-const CONFIG: &str = "dataplane:
-  ports: [net_null0]
-  node:
-    ipv4: 10.0.0.2/8
-topology:
-  region: r1
-  zones: [{name: zone-a}]
-services:
-  - name: web
-    forwarding_rules:
-      - {vip: 198.51.100.10, protocol: TCP, ports: [80, 443]}
-      - {vip: 2001:db8::10, protocol: UDP, ports: [53]}
-    backend_service:
-      session_affinity: CLIENT_IP
-      backends:
-        - {group: a, zone: zone-a, endpoints: [10.0.1.1, 10.0.1.2:8080]}
-";
-
-struct OneWorker(WorkerCounters);
-
-impl DataplaneView for OneWorker {
-    fn workers(&self) -> usize {
-        1
-    }
-    fn counters(&self, _: usize) -> &WorkerCounters {
-        &self.0
-    }
-    fn lookup(&self, _: FlowKey, _: u64) -> Vec<LookupReply> {
-        Vec::new()
-    }
-    fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {
-        Vec::new()
-    }
-}
+/// The configuration and the one-worker view the control-plane tests use.
+#[path = "../../control/tests/common/mod.rs"]
+mod common;
 
 fn setup() -> &'static (tokio::runtime::Runtime, Router) {
     static S: OnceLock<(tokio::runtime::Runtime, Router)> = OnceLock::new();
@@ -67,13 +33,14 @@ fn setup() -> &'static (tokio::runtime::Runtime, Router) {
         let dir = std::env::temp_dir().join(format!("spillway-fuzz-api-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path: PathBuf = dir.join("spillway.yaml");
-        std::fs::write(&path, CONFIG).expect("write the config");
+        std::fs::write(&path, common::one_service(&["10.0.1.1", "10.0.1.2:8080"]))
+            .expect("write the config");
         let cfg = config::load(&path).expect("the config is valid");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
         let controller = rt.block_on(async {
             Controller::start(&path, cfg, Instant::now()).expect("controller")
         });
-        let view: Arc<dyn DataplaneView> = Arc::new(OneWorker(WorkerCounters::new()));
+        let view: Arc<dyn DataplaneView> = Arc::new(common::OneWorker::new());
         (rt, router(Arc::new(Mutex::new(controller)), view))
     })
 }
