@@ -96,6 +96,7 @@ fn bench(c: &mut Criterion) {
                 next_hops: &next_hops,
                 events: &events,
                 counters: &counters,
+                kernel: false,
             };
             let mut buf = VecBuf::new();
             for f in &syns {

@@ -218,6 +218,7 @@ fn main() {
         },
         node: fixture::node(true),
         origin: Instant::now(),
+        kernel: None,
     };
 
     let mut rows: Vec<Row> = Vec::new();

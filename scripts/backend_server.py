@@ -11,6 +11,11 @@
   (fragmented) datagram. The reply is sent *from the address the datagram was
   sent to* (IP_PKTINFO / IPV6_PKTINFO), i.e. from the VIP, not from the
   backend's own address.
+* TCP line echo (dual-stack, one thread per connection, daemon threads) on
+  ``--echo-port`` (default 7000): for each line received the connection gets
+  ``<name> <line>\n`` back, for as long as it stays open -- for long-lived
+  connections whose backend must never change (``tests/e2e/fleet.py``
+  ``LongLived``).
 
 Writes ``--ready-file`` once every socket listens. Exits on SIGTERM/SIGINT.
 Standard library only.
@@ -25,6 +30,7 @@ import ipaddress
 import os
 import signal
 import socket
+import socketserver
 import struct
 import sys
 import threading
@@ -149,11 +155,49 @@ def start_udp(port: int, name: str) -> list[socket.socket]:
     return [s for s, _ in socks]
 
 
+class EchoHandler(socketserver.StreamRequestHandler):
+    """``<name> <line>\n`` for every line, until the peer closes (no idle timeout:
+    the connections are meant to live long)."""
+
+    name = "?"
+
+    def handle(self):
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        prefix = self.name.encode() + b" "
+        try:
+            for line in self.rfile:
+                self.wfile.write(prefix + line.rstrip(b"\r\n") + b"\n")
+        except OSError:
+            pass
+
+
+class DualStackTCPServer(socketserver.ThreadingTCPServer):
+    address_family = socket.AF_INET6
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def server_bind(self):
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+    def handle_error(self, request, client_address):  # never die, never spam
+        pass
+
+
+def start_echo(port: int, name: str) -> DualStackTCPServer:
+    handler = type("Echo", (EchoHandler,), {"name": name})
+    srv = DualStackTCPServer(("::", port), handler)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True, name="echo").start()
+    return srv
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--name", required=True, help="backend name put into every answer")
     ap.add_argument("--http-port", type=int, default=80, help="0 disables (default 80)")
     ap.add_argument("--udp-port", type=int, default=5353, help="0 disables (default 5353)")
+    ap.add_argument("--echo-port", type=int, default=7000, help="TCP line echo, 0 disables (default 7000)")
     ap.add_argument("--ready-file", help="written once all sockets listen")
     args = ap.parse_args(argv)
 
@@ -167,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.http_port:
             httpd = DualStackHTTPServer(("::", args.http_port), make_handler(args.name))
             threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True, name="http").start()
+        if args.echo_port:
+            start_echo(args.echo_port, args.name)
     except OSError as e:
         print(f"backend_server {args.name}: {e}", file=sys.stderr)
         return 1

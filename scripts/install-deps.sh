@@ -16,6 +16,7 @@ packages=(
     python3-prometheus-client # the e2e tests parse /metrics with the reference parser
     curl iputils-ping         # clients in the end-to-end tests and the demo
     dpkg-dev mmdebstrap       # the Debian package: cargo-deb's dependency scan, a throwaway root
+    bird2                     # tests/e2e/test_fleet.py: BGP between a router and the instances
 )
 
 missing=()

@@ -10,6 +10,7 @@
 //! It never touches packets or DPDK; the daemon drives it from its main loop (a tokio
 //! current-thread runtime on the main lcore) and the admin API reads it.
 
+use crate::fleet::Instance;
 use crate::config::{self, Config, ConfigError};
 use crate::health::{HealthChecker, HealthEvent, TargetStatus};
 use crate::view::DataplaneView;
@@ -106,6 +107,7 @@ pub struct Controller {
     next_deadline: Option<Time>,
     config_generation: u64,
     last_load: Option<LoadSample>,
+    instance: Instance,
 }
 
 /// Cumulative new-connection counts at one instant, to turn into rates (advanced LB).
@@ -145,10 +147,21 @@ impl Controller {
             next_deadline: None,
             config_generation: 1,
             last_load: None,
+            instance: Instance::new(Instant::now()),
         };
         c.start_probes();
         c.publish("start");
         Ok(c)
+    }
+
+    /// The instance's place in its fleet: phase, announced VIPs ([`crate::fleet`]).
+    pub fn instance(&self) -> &Instance {
+        &self.instance
+    }
+
+    /// The same, to change.
+    pub fn instance_mut(&mut self) -> &mut Instance {
+        &mut self.instance
     }
 
     /// The decision-core time now.

@@ -5,7 +5,9 @@
 pub mod api;
 pub mod config;
 pub mod controller;
+pub mod fleet;
 pub mod health;
 pub mod metrics;
+pub mod netlink;
 pub mod simulate;
 pub mod view;

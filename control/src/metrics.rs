@@ -12,6 +12,7 @@
 //! (`_bytes`, `_seconds`). `docs/operations.md` lists every metric.
 
 use crate::controller::{Controller, Override};
+use crate::fleet::{self, Phase};
 use crate::health::TargetStatus;
 use crate::view::DataplaneView;
 use prometheus_client::collector::Collector;
@@ -23,6 +24,8 @@ use spillway_core::eligible::EligibleKind;
 use spillway_core::model::BackendKey;
 use spillway_core::publish::PublishStats;
 use spillway_core::snapshot::{BackendStatus, Choice, Snapshot};
+use spillway_core::addr::Addr;
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -125,6 +128,17 @@ struct Copied {
     checks: Vec<TargetStatus>,
     published: PublishStats,
     reloads: (u64, u64),
+    fleet: Option<FleetCopy>,
+}
+
+/// The instance's fleet state, copied under the lock.
+#[derive(Debug)]
+struct FleetCopy {
+    phase: Phase,
+    vips: BTreeSet<Addr>,
+    announced: BTreeSet<Addr>,
+    sync_errors: u64,
+    bird_up: Option<bool>,
 }
 
 /// Picks a gauge's value from a zone's choice.
@@ -153,11 +167,21 @@ fn copy(controller: &Mutex<Controller>) -> Copied {
         })
         .collect();
     Copied {
-        snap,
         slots,
         checks: c.health_status(),
         published: c.publish_stats(),
         reloads: c.reload_counts(),
+        fleet: c.config().announce.as_ref().map(|_| {
+            let i = c.instance();
+            FleetCopy {
+                phase: i.phase(),
+                vips: fleet::announceable(c.config()),
+                announced: i.announced().clone(),
+                sync_errors: i.sync_counts().0,
+                bird_up: i.bird().map(|b| b.up),
+            }
+        }),
+        snap,
     }
 }
 
@@ -239,7 +263,7 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
 
     // Per worker.
     type Pick = fn(&WorkerCounters) -> u64;
-    let per_worker: [(&'static str, &'static str, MetricType, Pick); 14] = [
+    let per_worker: [(&'static str, &'static str, MetricType, Pick); 15] = [
         (
             "spillway_conntrack_bypassed",
             "New connections the flood guard forwarded by the hash alone, without an entry.",
@@ -308,12 +332,88 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
             Counter,
             |c| c.icmp_errors_forwarded.get(),
         ),
+        (
+            "spillway_kernel_frames",
+            "Frames for the node handed to the exception path (the kernel interface); a full \
+             queue to it is the drop reason kernel_busy.",
+            Counter,
+            |c| c.kernel_frames.get(),
+        ),
     ];
     for (name, help, kind, pick) in per_worker {
         let f = s.family(name, help, kind);
         for i in 0..workers {
             f.add(w(i), pick(view.counters(i)));
         }
+    }
+
+    // The exception path's thread.
+    if let Some(k) = view.kernel_counters() {
+        s.family(
+            "spillway_kernel_path_frames",
+            "Frames through the exception path: to_kernel (written to the kernel interface), \
+             from_kernel (sent by the kernel, queued for the data port).",
+            Counter,
+        )
+        .add(vec![("direction", "to_kernel".into())], k.to_kernel.get())
+        .add(vec![("direction", "from_kernel".into())], k.from_kernel.get());
+        s.family(
+            "spillway_kernel_path_dropped",
+            "Frames the exception path dropped: to_kernel (the kernel interface refused them: \
+             the kernel is not reading), from_kernel (the queue to the data port was full). \
+             The workers' own drops when its queue is full are reason kernel_busy.",
+            Counter,
+        )
+        .add(vec![("direction", "to_kernel".into())], k.to_kernel_dropped.get())
+        .add(vec![("direction", "from_kernel".into())], k.from_kernel_dropped.get());
+    }
+
+    // The fleet: the instance's phase, its announced VIPs, the handoff to the routing daemon.
+    if let Some(f) = &c.fleet {
+        let phase = s.family(
+            "spillway_instance_phase",
+            "1 for the instance's phase: starting (not ready), serving (announcing), drained \
+             (by the operator), stopping (SIGTERM).",
+            Gauge,
+        );
+        for p in Phase::ALL {
+            phase.add(vec![("phase", p.as_str().into())], u64::from(f.phase == p));
+        }
+        let vips = s.family(
+            "spillway_vip_announced",
+            "1 when the VIP's route is in the announce table (BIRD exports it), 0 when it is \
+             withdrawn; every VIP of a service that may announce.",
+            Gauge,
+        );
+        for vip in &f.vips {
+            vips.add(vec![("vip", vip.to_string())], u64::from(f.announced.contains(vip)));
+        }
+        s.family(
+            "spillway_announce_sync_errors",
+            "Failed updates of the announce route table (netlink); retried every 2 s.",
+            Counter,
+        )
+        .add(Vec::new(), f.sync_errors);
+        if let Some(up) = f.bird_up {
+            s.family(
+                "spillway_bird_up",
+                "1 when BIRD answers on announce.bird_socket, 0 when it does not (the VIPs then \
+                 reach no router).",
+                Gauge,
+            )
+            .add(Vec::new(), u64::from(up));
+        }
+    }
+    let fp = s.family(
+        "spillway_service_table_info",
+        "1, labelled with the fingerprint of the service's consistent-hash tables: equal on \
+         every instance with the same configuration, hash_seed and health verdicts.",
+        Gauge,
+    );
+    // Computed here, off the controller's lock (the snapshot is shared).
+    for svc in snap.services() {
+        let fingerprint = format!("{:#018x}", snap.table_fingerprint(svc));
+        fp.add(vec![("service", svc.name.to_string()), ("fingerprint", fingerprint)], 1);
     }
 
     // The neighbour resolver: what it did with the answers the workers heard.

@@ -7,7 +7,7 @@
 //! tested with a fake.
 
 use spillway_core::addr::Addr;
-use spillway_core::counters::{NeighbourCounters, WorkerCounters};
+use spillway_core::counters::{KernelPathCounters, NeighbourCounters, WorkerCounters};
 use spillway_core::flow::FlowKey;
 pub use spillway_core::mailbox::LookupReply;
 
@@ -28,6 +28,10 @@ pub trait DataplaneView: Send + Sync + 'static {
 
     /// The neighbour resolver's counters; `None` where no resolver runs.
     fn neighbour_counters(&self) -> Option<&NeighbourCounters> {
+        None
+    }
+    /// The exception path's counters; `None` without a kernel interface.
+    fn kernel_counters(&self) -> Option<&KernelPathCounters> {
         None
     }
 }

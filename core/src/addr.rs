@@ -46,6 +46,11 @@ impl Addr {
         }
     }
 
+    /// True for an IPv6 link-local unicast address (`fe80::/10`).
+    pub fn is_link_local_v6(&self) -> bool {
+        self.0[0] == 0xfe && self.0[1] & 0xc0 == 0x80
+    }
+
     /// Width in bits of this address's family (32 or 128).
     pub fn family_bits(&self) -> u8 {
         if self.is_v4() {

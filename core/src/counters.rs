@@ -66,11 +66,14 @@ pub enum PathDrop {
     /// The driver handed over a buffer that is not exclusively ours (shared, indirect or
     /// external): rewriting it would change another owner's packet.
     SharedBuffer,
+    /// For the kernel (the exception path), but the queue to it was full: the kernel side is
+    /// slower than what arrives for it (a flood to the node's address). Never waited for.
+    KernelBusy,
 }
 
 impl PathDrop {
     /// Every value.
-    pub const ALL: [PathDrop; 7] = [
+    pub const ALL: [PathDrop; 8] = [
         PathDrop::NeighbourUnresolved,
         PathDrop::NoHeadroom,
         PathDrop::TooBig,
@@ -78,6 +81,7 @@ impl PathDrop {
         PathDrop::NotForUs,
         PathDrop::TxFull,
         PathDrop::SharedBuffer,
+        PathDrop::KernelBusy,
     ];
 
     /// Metric label.
@@ -90,6 +94,7 @@ impl PathDrop {
             PathDrop::NotForUs => "not_for_us",
             PathDrop::TxFull => "tx_full",
             PathDrop::SharedBuffer => "shared_buffer",
+            PathDrop::KernelBusy => "kernel_busy",
         }
     }
 }
@@ -194,6 +199,10 @@ pub struct WorkerCounters {
     pub neighbour_answers_heard: Counter,
     /// ICMP errors for VIP flows sent on to the flow's backend.
     pub icmp_errors_forwarded: Counter,
+    /// Frames for the node handed to the exception path (the kernel interface): BGP, SSH,
+    /// replies to the health checks, ARP replies and neighbour advertisements (those are
+    /// heard by the resolver too). Neither forwarded nor dropped: counted once, here.
+    pub kernel_frames: Counter,
     /// Conntrack gauge: entries in this worker's shard.
     pub ct_entries: Counter,
     /// Conntrack: inserts (new entries, not replacements in place).
@@ -234,6 +243,7 @@ impl WorkerCounters {
             echo_replies: Counter::default(),
             neighbour_answers_heard: Counter::default(),
             icmp_errors_forwarded: Counter::default(),
+            kernel_frames: Counter::default(),
             ct_entries: Counter::default(),
             ct_inserts: Counter::default(),
             ct_evictions: Counter::default(),
@@ -289,6 +299,21 @@ mod tests {
         assert_eq!(c.reason(Reason::Path(PathDrop::TxFull)).get(), 4);
         assert_eq!(c.reason(Reason::Path(PathDrop::NotForUs)).get(), 0);
     }
+}
+
+/// The exception path's thread: frames between the workers and the kernel interface (written by
+/// that thread alone, read by the metrics). With the workers' `kernel_frames` and
+/// `kernel_busy` drops, every frame for the kernel is counted once on each side.
+#[derive(Debug, Default)]
+pub struct KernelPathCounters {
+    /// Frames written to the kernel interface.
+    pub to_kernel: Counter,
+    /// Frames for the kernel that its interface's driver refused (the kernel is not reading).
+    pub to_kernel_dropped: Counter,
+    /// Frames the kernel sent out of its interface, queued for the data port.
+    pub from_kernel: Counter,
+    /// Frames from the kernel dropped because the queue to the data port was full.
+    pub from_kernel_dropped: Counter,
 }
 
 /// What the neighbour resolver did with the answers workers heard (written by the control

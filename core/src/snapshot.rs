@@ -366,6 +366,36 @@ impl Snapshot {
         self.services.iter().flatten()
     }
 
+    /// A fingerprint of a service's consistent-hash tables (CH-1): the backend address and port
+    /// owning each position of its default table, then of each client zone's table, hashed in
+    /// order with the flow hash key (CH-4). Backend slots are local to an instance; addresses
+    /// are not, so two instances with the same configuration, `hash_seed` and health verdicts
+    /// have the same fingerprint, and a flow moved between them by ECMP reaches the same
+    /// backend. Off the packet path (the API and the metrics).
+    pub fn table_fingerprint(&self, svc: &ServiceView) -> u64 {
+        let mut h = xxhash_rust::xxh3::Xxh3::with_seed(self.hasher.seed());
+        let mut buf = Vec::with_capacity(64 * 1024);
+        for choice in std::iter::once(&svc.default_choice).chain(&svc.zone_choices) {
+            buf.clear();
+            buf.extend_from_slice(&choice.table.size().to_le_bytes());
+            for &slot in choice.table.entries() {
+                match self.backend(slot) {
+                    Some(b) => {
+                        buf.extend_from_slice(&b.endpoint.addr.0);
+                        buf.extend_from_slice(&b.endpoint.port.to_le_bytes());
+                    }
+                    None => buf.extend_from_slice(&[0xff; 18]),
+                }
+                if buf.len() >= 60 * 1024 {
+                    h.update(&buf);
+                    buf.clear();
+                }
+            }
+            h.update(&buf);
+        }
+        h.digest()
+    }
+
     /// An empty snapshot (no rules: every packet is `no_matching_rule`).
     pub fn empty() -> Snapshot {
         Snapshot {

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use spillway_control::config::AnnounceConfig;
 use spillway_control::controller::Controller;
 use spillway_control::view::DataplaneView;
 use spillway_core::addr::Addr;
@@ -47,6 +48,30 @@ pub struct ControlPlane<'a> {
     pub resolver: &'a mut Resolver,
     /// Where the resolver's requests go (load-balance mode).
     pub sender: Option<&'a mut dyn RequestSender>,
+    /// The data ports' link state, for the fleet's readiness.
+    pub link: LinkWatch<'a>,
+    /// With VIP announcement: SIGTERM withdraws first and stops once traffic has stopped
+    /// (or the grace period ends).
+    pub announce: Option<&'a AnnounceConfig>,
+}
+
+/// The data ports' link state, read every [`LINK_PERIOD`] into a flag the fleet loop reads.
+pub struct LinkWatch<'a> {
+    /// True when every data port's link is up.
+    pub check: &'a dyn Fn() -> bool,
+    /// Where the answer goes.
+    pub up: Arc<AtomicBool>,
+}
+
+/// How often the links are read.
+const LINK_PERIOD: Duration = Duration::from_millis(500);
+
+/// A stop in progress: SIGTERM withdrew every VIP; the loop ends once no packet has arrived
+/// for `quiet`, or after `grace`, or at a second signal.
+struct Stopping {
+    since: Instant,
+    grace: Duration,
+    quiet: Duration,
 }
 
 /// Runs until a stop signal or, when given, until `duration` has passed, printing live
@@ -58,7 +83,10 @@ pub async fn run(
     signals: &Signals<'_>,
     plane: ControlPlane<'_>,
 ) -> Duration {
-    let ControlPlane { control, view, node, resolver, mut sender } = plane;
+    let ControlPlane { control, view, node, resolver, mut sender, link, announce } = plane;
+    let mut stopping: Option<Stopping> = None;
+    let mut last_link = Instant::now();
+    link.up.store((link.check)(), Ordering::Relaxed);
     let start = Instant::now();
     let mut last_load = start;
     let mut printer = LivePrinter::new(stats_interval, counters);
@@ -77,12 +105,49 @@ pub async fn run(
             }
             _ = tick.tick() => {}
         }
-        if signals.stop.load(Ordering::Relaxed) {
-            break;
-        }
         let now = Instant::now();
+        if signals.stop.swap(false, Ordering::Relaxed) {
+            match (announce, &control, &stopping) {
+                (Some(a), Some(c), None) => {
+                    let grace = Duration::from_secs_f64(a.stop_grace_sec);
+                    let quiet = Duration::from_secs_f64(a.quiet_sec);
+                    tracing::info!(
+                        "stop requested: withdrawing every VIP, forwarding until no packet has \
+                         arrived for {:.1} s (at most {:.1} s; a second signal stops now)",
+                        quiet.as_secs_f64(),
+                        grace.as_secs_f64()
+                    );
+                    lock(c).instance_mut().begin_stop(now);
+                    stopping = Some(Stopping { since: now, grace, quiet });
+                }
+                _ => break,
+            }
+        }
+        if let (Some(st), Some(c)) = (&stopping, &control) {
+            let c = lock(c);
+            let inst = c.instance();
+            let withdrawn = inst.announced().is_empty();
+            let quiet = inst.quiet_for(now) >= st.quiet && now - st.since >= st.quiet;
+            if (withdrawn && quiet) || now - st.since >= st.grace {
+                tracing::info!(
+                    after_sec = (now - st.since).as_secs_f64(),
+                    quiet_for_sec = inst.quiet_for(now).as_secs_f64(),
+                    "stopping: {}",
+                    if withdrawn && quiet {
+                        "the VIPs are withdrawn and traffic has stopped arriving"
+                    } else {
+                        "the stop grace period (announce.stop_grace_sec) is over"
+                    }
+                );
+                break;
+            }
+        }
         if duration.is_some_and(|d| now - start >= d) {
             break;
+        }
+        if now - last_link >= LINK_PERIOD {
+            last_link = now;
+            link.up.store((link.check)(), Ordering::Relaxed);
         }
         if let Some(c) = &control {
             let mut c = lock(c);

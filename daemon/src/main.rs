@@ -16,6 +16,7 @@
 
 mod check;
 mod control_loop;
+mod kernel;
 mod run;
 mod systemd;
 mod view;
@@ -72,10 +73,16 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter({
+            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+            // The netlink crate warns about every kernel attribute newer than itself (while
+            // reading interface statistics Spillway never uses): not the operator's concern.
+            match "netlink_packet_route=error".parse() {
+                Ok(quiet) => filter.add_directive(quiet),
+                Err(_) => filter,
+            }
+        })
         .init();
     let args = Args::parse();
     if let Some(Command::Check(check)) = &args.command {

@@ -13,15 +13,20 @@ use std::time::{Duration, Instant};
 
 use spillway_control::api::{ApiError, ApiOptions};
 use spillway_control::config::{self, Config, ConfigError};
+use spillway_control::fleet::{self, FleetOptions};
+use spillway_control::netlink::{Netlink, RouteTable};
 use spillway_control::controller::{ControlError, Controller};
 use spillway_control::view::DataplaneView;
 use spillway_core::addr::{mask, Prefix};
 use spillway_core::conntrack::Shard;
+use spillway_core::counters::KernelPathCounters;
+use spillway_core::wire::MacDisplay;
 use spillway_core::mailbox::Mailbox;
 use spillway_dataplane::dpdk::memory::{self, describe_areas};
 use spillway_dataplane::dpdk::{
     self, DpdkError, Eal, HugepagePolicy, Hugepages, Mempool, PollGate, PortSetup,
 };
+use spillway_dataplane::kernel::{kernel_queue, KernelLink, KernelPath, KernelQueue};
 use spillway_dataplane::neighbour::{NextHopCache, Resolver, ResolverTimers};
 use spillway_dataplane::node::Node;
 use spillway_dataplane::outbox::{outbox, OutboxSender};
@@ -30,7 +35,8 @@ use spillway_dataplane::stats;
 use spillway_dataplane::worker::{Balancer, Worker, WorkerCounters, WorkerParams};
 
 use crate::check;
-use crate::control_loop::{self, ControlPlane, Signals};
+use crate::control_loop::{self, ControlPlane, LinkWatch, Signals};
+use crate::kernel;
 use crate::systemd;
 use crate::view::DaemonView;
 
@@ -122,7 +128,15 @@ fn run_config(
     //    the worker lcores, the mbuf pool, the ports.
     let need = check::memory::Need::of(dp);
     let policy = HugepagePolicy::from_name(&dp.hugepages).expect("validated hugepages policy");
-    let plan = memory::plan(&dp.eal_args, need.total(), policy, &Hugepages::of_host())
+    let kernel_if = match &dp.kernel_interface {
+        Some(k) if balance => Some(kernel::plan(k).map_err(|m| setting("dataplane.kernel_interface.name", m))?),
+        _ => None,
+    };
+    let mut eal_args = dp.eal_args.clone();
+    if let Some(k) = &kernel_if {
+        eal_args.extend(["--vdev".to_owned(), k.vdev.clone()]);
+    }
+    let plan = memory::plan(&eal_args, need.total(), policy, &Hugepages::of_host())
         .map_err(|m| setting("dataplane.hugepages", m))?;
     if let Some(why) = &plan.fallback {
         tracing::warn!("dataplane.hugepages: preferred, running on ordinary memory: {why}");
@@ -146,6 +160,15 @@ fn run_config(
     };
     let ports = setup::open_ports(&eal, &dp.ports, port_setup, &pool)
         .map_err(|(i, e)| dpdk_err(format!("dataplane.ports[{i}]"))(e))?;
+    let kernel_port = match &kernel_if {
+        Some(k) => {
+            let one = PortSetup { rx_queues: 1, tx_queues: 1, ..port_setup };
+            let port = setup::open_ports(&eal, std::slice::from_ref(&k.port), one, &pool)
+                .map_err(|(_, e)| dpdk_err("dataplane.kernel_interface")(e))?;
+            port.into_iter().next()
+        }
+        None => None,
+    };
     report_memory(&eal, dp, &need, &plan, balance);
 
     // 2. The control plane, on this (the main) lcore: a current-thread runtime.
@@ -166,6 +189,28 @@ fn run_config(
         resolver.set_wanted(control_loop::next_hops(&controller, &node));
         control = Some((Arc::new(Mutex::new(controller)), node));
     }
+    // The exception interface: the data port's MAC, the node's MTU and addresses.
+    let netlink = if kernel_if.is_some() || config.announce.is_some() {
+        Some(Netlink::connect().map_err(|e| setting("announce", format!("netlink: {e}")))?)
+    } else {
+        None
+    };
+    let kernel_index = match (&kernel_if, &control, &netlink) {
+        (Some(k), Some((_, node)), Some(nl)) => {
+            let index = runtime
+                .block_on(kernel::configure(nl, &k.name, node))
+                .map_err(|m| setting("dataplane.kernel_interface", m))?;
+            println!(
+                "spillway: kernel interface {} ({}): the node's addresses, MAC {}; frames for \
+                 the node that Spillway does not answer go to it",
+                k.name,
+                k.driver,
+                MacDisplay(node.mac)
+            );
+            Some(index)
+        }
+        _ => None,
+    };
 
     // 3. The workers: queues, counters, and in load-balance mode their own connection table,
     //    snapshot reader, neighbour table reader and conntrack mailbox.
@@ -178,6 +223,21 @@ fn run_config(
         tsc_hz: eal.tsc_hz(),
     };
     let queues = setup::queues_by_worker(&ports, lcores.len());
+    let kernel_counters = Arc::new(KernelPathCounters::default());
+    let queue_size = dp.kernel_interface.as_ref().map_or(0, |k| k.queue_size as usize);
+    let to_kernel: Vec<KernelQueue<'_>> =
+        lcores.iter().map(|_| kernel_queue(queue_size)).collect();
+    let from_kernel = kernel_queue(queue_size);
+    let mut kernel_path = kernel_port.as_ref().map(|port| {
+        let (mut rx, mut tx) = port.take_queues().expect("the kernel port's queues, taken once");
+        KernelPath {
+            rx: rx.remove(0),
+            tx: tx.remove(0),
+            to_kernel: to_kernel.clone(),
+            from_kernel: Arc::clone(&from_kernel),
+            counters: Arc::clone(&kernel_counters),
+        }
+    });
     let mut workers: Vec<Worker<'_, '_>> = queues
         .into_iter()
         .enumerate()
@@ -193,6 +253,10 @@ fn run_config(
                 shard: conntrack_shard(config),
                 node: *node,
                 origin,
+                kernel: kernel_path.as_ref().map(|_| KernelLink {
+                    to_kernel: Arc::clone(&to_kernel[i]),
+                    from_kernel: (i == 0).then(|| Arc::clone(&from_kernel)),
+                }),
             });
             Worker::new(i, lcores[i], q, params, &counters[i], balancer)
         })
@@ -214,7 +278,28 @@ fn run_config(
         mailboxes: if balance { mailboxes } else { Vec::new() },
         neighbours: resolver.cell(),
         neighbour_counters: resolver.counters(),
+        kernel: kernel_path.as_ref().map(|_| Arc::clone(&kernel_counters)),
     });
+    // The fleet: readiness, the announced VIPs, draining.
+    let link_up = Arc::new(AtomicBool::new(false));
+    let route_table = |nl: &Netlink| {
+        config.announce.as_ref().map(|a| RouteTable {
+            netlink: nl.clone(),
+            table: a.table,
+            oif: kernel_index,
+        })
+    };
+    let fleet = match (&control, &netlink) {
+        (Some((c, _)), Some(nl)) if config.announce.is_some() => {
+            let flag = Arc::clone(&link_up);
+            let options = FleetOptions {
+                table: route_table(nl),
+                link_up: Box::new(move || flag.load(Ordering::Relaxed)),
+            };
+            Some(fleet::spawn(Arc::clone(c), Arc::clone(&view), options))
+        }
+        _ => None,
+    };
     let api = match &control {
         Some((c, _)) => {
             let field = |e: &ApiError| match e {
@@ -235,8 +320,10 @@ fn run_config(
         node: *node,
     });
 
-    // 4. Run: every worker on its lcore, the control loop here until stop.
-    let stop = signals.stop;
+    // 4. Run: every worker on its lcore, the exception path on a thread of its own, the
+    //    control loop here until it returns (a signal, after the stop grace when announcing).
+    let halt = AtomicBool::new(false);
+    let stop = &halt;
     let ran_for = eal
         .scope(|scope| -> Result<Duration, DaemonError> {
             // Whatever happens below, the workers are told to stop before the scope waits.
@@ -255,22 +342,49 @@ fn run_config(
             );
             stats::flush_stdout();
             systemd::ready();
+            let check_link = || ports.iter().all(|p| p.link().is_ok_and(|l| l.up));
             let plane = ControlPlane {
                 control: control.as_ref().map(|(c, _)| Arc::clone(c)),
                 view: Arc::clone(&view),
                 node: control.as_ref().map(|(_, n)| n),
                 resolver: &mut resolver,
                 sender: sender.as_mut().map(|s| s as _),
+                link: LinkWatch { check: &check_link, up: Arc::clone(&link_up) },
+                announce: config.announce.as_ref().filter(|_| fleet.is_some()),
             };
-            Ok(runtime.block_on(control_loop::run(
-                &lcores,
-                &counters,
-                (options.stats_interval, options.duration),
-                signals,
-                plane,
-            )))
+            std::thread::scope(|threads| {
+                let _stop_kernel_path = SetOnDrop(stop);
+                if let Some(k) = kernel_path.as_mut() {
+                    std::thread::Builder::new()
+                        .name("spillway-kernel".into())
+                        .spawn_scoped(threads, move || k.run(stop))
+                        .map_err(|e| setting("dataplane.kernel_interface", e))?;
+                }
+                Ok(runtime.block_on(control_loop::run(
+                    &lcores,
+                    &counters,
+                    (options.stats_interval, options.duration),
+                    signals,
+                    plane,
+                )))
+            })
         })
         .map_err(dpdk_err("running the workers"))??;
+    // Nothing stays announced after a stop (without an exception interface the routes do not
+    // go away with it).
+    if let (Some(handle), Some(table)) = (fleet, netlink.as_ref().and_then(route_table)) {
+        handle.abort();
+        let nothing = std::collections::BTreeSet::new();
+        let withdraw = table.sync(&nothing);
+        match runtime.block_on(tokio::time::timeout(Duration::from_secs(2), withdraw)) {
+            Ok(Ok(r)) if !r.removed.is_empty() => {
+                tracing::info!(withdrawn = r.removed.len(), "VIP routes withdrawn at stop");
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!("withdrawing the VIP routes at stop: {e}"),
+            Err(_) => tracing::error!("withdrawing the VIP routes at stop: no answer in 2 s"),
+        }
+    }
 
     // 5. Report, then tear down in reverse order of setup.
     systemd::stopping();
@@ -281,6 +395,10 @@ fn run_config(
     drop(control);
     drop(_enter);
     drop(runtime);
+    drop(kernel_path);
+    drop(to_kernel);
+    drop(from_kernel);
+    drop(kernel_port);
     drop(ports);
     drop(memif_gate);
     drop(eal);

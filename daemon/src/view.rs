@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use spillway_control::view::{DataplaneView, LookupReply};
 use spillway_core::addr::Addr;
-use spillway_core::counters::{NeighbourCounters, WorkerCounters};
+use spillway_core::counters::{KernelPathCounters, NeighbourCounters, WorkerCounters};
 use spillway_core::flow::FlowKey;
 use spillway_core::mailbox::Mailbox;
 use spillway_dataplane::neighbour::NeighbourCell;
@@ -21,6 +21,8 @@ pub struct DaemonView {
     pub neighbours: NeighbourCell,
     /// What the resolver did with the answers workers heard.
     pub neighbour_counters: Arc<NeighbourCounters>,
+    /// The exception path's counters, when there is one.
+    pub kernel: Option<Arc<KernelPathCounters>>,
 }
 
 impl DataplaneView for DaemonView {
@@ -42,5 +44,9 @@ impl DataplaneView for DaemonView {
 
     fn neighbour_counters(&self) -> Option<&NeighbourCounters> {
         Some(&self.neighbour_counters)
+    }
+
+    fn kernel_counters(&self) -> Option<&KernelPathCounters> {
+        self.kernel.as_deref()
     }
 }

@@ -6,7 +6,8 @@
 //!   queues, mbufs and bursts (the only Spillway code with `unsafe`, outside this crate);
 //! - [`worker`]: the per-lcore poll loop; [`path`]: what happens to each frame of a burst;
 //!   [`node`]: the balancer's own addresses; [`neighbour`]: next-hop MACs and their resolver;
-//!   [`outbox`]: the control thread's frames out through worker 0;
+//!   [`outbox`]: the control thread's frames out through worker 0; [`kernel`]: the exception
+//!   path between the data port and a kernel interface;
 //! - [`setup`]: lcores and ports before the workers start; [`stats`]: the counter lines;
 //! - [`vecbuf`]: a `Vec`-backed packet buffer, so the path runs without DPDK in tests,
 //!   benchmarks and the fuzzer.
@@ -14,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub use spillway_dpdk as dpdk;
+pub mod kernel;
 pub mod neighbour;
 pub mod node;
 pub mod outbox;

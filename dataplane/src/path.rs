@@ -8,6 +8,14 @@
 //! A packet with DF set that would exceed the egress MTU once encapsulated is answered with
 //! ICMP "fragmentation needed" / ICMPv6 "packet too big".
 //!
+//! With an exception path (the kernel interface, [`crate::kernel`]), every other frame for the
+//! node's own addresses (BGP, SSH, the replies to the health checks: IP to the node that is not
+//! an echo request, ICMP errors about the node's own packets, IPv6 to a link-local address) is
+//! handed to the kernel ([`Outcome::ToKernel`]), and so are the ARP replies and neighbour
+//! advertisements it hears (the resolver hears them too). The node keeps answering ARP, neighbour
+//! solicitations and echo requests itself, for its addresses and the VIPs: the kernel never
+//! sees those, so the two never answer the same question.
+//!
 //! It works on any [`PacketBuf`] (a DPDK mbuf in the worker, a `Vec` in tests), so the whole
 //! path is tested without DPDK. It never allocates, locks or logs; every way a packet ends is
 //! one counter ([`Reason`]).
@@ -67,6 +75,8 @@ pub enum Outcome {
     Drop(Reason),
     /// Free it; it was for the node and has been used (a neighbour advertisement).
     Consumed,
+    /// Hand it, unchanged, to the kernel interface (the exception path); the caller counts it.
+    ToKernel,
 }
 
 /// Everything the path reads and writes for one burst.
@@ -88,9 +98,18 @@ pub struct PathCtx<'a> {
     pub events: &'a ArrayQueue<NeighbourEvent>,
     /// The worker's counters.
     pub counters: &'a WorkerCounters,
+    /// True when there is an exception path to the kernel ([`Outcome::ToKernel`]).
+    pub kernel: bool,
 }
 
 impl PathCtx<'_> {
+    /// A destination that belongs to the kernel: the node's own addresses (what the node does
+    /// not answer itself) and IPv6 link-local addresses.
+    #[inline]
+    fn for_kernel(&self, dst: &Addr) -> bool {
+        self.kernel && (self.node.owns(dst) || dst.is_link_local_v6())
+    }
+
     fn is_local(&self, a: &Addr) -> bool {
         self.node.owns(a) || self.snap.rules.is_vip(a)
     }
@@ -209,6 +228,11 @@ fn stage<'s, B: PacketBuf>(buf: &B, ctx: &PathCtx<'s>) -> Staged<'s> {
         FrameKind::IcmpEchoRequest { info, .. } if !ctx.is_local(&info.dst) => (info, false),
         _ => return Staged::Local(f),
     };
+    // The node's own traffic (for an ICMP error, `info` is the quoted packet reversed: its
+    // `dst` is the quoted packet's source, the node's address when the node sent it).
+    if ctx.for_kernel(&info.dst) {
+        return Staged::Done(Outcome::ToKernel);
+    }
     Staged::Decide { prep: prepare(info, ctx.snap), frame: f, icmp_error }
 }
 
@@ -250,6 +274,10 @@ fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome
             }
             if op != arp::op::REQUEST || !ctx.is_local(&target_ip) {
                 return if op == arp::op::REPLY {
+                    // The kernel asks too (its own neighbours): it gets every reply.
+                    if ctx.kernel {
+                        return Outcome::ToKernel;
+                    }
                     ctx.counters.neighbour_answers_heard.inc();
                     Outcome::Consumed
                 } else {
@@ -266,7 +294,11 @@ fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome
         }
         FrameKind::NeighborSolicitation { target, .. } => {
             if !ctx.is_local(&target) {
-                return drop_path(PathDrop::NotForUs);
+                return if ctx.for_kernel(&target) {
+                    Outcome::ToKernel
+                } else {
+                    drop_path(PathDrop::NotForUs)
+                };
             }
             // The advertisement can be longer than the solicitation (options).
             let want = usize::from(f.l3_offset) + ADVERTISEMENT_L3_LEN;
@@ -283,6 +315,9 @@ fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome
         }
         FrameKind::NeighborAdvertisement { target, target_mac, .. } => {
             ctx.heard(target, target_mac.unwrap_or(f.src_mac));
+            if ctx.kernel {
+                return Outcome::ToKernel;
+            }
             ctx.counters.neighbour_answers_heard.inc();
             Outcome::Consumed
         }

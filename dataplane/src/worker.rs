@@ -27,6 +27,7 @@ use spillway_core::publish::SnapshotReader;
 use spillway_core::time::Time;
 
 use crate::dpdk::{self, LcoreId, Mbuf, MbufBurst, RxQueue, TxQueue, TxResult};
+use crate::kernel::KernelLink;
 use crate::neighbour::{NeighbourEvents, NeighbourReader, NextHopCache};
 use crate::node::Node;
 use crate::outbox::Outbox;
@@ -132,6 +133,8 @@ pub struct Balancer<'p> {
     pub node: Node,
     /// The origin of [`Time`], shared with the control thread.
     pub origin: Instant,
+    /// The exception path to the kernel interface, when configured.
+    pub kernel: Option<KernelLink<'p>>,
 }
 
 /// Every conntrack bucket is swept once per this many seconds (the sweep also bounds how long
@@ -264,23 +267,42 @@ impl<'p, 'c> Worker<'p, 'c> {
         };
         // Split the borrows: the caches are loaded once (one pointer compare each), the shard
         // is written.
-        let Balancer { snapshots, neighbours, next_hops, events, shard, node, origin, .. } = b;
+        let Balancer { snapshots, neighbours, next_hops, events, shard, node, origin, kernel, .. } =
+            b;
         let snap = snapshots.load();
         c.snapshot_generation.set(snap.generation);
         let neighbours = neighbours.load();
         next_hops.refresh(snap, neighbours, node);
         let now = time_since(*origin);
-        let mut ctx =
-            PathCtx { snap, shard, now, node, neighbours, next_hops, events, counters: c };
+        let mut ctx = PathCtx {
+            snap,
+            shard,
+            now,
+            node,
+            neighbours,
+            next_hops,
+            events,
+            counters: c,
+            kernel: kernel.is_some(),
+        };
         let mut outcomes = [Outcome::Consumed; path::MAX_BURST];
         path::process_burst(burst.as_mut_slice(), &mut ctx, &mut outcomes);
         // What is not sent is freed in bulk when `spent` goes out of scope.
         let mut spent = MbufBurst::new();
         for (m, o) in burst.into_iter().zip(outcomes) {
-            if o == Outcome::Transmit {
-                tally.add(tx.push(m));
-            } else {
-                let _ = spent.push(m);
+            match o {
+                Outcome::Transmit => tally.add(tx.push(m)),
+                Outcome::ToKernel => match kernel.as_ref().map(|k| k.to_kernel.push(m)) {
+                    Some(Ok(())) => c.kernel_frames.inc(),
+                    Some(Err(m)) => {
+                        c.reason(Reason::Path(PathDrop::KernelBusy)).inc();
+                        let _ = spent.push(m);
+                    }
+                    None => {}
+                },
+                _ => {
+                    let _ = spent.push(m);
+                }
             }
         }
         let stats = shard.stats();
@@ -301,12 +323,21 @@ impl<'p, 'c> Worker<'p, 'c> {
         }
     }
 
-    /// Transmits what the control thread queued (rare: neighbour requests).
+    /// Transmits what the control thread queued (rare: neighbour requests) and, on worker 0
+    /// with an exception path, what the kernel sent (at most a burst per poll).
     fn send_outbox(&mut self) {
-        let Some(outbox) = self.balancer.as_ref().and_then(|b| b.outbox.as_ref()) else { return };
+        let Some(b) = self.balancer.as_ref() else { return };
         let mut tally = TxTally::default();
-        while let Some(m) = outbox.pop() {
-            tally.add(self.ports[0].tx.push(m));
+        if let Some(outbox) = &b.outbox {
+            while let Some(m) = outbox.pop() {
+                tally.add(self.ports[0].tx.push(m));
+            }
+        }
+        if let Some(from_kernel) = b.kernel.as_ref().and_then(|k| k.from_kernel.as_ref()) {
+            for _ in 0..dpdk::MAX_BURST {
+                let Some(m) = from_kernel.pop() else { break };
+                tally.add(self.ports[0].tx.push(m));
+            }
         }
         publish_tx(self.counters, tally);
     }

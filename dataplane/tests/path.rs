@@ -42,6 +42,7 @@ struct Rig {
     events: ArrayQueue<NeighbourEvent>,
     next_hops: NextHopCache,
     counters: WorkerCounters,
+    kernel: bool,
 }
 
 impl Rig {
@@ -57,7 +58,13 @@ impl Rig {
             events: ArrayQueue::new(64),
             next_hops: NextHopCache::new(),
             counters: WorkerCounters::new(),
+            kernel: false,
         }
+    }
+
+    /// The same, with an exception path to the kernel.
+    fn with_kernel(encap: Encap) -> Rig {
+        Rig { kernel: true, ..Rig::new(encap) }
     }
 
     /// The path's context over this rig, at time 0, with the next hops refreshed.
@@ -72,6 +79,7 @@ impl Rig {
             next_hops: &self.next_hops,
             events: &self.events,
             counters: &self.counters,
+            kernel: self.kernel,
         }
     }
 
@@ -438,6 +446,7 @@ fn a_burst_is_decided_in_order_exactly_like_frame_by_frame() {
         next_hops: &r.next_hops,
         events: &r.events,
         counters: &r.counters,
+        kernel: false,
     };
     process_burst(&mut bufs, &mut ctx, &mut out);
     for (i, ((o, bytes), b)) in expected.iter().zip(&bufs).enumerate() {
@@ -477,4 +486,94 @@ fn a_shared_buffer_is_a_counted_drop_and_left_untouched() {
     assert_eq!(&burst[1].data()[0..6], &B1_MAC, "the exclusive one was encapsulated");
     assert_eq!(r.count(Reason::Path(PathDrop::SharedBuffer)), 2);
     assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), 1);
+}
+
+/// Every counter of the rig, to show that a frame for the kernel is counted by nobody here
+/// (the worker counts it when it queues it).
+fn all_counts(r: &Rig) -> u64 {
+    Reason::all().map(|x| r.count(x)).sum::<u64>()
+        + r.counters.neighbour_replies.get()
+        + r.counters.echo_replies.get()
+        + r.counters.neighbour_answers_heard.get()
+}
+
+#[test]
+fn with_a_kernel_interface_the_nodes_own_traffic_goes_to_it_unchanged() {
+    let mut r = Rig::with_kernel(Encap::Ipip);
+    // BGP to the node, a health check's SYN-ACK back to the node, UDP to the node.
+    let frames = [
+        eth(NODE_MAC, CLIENT_MAC, 0x0800, &ipv4("198.18.0.254", "198.18.0.2", 6, true, &tcp(40000, 179, 0x02, b""))),
+        eth(NODE_MAC, B1_MAC, 0x0800, &ipv4("198.18.1.1", "198.18.0.2", 6, true, &tcp(80, 51000, 0x12, b""))),
+        eth(NODE_MAC, CLIENT_MAC, 0x0800, &ipv4("198.18.10.5", "198.18.0.2", 17, false, &udp(5000, 53, b"q"))),
+        eth(NODE_MAC, CLIENT_MAC, 0x86dd, &ipv6("fd00::10:5", "fd00::2", 6, &tcp(40000, 22, 0x02, b""))),
+        // IPv6 link-local: the kernel's (BGP over link-local, its own neighbour discovery).
+        eth(NODE_MAC, CLIENT_MAC, 0x86dd, &ipv6("fe80::1", "fe80::2", 6, &tcp(40000, 179, 0x02, b""))),
+    ];
+    for (i, f) in frames.iter().enumerate() {
+        let (o, out) = r.run(f);
+        assert_eq!(o, Outcome::ToKernel, "frame {i}");
+        assert_eq!(&out, f, "frame {i} reaches the kernel unchanged");
+    }
+    assert_eq!(all_counts(&r), 0, "counted by the worker when queued, not here");
+    // Without the kernel interface the same packet to the node matches no rule.
+    let mut plain = Rig::new(Encap::Ipip);
+    let (o, _) = plain.run(&frames[0]);
+    assert_eq!(o, Outcome::Drop(Reason::Decision(DropReason::NoMatchingRule)));
+}
+
+#[test]
+fn with_a_kernel_interface_the_node_still_answers_arp_echo_and_forwards_vip_traffic() {
+    let mut r = Rig::with_kernel(Encap::Ipip);
+    // ARP requests for the node and a VIP: answered here; the kernel never sees them.
+    for target in ["198.18.0.2", "198.18.0.100"] {
+        let (o, out) = r.run(&arp(1, CLIENT_MAC, "198.18.10.5", target));
+        assert_eq!(o, Outcome::Transmit, "{target}");
+        assert_eq!(&out[20..22], &[0, 2], "an ARP reply");
+    }
+    // An echo request to the node: answered here.
+    let mut icmp = vec![8, 0, 0, 0, 0x12, 0x34, 0, 1];
+    let c = csum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let (o, out) =
+        r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ipv4("198.18.10.5", "198.18.0.2", 1, false, &icmp)));
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(out[34], 0, "echo reply");
+    // VIP traffic: encapsulated to the backend as without it.
+    let (frame, _) = syn_to_vip();
+    let (o, out) = r.run(&frame);
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(&out[30..34], &[198, 18, 1, 1]);
+    // An ARP reply (the kernel's own question, or the resolver's: the same node address
+    // asks both) goes to the kernel and is heard by the resolver.
+    let reply = arp(2, B1_MAC, "198.18.1.1", "198.18.0.2");
+    let (o, out) = r.run(&reply);
+    assert_eq!(o, Outcome::ToKernel);
+    assert_eq!(out, reply);
+    assert_eq!(r.events.pop(), Some(NeighbourEvent::Learned(a("198.18.1.1"), B1_MAC)));
+}
+
+#[test]
+fn with_a_kernel_interface_an_icmp_error_about_the_nodes_own_packet_goes_to_the_kernel() {
+    let mut r = Rig::with_kernel(Encap::Ipip);
+    // A router says the kernel's health probe (node -> backend) cannot be delivered.
+    let quoted = ipv4("198.18.0.2", "198.18.1.1", 6, true, &tcp(51000, 80, 0x02, b""));
+    let mut icmp = vec![3, 1, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&quoted[..28]);
+    let c = csum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let frame = eth(NODE_MAC, CLIENT_MAC, 0x0800, &ipv4("198.18.0.254", "198.18.0.2", 1, false, &icmp));
+    let (o, _) = r.run(&frame);
+    assert_eq!(o, Outcome::ToKernel);
+    // One about a VIP flow still goes to the flow's backend.
+    let (syn, _) = syn_to_vip();
+    r.run(&syn);
+    let quoted = ipv4("198.18.0.100", "198.18.10.5", 6, true, &tcp(80, 40000, 0x12, b""));
+    let mut icmp = vec![3, 4, 0, 0, 0, 0, 0x05, 0x00];
+    icmp.extend_from_slice(&quoted[..28]);
+    let c = csum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let ip = ipv4("198.18.9.1", "198.18.0.100", 1, false, &icmp);
+    let (o, out) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(&out[30..34], &[198, 18, 1, 1]);
 }

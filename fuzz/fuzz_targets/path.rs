@@ -88,6 +88,8 @@ fuzz_target!(|data: &[u8]| {
         next_hops: &next_hops,
         events: &events,
         counters: &counters,
+        // The exception path on for odd-length inputs.
+        kernel: data.len() % 2 == 1,
     };
     let mut out = [Outcome::Consumed; MAX_BURST];
     process_burst(&mut bufs, &mut ctx, &mut out);
@@ -99,13 +101,20 @@ fuzz_target!(|data: &[u8]| {
         if let Outcome::Drop(r) = o {
             assert!(counters.reason(r).get() > 0, "frame {i}: {r:?} is counted");
         }
+        if o == Outcome::ToKernel {
+            assert_eq!(b.data(), &before[i][..], "frame {i}: the kernel gets it unchanged");
+        }
     }
+    // The worker counts the frames it hands to the kernel (kernel_frames).
+    let to_kernel = out[..bufs.len()].iter().filter(|o| **o == Outcome::ToKernel).count() as u64;
     // Every frame is counted exactly once: a forward or drop reason, or an answer sent, or an
-    // answer heard (the identity docs/operations.md gives; no TX here, so no tx_full).
+    // answer heard, or a frame for the kernel (the identity docs/operations.md gives; no TX
+    // here, so no tx_full).
     let reasons: u64 = Reason::all().map(|r| counters.reason(r).get()).sum();
     let accounted = reasons
         + counters.neighbour_replies.get()
         + counters.echo_replies.get()
-        + counters.neighbour_answers_heard.get();
+        + counters.neighbour_answers_heard.get()
+        + to_kernel;
     assert_eq!(accounted, bufs.len() as u64, "{out:?}");
 });

@@ -162,6 +162,18 @@ def http_get(client, addr, path="/"):
         return s.getsockname()[:2], buf.split(b"\r\n\r\n", 1)[1].decode()
 
 
+def test_echo_port_answers_every_line_on_one_connection(topo):
+    c, b = topo.client("c1"), topo.backend("b2")
+    for addr, fam in ((b.ipv4, socket.AF_INET), (b.ipv6, socket.AF_INET6)):
+        with c.socket(fam, socket.SOCK_STREAM) as s:
+            s.settimeout(3)
+            s.connect((addr, T.ECHO_PORT))
+            f = s.makefile("rwb", buffering=0)
+            for i in range(3):
+                s.sendall(f"hello {i}\n".encode())
+                assert f.readline() == f"b2 hello {i}\n".encode()
+
+
 def test_http_and_server_stop_start(topo):
     c = topo.client("c2")
     b = topo.backend("b3")

@@ -94,6 +94,7 @@ PREFIX_LEN4 = 16
 PREFIX_LEN6 = 64
 HTTP_PORT = 80
 UDP_PORT = 5353
+ECHO_PORT = 7000  # backend_server.py's line echo (long-lived TCP connections)
 GUE_PORT = 6080
 DEFAULT_MTU = 1500
 BRIDGE = "br0"
@@ -172,7 +173,7 @@ class Namespace:
     """A network namespace. Processes started with :meth:`popen` are tracked by
     the owning :class:`Topology` and killed on close."""
 
-    def __init__(self, name: str, topo: "Topology | None" = None):
+    def __init__(self, name: str, topo: "Lab | None" = None):
         self.name = name
         self._topo = weakref.ref(topo) if topo is not None else (lambda: None)
 
@@ -263,6 +264,25 @@ class Namespace:
         out = _sh(["ip", "netns", "pids", self.name], check=False).stdout
         return [int(x) for x in out.split()]
 
+    def enslave_when_present(self, ifname: str, bridge: str, timeout: float = 30.0, mtu: int | None = None,
+                             disable_ipv6: bool = False) -> None:
+        """Wait until ``ifname`` (e.g. a DPDK net_tap port) exists in this namespace, give it
+        a MAC of its own, set its MTU (when given), enslave it to ``bridge`` and bring it up.
+        Raises ``TimeoutError``. :meth:`Balancer.attach_when_present` and the fleet's
+        ``attach_data_port`` use it."""
+        wait_until(lambda: self.link_exists(ifname), f"{ifname} to appear in {self.name}", timeout=timeout)
+        if mtu:
+            self.ip("link", "set", "dev", ifname, "mtu", str(mtu))
+        # DPDK's net_tap gives the kernel interface the port's own MAC. A bridge delivers
+        # frames for a port's own MAC to the local stack instead of forwarding them out of
+        # the port, so the kernel side gets another (locally administered) MAC.
+        kernel_mac = "02:" + ":".join(f"{b:02x}" for b in secrets.token_bytes(5))
+        self.ip("link", "set", "dev", ifname, "address", kernel_mac)
+        if disable_ipv6:
+            self.sysctl(**{f"net.ipv6.conf.{ifname}.disable_ipv6": 1})
+        self.ip("link", "set", "dev", ifname, "master", bridge)
+        self.ip("link", "set", "dev", ifname, "up")
+
     def capture(self, ifname: str = HOST_IF) -> "Capture":
         """Start capturing every frame seen on ``ifname`` (both directions) with an
         AF_PACKET socket; use as a context manager, read :attr:`Capture.frames`."""
@@ -301,29 +321,16 @@ class Balancer(Namespace):
         """Wait until ``ifname`` (e.g. the DPDK net_tap port) exists in this
         namespace, enslave it to br0, set its MTU (default: the topology's
         fabric MTU) and bring it up. Raises ``TimeoutError``."""
-        deadline = time.monotonic() + timeout
-        while not self.link_exists(ifname):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{ifname} did not appear in {self.name} within {timeout}s")
-            time.sleep(0.05)
         topo = self._topo()
         if mtu is None and topo is not None:
             mtu = topo.fabric_mtu
-        if mtu:
-            self.ip("link", "set", "dev", ifname, "mtu", str(mtu))
-        # DPDK's net_tap gives the kernel interface the port's own MAC. A bridge delivers
-        # frames for a port's own MAC to the local stack instead of forwarding them out of
-        # the port, so the kernel side gets another (locally administered) MAC.
-        kernel_mac = "02:" + ":".join(f"{b:02x}" for b in secrets.token_bytes(5))
-        self.ip("link", "set", "dev", ifname, "address", kernel_mac)
-        self.ip("link", "set", "dev", ifname, "master", BRIDGE)
-        self.ip("link", "set", "dev", ifname, "up")
+        self.enslave_when_present(ifname, BRIDGE, timeout=timeout, mtu=mtu)
 
 
 class Host(Namespace):
     """A client or backend namespace with one veth ``eth0`` into br0."""
 
-    def __init__(self, name: str, topo: "Topology", role: str, zone: Zone, index: int, ipv4: str, ipv6: str):
+    def __init__(self, name: str, topo: "Lab", role: str, zone: Zone, index: int, ipv4: str, ipv6: str | None):
         super().__init__(f"{topo.prefix}-{name}", topo)
         self.short = name  # "b1", "c1"
         self.role = role  # "backend" | "client"
@@ -332,7 +339,7 @@ class Host(Namespace):
         self.ipv4 = ipv4
         self.ipv6 = ipv6
         self.ifname = HOST_IF
-        self.bridge_port = f"{topo.prefix}-{name}"  # veth peer inside the lb namespace
+        self.bridge_port = f"{topo.prefix}-{name}"  # veth peer inside the hub (lb / router) namespace
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.short} zone={self.zone.name} {self.ipv4} {self.ipv6}>"
@@ -358,7 +365,7 @@ class Backend(Host):
 
 
 # ---- topology -----------------------------------------------------------------
-_live: "weakref.WeakSet[Topology]" = weakref.WeakSet()
+_live: "weakref.WeakSet[Lab]" = weakref.WeakSet()
 _handlers_installed = False
 _prev_handlers: dict[int, object] = {}
 
@@ -428,29 +435,22 @@ def cleanup_stale() -> list[str]:
     return removed
 
 
-class Topology:
-    """Builds the namespaces, bridge, veths, VIPs, decap agents and backend servers.
+class Lab:
+    """What every namespace lab of the e2e tests shares (:class:`Topology`, ``fleet.Fleet``):
+    the prefix (``sw`` + 4 hex digits), the state dir ``/tmp/spillway-e2e/<p>/`` with the
+    owner pid (for :func:`cleanup_stale`), tracked processes, client and backend hosts with
+    veths into a bridge of a hub namespace, the backends' services (decap.py,
+    backend_server.py) and their counters, and :meth:`close`.
 
-    Parameters (defaults):
-
-    * ``zones=("a", "b")`` -- zone names, zone i (1-based) -> addresses above.
-    * ``backends_per_zone=2`` / ``clients_per_zone=1`` -- an int, or a mapping
-      ``{"a": 3, "b": 1}``.
-    * ``vips4=(VIP4,)``, ``vips6=(VIP6,)`` -- put on every backend's ``lo``.
-    * ``client_mtu=1500``, ``fabric_mtu=1500`` (br0, backends' veths, tap),
-      ``backend_route_mtu=None`` (-> client_mtu when fabric_mtu > client_mtu).
-    * ``http_port=80``, ``udp_port=5353``, ``gue_port=6080``.
-    * ``start_services=True`` -- start decap.py and backend_server.py on build.
-    * ``prefix=None`` -- ``sw`` + 4 random hex digits.
-
-    Build happens in ``__init__`` (or ``__enter__``); a failed build cleans up.
+    A subclass builds its layout with :meth:`_add_ns`, :meth:`_add_host`,
+    :meth:`_setup_backend` inside :meth:`_start` (which cleans up when the build fails) and
+    names its hub namespaces (deleted first on close) in :meth:`_hubs`.
     """
 
     def __init__(
         self,
+        *,
         zones: Sequence[str] = ("a", "b"),
-        backends_per_zone: int | Mapping[str, int] = 2,
-        clients_per_zone: int | Mapping[str, int] = 1,
         vips4: Sequence[str] = (VIP4,),
         vips6: Sequence[str] = (VIP6,),
         client_mtu: int = DEFAULT_MTU,
@@ -459,11 +459,11 @@ class Topology:
         http_port: int = HTTP_PORT,
         udp_port: int = UDP_PORT,
         gue_port: int = GUE_PORT,
-        start_services: bool = True,
+        echo_port: int = ECHO_PORT,
         prefix: str | None = None,
     ):
         if os.geteuid() != 0:
-            raise TopologyError("Topology needs root")
+            raise TopologyError(f"{type(self).__name__} needs root")
         if len(zones) > 25:
             raise TopologyError("at most 25 zones")
         self.prefix = prefix or self._fresh_prefix()
@@ -478,11 +478,11 @@ class Topology:
             backend_route_mtu = client_mtu
         self.backend_route_mtu = backend_route_mtu
         self.http_port, self.udp_port, self.gue_port = http_port, udp_port, gue_port
+        self.echo_port = echo_port
         self.state_dir = STATE_ROOT / self.prefix
         self._procs: list[subprocess.Popen] = []
         self._closed = False
         self._lock = threading.RLock()
-        self.lb = Balancer(f"{self.prefix}-lb", self)
         self.clients: list[Client] = []
         self.backends: list[Backend] = []
 
@@ -490,13 +490,21 @@ class Topology:
         (self.state_dir / "owner").write_text(str(os.getpid()))
         _install_handlers()
         _live.add(self)
+
+    def _start(self, build: Callable[[], None], start_services: bool) -> None:
+        """Run ``build()`` then (optionally) :meth:`start_services`; on any failure
+        :meth:`close` (everything built so far goes) and re-raise."""
         try:
-            self._build(backends_per_zone, clients_per_zone)
+            build()
             if start_services:
                 self.start_services()
         except BaseException:
             self.close()
             raise
+
+    def _hubs(self) -> list[Namespace]:
+        """Namespaces holding the bridges: deleted first on close (the veths go with them)."""
+        return []
 
     # -- construction -----------------------------------------------------------
     @staticmethod
@@ -507,12 +515,6 @@ class Topology:
             if not any(n.startswith(p + "-") for n in existing) and not (STATE_ROOT / p).exists():
                 return p
         raise TopologyError("no free prefix")
-
-    @staticmethod
-    def _counts(spec: int | Mapping[str, int], zones: list[Zone]) -> list[tuple[Zone, int]]:
-        if isinstance(spec, int):
-            return [(z, spec) for z in zones]
-        return [(z, int(spec.get(z.name, 0))) for z in zones]
 
     def _add_ns(self, ns: Namespace) -> None:
         _sh(["ip", "netns", "add", ns.name])
@@ -526,50 +528,32 @@ class Topology:
             "net.ipv4.conf.default.rp_filter": 0,
         })
 
-    def _build(self, backends_per_zone, clients_per_zone) -> None:
-        lb = self.lb
-        self._add_ns(lb)
-        lb.ip("link", "add", BRIDGE, "type", "bridge", "stp_state", "0", "mcast_snooping", "0")
-        lb.ip("addr", "add", f"{LB_KERNEL_V4}/{PREFIX_LEN4}", "dev", BRIDGE)
-        lb.ip("addr", "add", f"{LB_KERNEL_V6}/{PREFIX_LEN6}", "dev", BRIDGE, "nodad")
-
-        n = 0
-        for zone, count in self._counts(clients_per_zone, self.zones):
-            for i in range(1, count + 1):
-                n += 1
-                c = Client(f"c{n}", self, "client", zone, i, f"198.18.{10 * zone.index}.{i}", f"fd00::{10 * zone.index}:{i}")
-                self._add_host(c, self.client_mtu)
-                self.clients.append(c)
-        n = 0
-        for zone, count in self._counts(backends_per_zone, self.zones):
-            for i in range(1, count + 1):
-                n += 1
-                b = Backend(f"b{n}", self, "backend", zone, i, f"198.18.{zone.index}.{i}", f"fd00::{zone.index}:{i}")
-                self._add_host(b, self.fabric_mtu)
-                self._setup_backend(b)
-                self.backends.append(b)
-
-        lb.ip("link", "set", BRIDGE, "mtu", str(self.fabric_mtu))  # explicit: sticks regardless of ports
-        lb.ip("link", "set", BRIDGE, "up")
-        # With br_netfilter loaded on the host, bridged IPv4/IPv6 frames go through the
-        # iptables hooks, which validate (and drop) malformed IP headers and may defragment:
-        # switch that off in this namespace so that br0 is a plain L2 switch.
-        for knob in ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables"):
-            lb.run(["sh", "-c", f"f=/proc/sys/net/bridge/{knob}; [ ! -e $f ] || echo 0 > $f"], check=False)
-
-    def _add_host(self, h: Host, mtu: int) -> None:
+    def _add_host(self, h: Host, mtu: int, hub: Namespace | None = None, bridge: str = BRIDGE,
+                  plen4: int = PREFIX_LEN4, plen6: int = PREFIX_LEN6, gateway4: str | None = None,
+                  gateway6: str | None = None) -> None:
+        """Create ``h``'s namespace and a veth ``eth0`` in it whose peer ``h.bridge_port`` is
+        enslaved to ``bridge`` in ``hub`` (default: the lb namespace's br0); addresses
+        ``h.ipv4/plen4`` (and ``h.ipv6/plen6`` unless None), default routes when given."""
+        hub = hub if hub is not None else self.lb
         if len(h.bridge_port) > 15:
             raise TopologyError(f"interface name too long: {h.bridge_port}")
         self._add_ns(h)
-        self.lb.ip("link", "add", h.bridge_port, "mtu", str(mtu), "type", "veth",
-                   "peer", "name", HOST_IF, "mtu", str(mtu), "netns", h.name)
-        self.lb.ip("link", "set", h.bridge_port, "master", BRIDGE)
-        self.lb.ip("link", "set", h.bridge_port, "up")
-        h.ip("addr", "add", f"{h.ipv4}/{PREFIX_LEN4}", "dev", HOST_IF)
-        h.ip("addr", "add", f"{h.ipv6}/{PREFIX_LEN6}", "dev", HOST_IF, "nodad")
+        hub.ip("link", "add", h.bridge_port, "mtu", str(mtu), "type", "veth",
+               "peer", "name", HOST_IF, "mtu", str(mtu), "netns", h.name)
+        hub.ip("link", "set", h.bridge_port, "master", bridge)
+        hub.ip("link", "set", h.bridge_port, "up")
+        h.ip("addr", "add", f"{h.ipv4}/{plen4}", "dev", HOST_IF)
+        if h.ipv6:
+            h.ip("addr", "add", f"{h.ipv6}/{plen6}", "dev", HOST_IF, "nodad")
         h.ip("link", "set", HOST_IF, "up")
+        if gateway4:
+            h.ip("route", "add", "default", "via", gateway4, "dev", HOST_IF)
+        if gateway6:
+            h.ip("-6", "route", "add", "default", "via", gateway6, "dev", HOST_IF)
 
     def _setup_backend(self, b: Backend) -> None:
+        """The VIPs on ``lo``, never answer ARP for them, rp_filter off, and (when
+        ``backend_route_mtu``) routes with that MTU to the zones' client subnets."""
         for v in self.vips4:
             b.ip("addr", "add", f"{v}/32", "dev", "lo")
         for v in self.vips6:
@@ -594,7 +578,7 @@ class Topology:
 
     @property
     def namespaces(self) -> list[Namespace]:
-        return [self.lb, *self.hosts]
+        return [*self._hubs(), *self.hosts]
 
     def backend(self, name: str) -> Backend:
         """By short name (``"b1"``) or address."""
@@ -661,7 +645,8 @@ class Topology:
             ready.unlink()
         b.server_proc = b.popen(
             [sys.executable, SCRIPTS / "backend_server.py", "--name", b.short,
-             "--http-port", self.http_port, "--udp-port", self.udp_port, "--ready-file", ready],
+             "--http-port", self.http_port, "--udp-port", self.udp_port, "--echo-port", self.echo_port,
+             "--ready-file", ready],
             log=f"{b.short}.server.log",
         )
         if wait:
@@ -751,34 +736,6 @@ class Topology:
         return wait_until(still, lambda: f"the decap counters to settle; last two reads: {seen[-2:]}",
                           timeout=timeout, poll=0)
 
-    # -- injecting encapsulated packets (no balancer) -----------------------------------------
-    def send_encap(self, kind: str, backend: Backend | str, inner: bytes | Iterable[bytes],
-                   outer_src: str | None = None) -> None:
-        """Send inner packet(s) from the lb namespace to ``backend``, encapsulated.
-
-        ``kind``: ``ipip`` (IPv4-in-IPv4), ``gue4`` (GUE variant 1 over
-        UDP/IPv4), ``ip6ip6``, ``ip4in6``, ``gue6``. The kernel builds the outer
-        header, with source ``outer_src`` (default: the kernel address
-        198.18.0.1 / fd00::1; to use the node address first
-        ``lb.add_address("198.18.0.2/16")``)."""
-        b = self.backend(backend) if isinstance(backend, str) else backend
-        pkts = [inner] if isinstance(inner, (bytes, bytearray)) else list(inner)
-        v6 = kind in ("ip6ip6", "ip4in6", "gue6")
-        fam = socket.AF_INET6 if v6 else socket.AF_INET
-        if kind in ("gue4", "gue6"):
-            s = self.lb.socket(fam, socket.SOCK_DGRAM)
-            dport = self.gue_port
-        else:
-            proto = {"ipip": 4, "ip4in6": 4, "ip6ip6": 41}[kind]
-            s = self.lb.socket(fam, socket.SOCK_RAW, proto)
-            dport = 0
-        with s:
-            src = outer_src or (LB_KERNEL_V6 if v6 else LB_KERNEL_V4)
-            s.bind((src, 0))
-            dst = b.ipv6 if v6 else b.ipv4
-            for p in pkts:
-                s.sendto(bytes(p), (dst, dport))
-
     # -- teardown -------------------------------------------------------------------------------
     def close(self) -> None:
         """Kill every process started through this topology and any process
@@ -807,20 +764,136 @@ class Topology:
                 for pid in Namespace(n).pids():
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-            for n in sorted(mine, key=lambda x: not x.endswith("-lb")):  # lb first: the veths go with it
+            hubs = {h.name for h in self._hubs()}
+            for n in sorted(mine, key=lambda x: x not in hubs):  # hubs first: the veths go with them
                 _sh(["ip", "netns", "del", n], check=False)
             if os.environ.get("SPILLWAY_E2E_KEEP") != "1":
                 shutil.rmtree(self.state_dir, ignore_errors=True)
             _live.discard(self)
 
-    def __enter__(self) -> "Topology":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<Topology {self.prefix}: {len(self.clients)} clients, {len(self.backends)} backends>"
+        return f"<{type(self).__name__} {self.prefix}: {len(self.clients)} clients, {len(self.backends)} backends>"
+
+
+class Topology(Lab):
+    """Builds the namespaces, bridge, veths, VIPs, decap agents and backend servers.
+
+    Parameters (defaults):
+
+    * ``zones=("a", "b")`` -- zone names, zone i (1-based) -> addresses above.
+    * ``backends_per_zone=2`` / ``clients_per_zone=1`` -- an int, or a mapping
+      ``{"a": 3, "b": 1}``.
+    * ``vips4=(VIP4,)``, ``vips6=(VIP6,)`` -- put on every backend's ``lo``.
+    * ``client_mtu=1500``, ``fabric_mtu=1500`` (br0, backends' veths, tap),
+      ``backend_route_mtu=None`` (-> client_mtu when fabric_mtu > client_mtu).
+    * ``http_port=80``, ``udp_port=5353``, ``gue_port=6080``, ``echo_port=7000`` (0: none).
+    * ``start_services=True`` -- start decap.py and backend_server.py on build.
+    * ``prefix=None`` -- ``sw`` + 4 random hex digits.
+
+    Build happens in ``__init__`` (or ``__enter__``); a failed build cleans up.
+    """
+
+    def __init__(
+        self,
+        zones: Sequence[str] = ("a", "b"),
+        backends_per_zone: int | Mapping[str, int] = 2,
+        clients_per_zone: int | Mapping[str, int] = 1,
+        vips4: Sequence[str] = (VIP4,),
+        vips6: Sequence[str] = (VIP6,),
+        client_mtu: int = DEFAULT_MTU,
+        fabric_mtu: int = DEFAULT_MTU,
+        backend_route_mtu: int | None = None,
+        http_port: int = HTTP_PORT,
+        udp_port: int = UDP_PORT,
+        gue_port: int = GUE_PORT,
+        start_services: bool = True,
+        prefix: str | None = None,
+        echo_port: int = ECHO_PORT,
+    ):
+        super().__init__(
+            zones=zones, vips4=vips4, vips6=vips6, client_mtu=client_mtu, fabric_mtu=fabric_mtu,
+            backend_route_mtu=backend_route_mtu, http_port=http_port, udp_port=udp_port, gue_port=gue_port,
+            echo_port=echo_port, prefix=prefix)
+        self.lb = Balancer(f"{self.prefix}-lb", self)
+        self._start(lambda: self._build(backends_per_zone, clients_per_zone), start_services)
+
+    # -- construction -----------------------------------------------------------
+    @staticmethod
+    def _counts(spec: int | Mapping[str, int], zones: list[Zone]) -> list[tuple[Zone, int]]:
+        if isinstance(spec, int):
+            return [(z, spec) for z in zones]
+        return [(z, int(spec.get(z.name, 0))) for z in zones]
+
+    def _build(self, backends_per_zone, clients_per_zone) -> None:
+        lb = self.lb
+        self._add_ns(lb)
+        lb.ip("link", "add", BRIDGE, "type", "bridge", "stp_state", "0", "mcast_snooping", "0")
+        lb.ip("addr", "add", f"{LB_KERNEL_V4}/{PREFIX_LEN4}", "dev", BRIDGE)
+        lb.ip("addr", "add", f"{LB_KERNEL_V6}/{PREFIX_LEN6}", "dev", BRIDGE, "nodad")
+
+        n = 0
+        for zone, count in self._counts(clients_per_zone, self.zones):
+            for i in range(1, count + 1):
+                n += 1
+                c = Client(f"c{n}", self, "client", zone, i, f"198.18.{10 * zone.index}.{i}", f"fd00::{10 * zone.index}:{i}")
+                self._add_host(c, self.client_mtu)
+                self.clients.append(c)
+        n = 0
+        for zone, count in self._counts(backends_per_zone, self.zones):
+            for i in range(1, count + 1):
+                n += 1
+                b = Backend(f"b{n}", self, "backend", zone, i, f"198.18.{zone.index}.{i}", f"fd00::{zone.index}:{i}")
+                self._add_host(b, self.fabric_mtu)
+                self._setup_backend(b)
+                self.backends.append(b)
+
+        lb.ip("link", "set", BRIDGE, "mtu", str(self.fabric_mtu))  # explicit: sticks regardless of ports
+        lb.ip("link", "set", BRIDGE, "up")
+        # With br_netfilter loaded on the host, bridged IPv4/IPv6 frames go through the
+        # iptables hooks, which validate (and drop) malformed IP headers and may defragment:
+        # switch that off in this namespace so that br0 is a plain L2 switch.
+        for knob in ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables"):
+            lb.run(["sh", "-c", f"f=/proc/sys/net/bridge/{knob}; [ ! -e $f ] || echo 0 > $f"], check=False)
+
+    def _hubs(self) -> list[Namespace]:
+        return [self.lb]
+
+    # -- injecting encapsulated packets (no balancer) -----------------------------------------
+    def send_encap(self, kind: str, backend: Backend | str, inner: bytes | Iterable[bytes],
+                   outer_src: str | None = None) -> None:
+        """Send inner packet(s) from the lb namespace to ``backend``, encapsulated.
+
+        ``kind``: ``ipip`` (IPv4-in-IPv4), ``gue4`` (GUE variant 1 over
+        UDP/IPv4), ``ip6ip6``, ``ip4in6``, ``gue6``. The kernel builds the outer
+        header, with source ``outer_src`` (default: the kernel address
+        198.18.0.1 / fd00::1; to use the node address first
+        ``lb.add_address("198.18.0.2/16")``)."""
+        b = self.backend(backend) if isinstance(backend, str) else backend
+        pkts = [inner] if isinstance(inner, (bytes, bytearray)) else list(inner)
+        v6 = kind in ("ip6ip6", "ip4in6", "gue6")
+        fam = socket.AF_INET6 if v6 else socket.AF_INET
+        if kind in ("gue4", "gue6"):
+            s = self.lb.socket(fam, socket.SOCK_DGRAM)
+            dport = self.gue_port
+        else:
+            proto = {"ipip": 4, "ip4in6": 4, "ip6ip6": 41}[kind]
+            s = self.lb.socket(fam, socket.SOCK_RAW, proto)
+            dport = 0
+        with s:
+            src = outer_src or (LB_KERNEL_V6 if v6 else LB_KERNEL_V4)
+            s.bind((src, 0))
+            dst = b.ipv6 if v6 else b.ipv4
+            for p in pkts:
+                s.sendto(bytes(p), (dst, dport))
+
+    def __enter__(self) -> "Topology":
+        return self
 
 
 # ---- packet builders --------------------------------------------------------------------------------
@@ -1084,10 +1157,10 @@ class Capture:
 
 
 __all__ = [
-    "Topology", "Namespace", "Balancer", "Host", "Client", "Backend", "Zone", "TopologyError",
+    "Lab", "Topology", "Namespace", "Balancer", "Host", "Client", "Backend", "Zone", "TopologyError",
     "cleanup_stale", "netns_list",
     "LB_KERNEL_V4", "LB_KERNEL_V6", "LB_NODE_V4", "LB_NODE_V6", "VIP4", "VIP6",
-    "HTTP_PORT", "UDP_PORT", "GUE_PORT", "BRIDGE", "HOST_IF", "TUN_IF", "SCRIPTS",
+    "HTTP_PORT", "UDP_PORT", "GUE_PORT", "ECHO_PORT", "wait_until", "BRIDGE", "HOST_IF", "TUN_IF", "SCRIPTS",
     "checksum", "udp", "tcp", "ipv4", "ipv6", "fragment_ipv4", "fragment_ipv6", "parse_tcp4", "TcpInfo",
     "TCP_FIN", "TCP_SYN", "TCP_RST", "TCP_PSH", "TCP_ACK",
     "Capture", "FrameInfo", "decode_frame", "ether", "arp", "icmp4", "mac_bytes", "mac_str",

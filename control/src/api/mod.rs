@@ -15,6 +15,7 @@
 
 use crate::config::{self, ConfigError};
 use crate::controller::{ControlError, Controller, Override};
+use crate::fleet::Phase;
 use crate::view::DataplaneView;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
@@ -42,7 +43,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use types::*;
 
 pub mod client;
@@ -142,6 +143,9 @@ pub fn router(controller: Arc<Mutex<Controller>>, view: Arc<dyn DataplaneView>) 
         .route("/v1/backends/{addr}/drain", post(drain))
         .route("/v1/backends/{addr}/undrain", post(undrain))
         .route("/v1/reload", post(reload))
+        .route("/v1/instance", get(instance))
+        .route("/v1/instance/drain", post(drain_instance))
+        .route("/v1/instance/undrain", post(undrain_instance))
         .route("/v1/neighbours", get(neighbours))
         .route("/v1/conntrack", get(conntrack))
         .route("/v1/conntrack/lookup", get(lookup))
@@ -495,6 +499,7 @@ async fn services(State(api): State<Api>) -> Json<ServicesReply> {
                 default_size: svc.default_choice.members.len(),
                 zones,
                 advanced: svc.advanced.as_deref().map(|a| advanced_info(&snap, a)),
+                table_fingerprint: hex(snap.table_fingerprint(svc)),
             }
         })
         .collect();
@@ -606,6 +611,49 @@ async fn set_health(
     let mut c = lock(&api.controller);
     let keys = c.set_override(addr, req.service.as_deref(), value)?;
     Ok(Json(action_reply(&c, &keys)))
+}
+
+/// `GET /v1/instance`: the instance's phase, announced VIPs and table fingerprints.
+async fn instance(State(api): State<Api>) -> Json<InstanceReply> {
+    Json(instance_reply(&lock(&api.controller)))
+}
+
+fn instance_reply(c: &Controller) -> InstanceReply {
+    let quiet = c.config().announce.as_ref().map_or(2.0, |a| a.quiet_sec);
+    let mut reply = c.instance().status(Instant::now(), Duration::from_secs_f64(quiet));
+    let snap = c.snapshot();
+    reply.fingerprints =
+        snap.services().map(|s| (s.name.to_string(), hex(snap.table_fingerprint(s)))).collect();
+    reply
+}
+
+/// `POST /v1/instance/drain`: withdraw every VIP, keep forwarding what arrives.
+async fn drain_instance(State(api): State<Api>, body: Bytes) -> Result<Json<InstanceReply>, HttpError> {
+    set_instance_drained(&api, &body, true)
+}
+
+/// `POST /v1/instance/undrain`: announce again (once ready).
+async fn undrain_instance(
+    State(api): State<Api>,
+    body: Bytes,
+) -> Result<Json<InstanceReply>, HttpError> {
+    set_instance_drained(&api, &body, false)
+}
+
+fn set_instance_drained(api: &Api, body: &[u8], drained: bool) -> Result<Json<InstanceReply>, HttpError> {
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let _: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)
+            .map_err(|e| HttpError::bad_request(format!("the body must be empty or {{}}: {e}")))?;
+    }
+    let mut c = lock(&api.controller);
+    if c.instance().phase() == Phase::Stopping {
+        return Err(HttpError::new(
+            StatusCode::CONFLICT,
+            "the instance is stopping: its VIPs are withdrawn and stay so",
+        ));
+    }
+    c.instance_mut().set_drained(drained, Instant::now());
+    Ok(Json(instance_reply(&c)))
 }
 
 async fn drain(

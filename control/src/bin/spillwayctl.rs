@@ -100,6 +100,27 @@ enum Command {
     },
     /// Print the daemon's Prometheus metrics.
     Metrics,
+    /// The instance in its fleet: phase, VIPs wanted and announced, BIRD, table fingerprints.
+    Instance,
+    /// Withdraw every VIP of this instance (the routers move its traffic to the others); it
+    /// keeps forwarding what still arrives.
+    DrainInstance {
+        /// Wait until traffic has stopped arriving (no packet for `announce.quiet_sec`).
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up (exit 3) after this many seconds.
+        #[arg(long, default_value_t = 60.0)]
+        wait_timeout: f64,
+    },
+    /// Announce this instance's VIPs again (once it is ready).
+    UndrainInstance,
+    /// Compare the table fingerprints of several instances (their admin endpoints; the same
+    /// --token-file for all): exit 1 when a service's tables differ, naming it.
+    Compare {
+        /// Admin endpoints (`unix:/path` or `host:port`), at least two.
+        #[arg(required = true, num_args = 2..)]
+        admins: Vec<String>,
+    },
     /// Run a scenario through the decision core offline (no daemon needed).
     Simulate(spillway_control::simulate::SimulateArgs),
 }
@@ -158,6 +179,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Simulate(args) = &cli.command {
         return spillway_control::simulate::main(args);
+    }
+    if let Command::Compare { admins } = &cli.command {
+        return compare(&cli, admins);
     }
     let timeout = Duration::try_from_secs_f64(cli.timeout).unwrap_or(Duration::from_secs(10));
     let client = match Client::new(&cli.admin, timeout) {
@@ -239,7 +263,17 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
         Command::Lookup(flow) => get(format!("/v1/conntrack/lookup?{}", flow.query(false))).await?,
         Command::Explain { flow, syn } => get(format!("/v1/explain?{}", flow.query(*syn))).await?,
         Command::Metrics => return get("/metrics".into()).await,
-        Command::Simulate(_) => unreachable!("handled in main"),
+        Command::Instance => get("/v1/instance".into()).await?,
+        Command::DrainInstance { wait, wait_timeout } => {
+            let body = post("/v1/instance/drain".into(), None).await?;
+            if !*wait {
+                body
+            } else {
+                wait_drained(client, &body, *wait_timeout, cli.json).await?
+            }
+        }
+        Command::UndrainInstance => post("/v1/instance/undrain".into(), None).await?,
+        Command::Simulate(_) | Command::Compare { .. } => unreachable!("handled in main"),
     };
     if cli.json {
         return Ok(format!("{}\n", pretty(&body)));
@@ -260,8 +294,170 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
         Command::Conntrack => show_conntrack(&serde_json::from_str(&body)?),
         Command::Lookup(_) => show_lookup(&serde_json::from_str(&body)?),
         Command::Explain { .. } => show_explain(&serde_json::from_str(&body)?),
-        Command::Metrics | Command::Simulate(_) => body,
+        Command::Instance | Command::DrainInstance { .. } | Command::UndrainInstance => {
+            show_instance(&serde_json::from_str(&body)?)
+        }
+        Command::Metrics | Command::Simulate(_) | Command::Compare { .. } => body,
     })
+}
+
+/// Polls `GET /v1/instance` until traffic has stopped arriving; returns the last reply, with
+/// how long it took. A timeout is an error (exit 4).
+async fn wait_drained(
+    client: &Client,
+    first: &str,
+    timeout: f64,
+    json: bool,
+) -> Result<String, ClientError> {
+    let start = std::time::Instant::now();
+    let limit = Duration::try_from_secs_f64(timeout).unwrap_or(Duration::from_secs(60));
+    let mut body = first.to_owned();
+    loop {
+        let r: InstanceReply = serde_json::from_str(&body)?;
+        if r.traffic_stopped {
+            if !json {
+                eprintln!(
+                    "spillwayctl: traffic stopped arriving; drained in {:.1} s",
+                    start.elapsed().as_secs_f64()
+                );
+            }
+            return Ok(body);
+        }
+        if start.elapsed() >= limit {
+            return Err(ClientError::Timeout(format!(
+                "traffic still arriving after {:.0} s (--wait-timeout)",
+                limit.as_secs_f64()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        body = client.call(Method::GET, "/v1/instance", None).await?;
+    }
+}
+
+fn show_instance(r: &InstanceReply) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "phase        {} (for {:.1} s)", r.phase, r.in_phase_sec);
+    if let Some(w) = &r.waiting_for {
+        let _ = writeln!(out, "waiting for  {w}");
+    }
+    let _ = writeln!(
+        out,
+        "traffic      last packet forwarded {:.1} s ago{}",
+        r.quiet_for_sec,
+        if r.traffic_stopped { ": stopped arriving" } else { "" }
+    );
+    let rows: Vec<Vec<String>> = r
+        .wanted
+        .keys()
+        .chain(r.announced.iter().filter(|a| !r.wanted.contains_key(*a)))
+        .map(|vip| {
+            vec![
+                vip.clone(),
+                r.wanted.get(vip).map(|s| s.join(",")).unwrap_or_else(|| "-".into()),
+                if r.announced.contains(vip) { "yes" } else { "no" }.into(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        let _ = writeln!(out, "announced    nothing");
+    } else {
+        out.push_str(&table(&["vip", "wanted by", "announced"], &rows));
+    }
+    if r.sync_errors > 0 || r.last_error.is_some() {
+        let _ = writeln!(
+            out,
+            "route table  {} failed update(s){}",
+            r.sync_errors,
+            r.last_error.as_ref().map(|e| format!("; now: {e}")).unwrap_or_default()
+        );
+    }
+    if let Some(b) = &r.bird {
+        let _ = writeln!(out, "bird         {}: {}", if b.up { "up" } else { "DOWN" }, b.detail);
+    }
+    let rows: Vec<Vec<String>> =
+        r.fingerprints.iter().map(|(s, f)| vec![s.clone(), f.clone()]).collect();
+    out.push_str(&table(&["service", "table fingerprint"], &rows));
+    out
+}
+
+/// `spillwayctl compare A B ...`: every instance's fingerprints side by side; exit 1 when
+/// they differ (or a service is missing somewhere), 3 when an instance does not answer.
+fn compare(cli: &Cli, admins: &[String]) -> ExitCode {
+    let timeout = Duration::try_from_secs_f64(cli.timeout).unwrap_or(Duration::from_secs(10));
+    let token = match &cli.token_file {
+        Some(path) => match spillway_control::api::read_token(path) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("spillwayctl: --token-file: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+        eprintln!("spillwayctl: cannot start the I/O runtime");
+        return ExitCode::FAILURE;
+    };
+    let mut replies: Vec<InstanceReply> = Vec::new();
+    for admin in admins {
+        let client = match Client::new(admin, timeout) {
+            Ok(c) => c.with_token(token.clone()),
+            Err(e) => {
+                eprintln!("spillwayctl: {admin}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let got = runtime.block_on(client.call(Method::GET, "/v1/instance", None));
+        match got.and_then(|b| serde_json::from_str(&b).map_err(ClientError::from)) {
+            Ok(r) => replies.push(r),
+            Err(e) => {
+                eprintln!("spillwayctl: {admin}: {e}");
+                return ExitCode::from(3);
+            }
+        }
+    }
+    let services: std::collections::BTreeSet<&String> =
+        replies.iter().flat_map(|r| r.fingerprints.keys()).collect();
+    let mut header = vec!["service"];
+    header.extend(admins.iter().map(String::as_str));
+    header.push("agree");
+    let mut differ = Vec::new();
+    let rows: Vec<Vec<String>> = services
+        .iter()
+        .map(|svc| {
+            let values: Vec<Option<&String>> =
+                replies.iter().map(|r| r.fingerprints.get(*svc)).collect();
+            let agree = values.iter().all(|v| v.is_some() && *v == values[0]);
+            if !agree {
+                differ.push((*svc).clone());
+            }
+            let mut row = vec![(*svc).clone()];
+            row.extend(values.iter().map(|v| v.cloned().unwrap_or_else(|| "(none)".into())));
+            row.push(if agree { "yes" } else { "NO" }.into());
+            row
+        })
+        .collect();
+    if cli.json {
+        let out = serde_json::json!({
+            "instances": admins,
+            "fingerprints": replies.iter().map(|r| &r.fingerprints).collect::<Vec<_>>(),
+            "differ": differ,
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    } else {
+        print!("{}", table(&header, &rows));
+    }
+    if differ.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "spillwayctl: the instances' tables differ for {}: a flow that ECMP moves between \
+             them may change backend (check the configuration, dataplane.hash_seed and the \
+             health verdicts: `spillwayctl backends` on each)",
+            differ.join(", ")
+        );
+        ExitCode::from(1)
+    }
 }
 
 fn show_neighbours(r: &NeighboursReply) -> String {

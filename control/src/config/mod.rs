@@ -62,6 +62,9 @@ pub struct Config {
     /// The load-balanced services.
     #[serde(default)]
     pub services: Vec<ServiceConfig>,
+    /// VIP announcement to a routing daemon and leaving a fleet; nothing is announced without it.
+    #[serde(default)]
+    pub announce: Option<AnnounceConfig>,
 }
 
 /// The `dataplane:` section.
@@ -111,6 +114,8 @@ pub struct DataplaneConfig {
     pub hash_seed: Option<u64>,
     /// Maglev table size M, a prime (default 65537).
     pub maglev_table_size: u32,
+    /// The exception path to the kernel (none by default).
+    pub kernel_interface: Option<KernelInterfaceConfig>,
 }
 
 impl Default for DataplaneConfig {
@@ -132,6 +137,7 @@ impl Default for DataplaneConfig {
             conntrack_max_inserts_per_sec: 0,
             hash_seed: None,
             maglev_table_size: 65537,
+            kernel_interface: None,
         }
     }
 }
@@ -152,9 +158,17 @@ impl DataplaneConfig {
         let ports = self.ports.len() as u64;
         let workers = u64::from(self.worker_count());
         let burst = u64::from(self.burst_size);
+        let kernel = self.kernel_interface.as_ref().map_or(0, |k| {
+            // Its RX and TX rings, a queue to it per worker and the queue back.
+            u64::from(self.rx_queue_size)
+                + u64::from(self.tx_queue_size)
+                + (workers + 1) * u64::from(k.queue_size)
+                + burst
+        });
         ports * workers * (u64::from(self.rx_queue_size) + u64::from(self.tx_queue_size) + burst)
             + (workers + 1) * u64::from(self.mempool_cache_size)
             + workers * burst
+            + kernel
     }
 
     /// The checks of the DPDK settings; pushes every problem onto `errors`.

@@ -26,6 +26,63 @@ pub struct NodeConfig {
     pub mtu: Option<u32>,
 }
 
+/// `dataplane.kernel_interface:` — the exception path: a kernel network interface that Spillway
+/// creates as a second DPDK port, gives the node's addresses and MAC, and joins to the data port
+/// (docs/scale-out.md). Frames for the node that Spillway does not answer itself go to it; what
+/// the kernel sends out of it leaves through the data port.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelInterfaceConfig {
+    /// The interface's name in the kernel (e.g. `spl0`); it must not exist yet.
+    pub name: String,
+    /// `auto` (the default: `virtio_user` over `/dev/vhost-net` where it exists, else `tap`),
+    /// `tap` (DPDK's `net_tap`) or `virtio_user` (DPDK's `net_virtio_user` over vhost-net).
+    #[serde(default = "default_kernel_driver")]
+    pub driver: String,
+    /// Frames buffered each way between the workers and the kernel (a power of two,
+    /// 64..=16384; default 1024). Beyond it frames are dropped and counted, never waited for.
+    #[serde(default = "default_kernel_queue")]
+    pub queue_size: u32,
+}
+
+fn default_kernel_driver() -> String {
+    "auto".into()
+}
+
+fn default_kernel_queue() -> u32 {
+    1024
+}
+
+/// `announce:` — whether this instance attracts its VIPs' traffic, told to a routing daemon
+/// (BIRD) through a kernel routing table, and how it leaves a fleet (docs/scale-out.md).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AnnounceConfig {
+    /// The kernel routing table the announced VIP routes (/32, /128) are written to, for the
+    /// routing daemon's kernel protocol to import (default 100; not 0, 253, 254 or 255).
+    pub table: u32,
+    /// BIRD's control socket (e.g. `/run/bird/bird.ctl`): when set, Spillway checks every few
+    /// seconds that BIRD answers on it, and says so in its status, metrics and log.
+    pub bird_socket: Option<String>,
+    /// On SIGTERM: withdraw every VIP, keep forwarding until no packet has arrived for
+    /// `quiet_sec`, but stop at the latest after this many seconds (default 10).
+    pub stop_grace_sec: f64,
+    /// Traffic has stopped arriving once no packet was forwarded for this long (default 2).
+    pub quiet_sec: f64,
+}
+
+impl Default for AnnounceConfig {
+    fn default() -> Self {
+        AnnounceConfig { table: 100, bird_socket: None, stop_grace_sec: 10.0, quiet_sec: 2.0 }
+    }
+}
+
+/// The values of `dataplane.kernel_interface.driver`.
+pub const KERNEL_DRIVERS: &[&str] = &["auto", "tap", "virtio_user"];
+
+/// The values of `services[].announce`.
+pub const ANNOUNCE_MODES: &[&str] = &["when_healthy", "always", "never"];
+
 /// `admin:` — the operator API and metrics endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -167,6 +224,11 @@ pub struct ServiceConfig {
     pub encapsulation: EncapsulationConfig,
     /// The backend service.
     pub backend_service: BackendServiceConfig,
+    /// Whether this instance announces the service's VIPs (needs the `announce:` section):
+    /// `when_healthy` (the default: while the instance serves and the service has an eligible
+    /// backend), `always` (while the instance serves) or `never`.
+    #[serde(default)]
+    pub announce: Option<String>,
 }
 
 /// A forwarding rule: `vip` or `destination_prefix`, `protocol`, `ports`.

@@ -23,7 +23,10 @@ use super::compile::{
     parse_protocol, parse_unicast, NodeAddrs, CHECK_TYPES, DEFAULT_CHECK_INTERVAL_SEC,
     DEFAULT_CHECK_TIMEOUT_SEC, ENCAPSULATIONS, INITIAL_VERDICTS, SPILLOVERS,
 };
-use super::{BackendGroupConfig, Config, HealthCheckConfig, PortsConfig, ServiceConfig};
+use super::{
+    BackendGroupConfig, Config, HealthCheckConfig, PortsConfig, ServiceConfig, ANNOUNCE_MODES,
+    KERNEL_DRIVERS,
+};
 
 /// One problem with one field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,11 +74,24 @@ pub fn validate(config: &Config) -> Vec<FieldError> {
     v.locality(config);
     v.health_checks(config);
     v.services(config);
+    v.fleet(config);
     v.errors
 }
 
 struct Checker {
     errors: Vec<FieldError>,
+}
+
+/// A Linux interface name: 1 to 15 bytes, no `/`, `:` or whitespace, not `.` or `..`.
+pub fn interface_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 15 {
+        return Err(format!("`{name}` must be 1 to 15 characters (a Linux interface name)"));
+    }
+    if name == "." || name == ".." || name.chars().any(|ch| ch == '/' || ch == ':' || ch.is_whitespace())
+    {
+        return Err(format!("`{name}` is not a valid interface name (no `/`, `:` or spaces)"));
+    }
+    Ok(())
 }
 
 fn unit_range(x: f64) -> bool {
@@ -160,6 +176,78 @@ impl Checker {
                 "dataplane.maglev_table_size",
                 format!("{} is not one of {}", d.maglev_table_size, sizes.join(", ")),
             );
+        }
+    }
+
+    /// The exception path, the `announce:` section and each service's `announce`.
+    fn fleet(&mut self, c: &Config) {
+        if let Some(k) = &c.dataplane.kernel_interface {
+            if let Err(e) = interface_name(&k.name) {
+                self.err("dataplane.kernel_interface.name", e);
+            }
+            if !KERNEL_DRIVERS.contains(&k.driver.as_str()) {
+                self.err("dataplane.kernel_interface.driver", not_one_of(&k.driver, KERNEL_DRIVERS));
+            }
+            if !(64..=16384).contains(&k.queue_size) || !k.queue_size.is_power_of_two() {
+                self.err(
+                    "dataplane.kernel_interface.queue_size",
+                    format!("{} is not a power of two in 64..=16384", k.queue_size),
+                );
+            }
+            let n = &c.dataplane.node;
+            if n.ipv4.is_none() && n.ipv6.is_none() {
+                self.err(
+                    "dataplane.kernel_interface",
+                    "the kernel interface carries the node's addresses: set dataplane.node.ipv4 \
+                     or dataplane.node.ipv6",
+                );
+            }
+        }
+        if let Some(a) = &c.announce {
+            if matches!(a.table, 0 | 253..=255) {
+                self.err(
+                    "announce.table",
+                    format!(
+                        "{} is a table the kernel uses itself (0 unspecified, 253 default, 254 \
+                         main, 255 local): pick a table of its own, e.g. 100",
+                        a.table
+                    ),
+                );
+            }
+            if let Some(sock) = &a.bird_socket {
+                if !sock.starts_with('/') {
+                    self.err("announce.bird_socket", format!("`{sock}` is not an absolute path"));
+                }
+            }
+            for (field, v, max) in
+                [("stop_grace_sec", a.stop_grace_sec, 3600.0), ("quiet_sec", a.quiet_sec, 600.0)]
+            {
+                if !(v.is_finite() && (0.0..=max).contains(&v)) {
+                    self.err(format!("announce.{field}"), format!("{v} is out of range 0..={max}"));
+                }
+            }
+        }
+        for (i, s) in c.services.iter().enumerate() {
+            let Some(mode) = &s.announce else { continue };
+            let path = format!("services[{i}].announce");
+            if !ANNOUNCE_MODES.contains(&mode.as_str()) {
+                self.err(path, not_one_of(mode, ANNOUNCE_MODES));
+            } else if c.announce.is_none() {
+                self.err(
+                    path,
+                    "set, but there is no top-level `announce:` section saying where the VIP \
+                     routes go",
+                );
+            } else if mode != "never" && s.forwarding_rules.iter().all(|r| r.vip.is_none()) {
+                self.err(
+                    path,
+                    format!(
+                        "service `{}` has no VIP to announce (its forwarding rules are all \
+                         destination_prefix): remove `announce` or set it to `never`",
+                        s.name
+                    ),
+                );
+            }
         }
     }
 
