@@ -1230,3 +1230,73 @@ fn a_service_has_no_more_endpoints_than_the_maglev_table() {
     assert!(m.contains("252 endpoints do not fit a Maglev table of 251"), "{m}");
     accepts(&text.replace("maglev_table_size: 251", "maglev_table_size: 509"));
 }
+
+// ---- the fleet: the exception interface, `announce`, `services[].announce` ----
+
+/// `HEAD` with a `kernel_interface` block in `dataplane` (lines 3-4).
+fn with_kernel_interface(block: &str) -> String {
+    let head = HEAD.replacen("  node:\n", &format!("{block}  node:\n"), 1);
+    format!("{head}{WEB}")
+}
+
+/// `HEAD` + `WEB` + a top-level `announce:` section.
+fn with_announce(service: &str, section: &str) -> String {
+    format!("{HEAD}{service}{section}")
+}
+
+const ANNOUNCE: &str = "announce:\n  table: 100\n";
+
+#[test]
+fn a_kernel_interface_needs_a_valid_name_driver_and_queue_size() {
+    accepts(&with_kernel_interface("  kernel_interface:\n    name: spl0\n"));
+    let t = with_kernel_interface("  kernel_interface:\n    name: this-name-is-too-long\n");
+    let line = rejects(&t, "dataplane.kernel_interface.name", "this-name-is-too-long");
+    assert!(line.contains("1 to 15 characters"), "{line}");
+    let t = with_kernel_interface("  kernel_interface:\n    name: a/b\n");
+    rejects(&t, "dataplane.kernel_interface.name", "a/b");
+    let t = with_kernel_interface("  kernel_interface:\n    name: spl0\n    driver: kni\n");
+    rejects(&t, "dataplane.kernel_interface.driver", "kni");
+    let t = with_kernel_interface("  kernel_interface:\n    name: spl0\n    queue_size: 1000\n");
+    let line = rejects(&t, "dataplane.kernel_interface.queue_size", "1000");
+    assert!(line.contains("power of two"), "{line}");
+    let t = with_kernel_interface("  kernel_interface:\n    name: spl0\n    colour: blue\n");
+    let e = parse(&t).expect_err("unknown field").to_string();
+    assert!(e.contains("colour"), "{e}");
+}
+
+#[test]
+fn announce_needs_a_table_of_its_own_and_sane_durations() {
+    accepts(&with_announce(WEB, ANNOUNCE));
+    for table in ["0", "253", "254", "255"] {
+        let t = with_announce(WEB, &format!("announce:\n  table: {table}\n"));
+        let line = rejects(&t, "announce.table", &format!("table: {table}"));
+        assert!(line.contains("pick a table of its own"), "{line}");
+    }
+    let t = with_announce(WEB, "announce:\n  bird_socket: bird.ctl\n");
+    rejects(&t, "announce.bird_socket", "bird.ctl");
+    let t = with_announce(WEB, "announce:\n  stop_grace_sec: -1\n");
+    rejects(&t, "announce.stop_grace_sec", "stop_grace_sec");
+    let t = with_announce(WEB, "announce:\n  quiet_sec: .nan\n");
+    rejects(&t, "announce.quiet_sec", "quiet_sec");
+}
+
+#[test]
+fn a_services_announce_needs_the_section_a_known_mode_and_a_vip() {
+    let web = |mode: &str| WEB.replacen("    forwarding_rules:", &format!("    announce: {mode}\n    forwarding_rules:"), 1);
+    for mode in ["when_healthy", "always", "never"] {
+        accepts(&with_announce(&web(mode), ANNOUNCE));
+    }
+    let t = with_announce(&web("sometimes"), ANNOUNCE);
+    rejects(&t, "services[0].announce", "sometimes");
+    // Without the section there is nowhere to announce to.
+    let t = with_announce(&web("always"), "");
+    let line = rejects(&t, "services[0].announce", "announce: always");
+    assert!(line.contains("no top-level `announce:` section"), "{line}");
+    // A service of destination prefixes has no VIP to announce.
+    let prefix = web("always").replacen("      - vip: 198.18.0.10", "      - destination_prefix: 198.18.64.0/24", 1);
+    let t = with_announce(&prefix, ANNOUNCE);
+    let line = rejects(&t, "services[0].announce", "announce: always");
+    assert!(line.contains("has no VIP to announce"), "{line}");
+    let never = web("never").replacen("      - vip: 198.18.0.10", "      - destination_prefix: 198.18.64.0/24", 1);
+    accepts(&with_announce(&never, ANNOUNCE));
+}

@@ -13,7 +13,7 @@
 //! `/proc` and `/`; tests point them at a fake tree with the hidden `--sys`, `--proc` and
 //! `--root` options): `memory` (hugepages, hugetlbfs, `-m`/`--socket-mem` against the
 //! estimated DPDK memory; the connection tables), `lcores`, `ports` (vdevs, PCI drivers, IOMMU,
-//! NUMA), `mtu` and `admin`.
+//! NUMA), `mtu`, `admin` and `fleet` (the exception interface's name, BIRD's socket).
 //!
 //! The memory estimate: `mempool_size` x 2,368 B (`RTE_MBUF_DEFAULT_BUF_SIZE` = 2,048 B of
 //! data room and 128 B of headroom, the 128-byte `struct rte_mbuf`, the mempool's 64-byte
@@ -24,6 +24,7 @@
 //! entries) x 64 B per worker.
 
 mod admin;
+mod fleet;
 mod host;
 mod lcores;
 pub(crate) mod memory;
@@ -169,6 +170,7 @@ pub fn check(config: &Config, path: &Path, host: &Host) -> Vec<Finding> {
     out.extend(lcore_findings);
     out.extend(mtu::check(config));
     out.extend(admin::check(config, host));
+    out.extend(fleet::check(config, host));
     out
 }
 

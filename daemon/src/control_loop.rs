@@ -17,6 +17,7 @@ use spillway_dataplane::dpdk::LcoreId;
 use spillway_dataplane::neighbour::{RequestSender, Resolver};
 use spillway_dataplane::node::Node;
 use spillway_dataplane::stats::LivePrinter;
+use spillway_core::counters::{KernelPathCounters, PathDrop, Reason};
 use spillway_dataplane::worker::WorkerCounters;
 
 use crate::systemd::Watchdog;
@@ -95,6 +96,7 @@ pub async fn run(
     let mut seen_config = 0;
     let mut watchdog = Watchdog::from_env(counters.len());
     let mut bypass_watch = BypassWatch::default();
+    let mut kernel_watch = KernelDropWatch::default();
     loop {
         tokio::select! {
             Some(ev) = async { match events.as_mut() { Some(e) => e.recv().await, None => None } } => {
@@ -184,6 +186,7 @@ pub async fn run(
             w.tick(now, counters);
         }
         let _ = bypass_watch.tick(now, counters);
+        let _ = kernel_watch.tick(now, counters, view.kernel_counters());
         printer.tick(now, lcores, counters);
     }
     start.elapsed()
@@ -231,6 +234,53 @@ impl BypassWatch {
     }
 }
 
+/// Logs, at most once a minute, that the exception path dropped frames (metrics
+/// `spillway_dropped_packets_total{reason="kernel_busy"}`, `spillway_kernel_path_dropped_total`):
+/// BGP, SSH or the health checks' replies may be lost with them.
+#[derive(Debug, Default)]
+struct KernelDropWatch {
+    /// Seen so far: workers' queue full, the kernel interface refusing, the way back full.
+    seen: [u64; 3],
+    logged: Option<Instant>,
+}
+
+impl KernelDropWatch {
+    /// Logs what is due; returns the line (tests).
+    fn tick(
+        &mut self,
+        now: Instant,
+        counters: &[WorkerCounters],
+        kernel: Option<&KernelPathCounters>,
+    ) -> Option<String> {
+        let busy = counters.iter().map(|c| c.reason(Reason::Path(PathDrop::KernelBusy)).get()).sum();
+        let (refused, back) =
+            kernel.map_or((0, 0), |k| (k.to_kernel_dropped.get(), k.from_kernel_dropped.get()));
+        let now_seen = [busy, refused, back];
+        let due = self.logged.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60));
+        if !due {
+            return None;
+        }
+        let d: Vec<u64> = now_seen.iter().zip(self.seen).map(|(n, s)| n.saturating_sub(s)).collect();
+        self.seen = now_seen;
+        if d.iter().all(|&x| x == 0) {
+            return None;
+        }
+        let line = format!(
+            "exception path: {} frame(s) dropped (for the kernel, the workers' queues full: {}; \
+             refused by the kernel interface: {}; from the kernel, the queue to the data port \
+             full: {}): a flood to the node's address, or a kernel that does not keep up; BGP, \
+             SSH and health-check replies may be lost with them (at most one such line a minute)",
+            d.iter().sum::<u64>(),
+            d[0],
+            d[1],
+            d[2]
+        );
+        tracing::warn!("{line}");
+        self.logged = Some(now);
+        Some(line)
+    }
+}
+
 /// Locks the controller. A panic while it was held already aborted the process (release
 /// builds abort on panic), so a poisoned lock only happens in tests: keep going.
 pub fn lock(c: &Mutex<Controller>) -> MutexGuard<'_, Controller> {
@@ -267,5 +317,26 @@ mod tests {
         assert!(lines[0].starts_with("worker 1: 700 new connections"), "{}", lines[0]);
         // Quiet when nothing more is bypassed.
         assert!(w.tick(t0 + Duration::from_secs(200), &counters).is_empty());
+    }
+
+    #[test]
+    fn exception_path_drops_are_logged_at_most_once_a_minute_with_their_causes() {
+        let counters = [WorkerCounters::new(), WorkerCounters::new()];
+        let kernel = KernelPathCounters::default();
+        let mut w = KernelDropWatch::default();
+        let t0 = Instant::now();
+        assert_eq!(w.tick(t0, &counters, Some(&kernel)), None);
+        counters[0].reason(Reason::Path(PathDrop::KernelBusy)).add(700);
+        counters[1].reason(Reason::Path(PathDrop::KernelBusy)).add(300);
+        kernel.to_kernel_dropped.add(5);
+        let line = w.tick(t0 + Duration::from_secs(1), &counters, Some(&kernel)).expect("a line");
+        assert!(line.starts_with("exception path: 1005 frame(s) dropped"), "{line}");
+        assert!(line.contains("queues full: 1000; refused by the kernel interface: 5; "), "{line}");
+        kernel.from_kernel_dropped.add(2);
+        assert_eq!(w.tick(t0 + Duration::from_secs(30), &counters, Some(&kernel)), None);
+        let line = w.tick(t0 + Duration::from_secs(61), &counters, Some(&kernel)).expect("due");
+        assert!(line.starts_with("exception path: 2 frame(s) dropped"), "{line}");
+        assert!(line.contains("to the data port full: 2)"), "{line}");
+        assert_eq!(w.tick(t0 + Duration::from_secs(200), &counters, None), None);
     }
 }

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import http.client
 import ipaddress
 import json
 import os
@@ -63,6 +64,7 @@ import socket
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Iterable, Sequence
 
 import topo as T
@@ -490,6 +492,7 @@ class Fleet(Lab):
                               bfd_multiplier=bfd_multiplier)
         self.router = Router(f"{self.prefix}-r", self)
         self.instances: list[Instance] = [Instance(k, self) for k in range(1, instances + 1)]
+        self._spillways: dict[int, FleetSpillway] = {}
 
         def build():
             self._build(clients, backends_per_zone)
@@ -664,12 +667,343 @@ class Fleet(Lab):
         """Start a process in instance ``k``'s namespace (tracked, killed on close)."""
         return self.instance(k).popen(argv, log=log, **kw)
 
+    def spillway(self, k: int | str, config: dict | None = None, start: bool = True,
+                 timeout: float = 60.0) -> "FleetSpillway":
+        """The real daemon in instance ``k`` (:class:`FleetSpillway`; the same object for the
+        same ``k``), configured by ``config`` (default :func:`spillway_config`) and started
+        unless ``start=False``."""
+        inst = self.instance(k)
+        sp = self._spillways.get(inst.k)
+        if sp is None:
+            sp = self._spillways[inst.k] = FleetSpillway(self, inst.k, config)
+        elif config is not None:
+            sp.config = config
+        if start and not sp.running:
+            sp.start(timeout=timeout)
+        return sp
+
+    def close(self) -> None:
+        super().close()
+        for sp in list(getattr(self, "_spillways", {}).values()):
+            sp._remove_runtime_dir()  # EAL leaves /var/run/dpdk/<file-prefix> behind
+
     def standin_instance(self, k: int | str, vips: Sequence[str] = (VIP_WEB,)) -> StandIn:
         """Put a control-plane stand-in for Spillway into instance ``k`` (:class:`StandIn`), up."""
         inst = self.instance(k)
         if inst.standin is None:
             inst.standin = StandIn(inst, vips)
         return inst.standin.up()
+
+
+# ---- the real daemon in an instance namespace ---------------------------------------------------
+SPILLWAY_BIN = Path(os.environ.get("SPILLWAY_BIN", T.REPO / "target" / "debug" / "spillway"))
+SPILLWAYCTL_BIN = Path(os.environ.get("SPILLWAYCTL_BIN", SPILLWAY_BIN.parent / "spillwayctl"))
+HEALTH_PORT = T.HTTP_PORT  # service "web"'s check: TCP connect to :80 of b1..b4
+OTHER_HEALTH_PORT = T.ECHO_PORT  # service "other"'s check: TCP connect to :7000 of b2 and b4
+OTHER_BACKENDS = ("b2", "b4")
+
+
+def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: float = 1.0,
+                    stop_grace_sec: float = 10.0, check_interval: float = 0.5) -> dict:
+    """Instance ``k``'s configuration (JSON is YAML): one worker on a ``net_tap`` data port
+    (``dtap0``), node address 198.18.0.(10+k)/16 with the router as gateway, the kernel
+    interface ``spl0``, the admin API on ``<state>/i<k>.admin.sock``, VIPs announced into table
+    100 (BIRD: the instance's control socket), and two services:
+
+    * ``web`` 198.19.200.1, TCP (every port: HTTP :80 and the echo :7000): group ``web-a``
+      (b1 b2, zone a) and ``web-b`` (b3 b4, zone b), check ``h`` (TCP :80);
+    * ``other`` 198.19.200.2, TCP: groups ``other-a`` (b2) and ``other-b`` (b4), check ``ho``
+      (TCP :7000), so that blocking :7000 on b2 and b4 empties ``other`` and leaves ``web``
+      alone.
+
+    Checks every ``check_interval`` s (timeout the same), healthy after 1 success, unhealthy
+    after 2 failures."""
+    inst = fleet.instance(k)
+    sd = fleet.state_dir
+    ips = {b.short: b.ipv4 for b in fleet.backends}
+
+    def check(port: int) -> dict:
+        return {"type": "TCP", "port": port, "check_interval_sec": check_interval, "timeout_sec": check_interval,
+                "healthy_threshold": 1, "unhealthy_threshold": 2}
+
+    return {
+        "dataplane": {
+            "eal_args": ["--no-pci", "-l", "0-1", "--file-prefix", f"{fleet.prefix}-{inst.short}",
+                         "--log-level", "lib.eal:error", "--vdev", f"net_tap0,iface={DATA_PORT}"],
+            "hugepages": "preferred",
+            "ports": ["net_tap0"],
+            "workers": 1,
+            "conntrack_capacity": 65536,
+            "hash_seed": hash_seed,
+            "node": {"ipv4": f"{inst.node}/{FABRIC_PLEN}", "gateway_ipv4": ROUTER_FABRIC_V4},
+            "kernel_interface": {"name": KERNEL_IF},
+        },
+        "admin": {"listen": f"unix:{sd}/{inst.short}.admin.sock"},
+        "announce": {"table": VIP_TABLE, "bird_socket": str(inst.bird.sock), "stop_grace_sec": stop_grace_sec,
+                     "quiet_sec": quiet_sec},
+        "topology": {"region": "r", "zones": [{"name": "a", "region": "r"}, {"name": "b", "region": "r"}]},
+        "health_checks": {"h": check(HEALTH_PORT), "ho": check(OTHER_HEALTH_PORT)},
+        "services": [
+            {"name": "web", "forwarding_rules": [{"vip": VIP_WEB, "protocol": "TCP"}], "announce": "when_healthy",
+             "backend_service": {"backends": [
+                 {"group": "web-a", "zone": "a", "health_check": "h", "endpoints": [ips["b1"], ips["b2"]]},
+                 {"group": "web-b", "zone": "b", "health_check": "h", "endpoints": [ips["b3"], ips["b4"]]}]}},
+            {"name": "other", "forwarding_rules": [{"vip": VIP_OTHER, "protocol": "TCP"}], "announce": "when_healthy",
+             "backend_service": {"backends": [
+                 {"group": "other-a", "zone": "a", "health_check": "ho", "endpoints": [ips["b2"]]},
+                 {"group": "other-b", "zone": "b", "health_check": "ho", "endpoints": [ips["b4"]]}]}},
+        ],
+    }
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float = 10.0):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self.unix_path)
+        self.sock = s
+
+
+class SpillwayError(TopologyError):
+    pass
+
+
+class FleetSpillway:
+    """The real ``spillway`` daemon in instance ``k``'s namespace (:meth:`Fleet.spillway`).
+
+    :meth:`start` writes the configuration (``<state>/i<k>.spillway.yaml``), starts the daemon
+    in the namespace (output appended to ``i<k>.spillway.log``), waits for ``spillway:
+    running``, enslaves the data port to ``brd`` and gives the kernel a default route via the
+    router over ``spl0`` (Spillway gives it none). :meth:`stop` (SIGTERM: exit code and the
+    ``final ...`` counters), :meth:`kill` (SIGKILL), :meth:`reload` (new config + ``POST
+    /v1/reload``); :meth:`api`, :meth:`ctl`, :meth:`metrics` talk to its admin socket."""
+
+    def __init__(self, fleet: "Fleet", k: int, config: dict | None = None):
+        self.fleet = fleet
+        self.inst = fleet.instance(k)
+        self.k = self.inst.k
+        self.config = config or spillway_config(fleet, self.k)
+        self.path = fleet.state_dir / f"{self.inst.short}.spillway.yaml"
+        self.log = fleet.state_dir / f"{self.inst.short}.spillway.log"
+        self.proc: subprocess.Popen | None = None
+        self.returncode: int | None = None
+        self.final: dict[str, int] = {}
+        self._mark = 0
+        self.started_at: float | None = None  # time.monotonic() of the last start
+        self.running_at: float | None = None  # ... when it printed "spillway: running"
+
+    def __repr__(self) -> str:
+        return f"<FleetSpillway {self.inst.short} {'running' if self.running else 'stopped'}>"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def admin(self) -> str:
+        return self.config["admin"]["listen"]
+
+    @property
+    def admin_path(self) -> str:
+        return self.admin.removeprefix("unix:")
+
+    def write(self, config: dict | None = None) -> None:
+        if config is not None:
+            self.config = config
+        self.path.write_text(json.dumps(self.config, indent=1))
+
+    # -- life ----------------------------------------------------------------------
+    def start(self, timeout: float = 60.0, attach: bool = True) -> "FleetSpillway":
+        if self.running:
+            raise SpillwayError(f"spillway in {self.inst.short} is running already")
+        self.write()
+        self._remove_runtime_dir()
+        self._mark = self.log.stat().st_size if self.log.exists() else 0
+        self.started_at = time.monotonic()
+        self.proc = self.inst.popen([SPILLWAY_BIN, "--config", self.path, "--stats-interval", "0"],
+                                    log=self.log.name, env={**os.environ, "RUST_LOG": "info"})
+        self.returncode = None
+
+        def running():
+            if self.proc.poll() is not None:
+                raise SpillwayError(f"spillway in {self.inst.short} exited with {self.proc.returncode}:\n"
+                                    f"{self.output()[-3000:]}")
+            return "spillway: running" in self.output()
+
+        wait_until(running, lambda: f"spillway in {self.inst.short} to print 'spillway: running':\n"
+                                    f"{self.output()[-2000:]}", timeout=timeout)
+        self.running_at = time.monotonic()
+        if attach:
+            # Only once the port runs: the driver sets the kernel side's MAC until then.
+            self.inst.attach_data_port(timeout=10)
+            self._default_route()
+        return self
+
+    def _default_route(self, timeout: float = 10.0) -> None:
+        i = self.inst
+
+        def addressed():
+            out = i.ip("-j", "addr", "show", "dev", KERNEL_IF, check=False).stdout.strip()
+            info = json.loads(out) if out else []
+            return info and any(a.get("local") == i.node for a in info[0].get("addr_info", []))
+
+        wait_until(addressed, f"{KERNEL_IF} in {i.short} to carry {i.node}", timeout=timeout)
+        i.ip("route", "replace", "default", "via", ROUTER_FABRIC_V4, "dev", KERNEL_IF)
+
+    def stop(self, timeout: float = 30.0) -> dict[str, int]:
+        """SIGTERM, wait (``timeout``; SIGKILL after it), parse the ``final ...`` lines of this
+        run; :attr:`returncode` is the exit code."""
+        if self.proc is None:
+            return self.final
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.fleet.kill(self.proc)
+                raise SpillwayError(f"spillway in {self.inst.short} did not stop within {timeout} s "
+                                    f"of SIGTERM:\n{self.output()[-3000:]}")
+        self.returncode = self.proc.returncode
+        self._forget()
+        out = self.output()
+        final: dict[str, int] = {}
+        for m in re.finditer(r"^final (forward|drop)=(\w+) packets=(\d+)", out, re.M):
+            final[f"{m[1]}.{m[2]}"] = final.get(f"{m[1]}.{m[2]}", 0) + int(m[3])
+        for m in re.finditer(r"^final (\w+)=(\d+)$", out, re.M):
+            final[m[1]] = int(m[2])
+        self.final = final
+        return final
+
+    def kill(self) -> None:
+        """SIGKILL (no withdrawal, no goodbye: the routers notice by BFD or the hold timer)."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        self.returncode = self.proc.returncode
+        self.fleet.kill(self.proc)
+        self._forget()
+
+    def _forget(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.fleet._procs.remove(self.proc)
+        self.proc = None
+        self._remove_runtime_dir()
+
+    def _remove_runtime_dir(self) -> None:
+        args = self.config["dataplane"]["eal_args"]
+        prefix = args[args.index("--file-prefix") + 1]
+        shutil.rmtree(Path("/var/run/dpdk") / prefix, ignore_errors=True)
+
+    def wait_gone(self, timeout: float = 10.0) -> None:
+        """Wait until the kernel interface and the data port are gone (after a stop or kill),
+        so that a new daemon can create them again."""
+        wait_until(lambda: not self.inst.link_exists(KERNEL_IF) and not self.inst.link_exists(DATA_PORT),
+                   f"{KERNEL_IF} and {DATA_PORT} to vanish from {self.inst.short}", timeout=timeout)
+
+    def output(self) -> str:
+        """What the daemon printed since the last :meth:`start`."""
+        try:
+            with open(self.log, "rb") as fh:
+                fh.seek(self._mark)
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def reload(self, config: dict) -> dict:
+        """Write ``config`` and ``POST /v1/reload``; the reply."""
+        self.write(config)
+        return self.api("/v1/reload", "POST")
+
+    # -- admin --------------------------------------------------------------------------
+    def api(self, path: str, method: str = "GET", timeout: float = 10.0) -> dict:
+        """One admin API request over the Unix socket; the JSON reply (SpillwayError unless 200)."""
+        c = _UnixHTTP(self.admin_path, timeout=timeout)
+        try:
+            c.request(method, path)
+            r = c.getresponse()
+            body = r.read()
+        finally:
+            c.close()
+        if r.status != 200:
+            raise SpillwayError(f"{method} {path} on {self.inst.short} -> {r.status}: {body[:500]!r}")
+        return json.loads(body)
+
+    def instance(self) -> dict:
+        """``GET /v1/instance``."""
+        return self.api("/v1/instance")
+
+    def ctl_run(self, *args, timeout: float = 30.0) -> subprocess.CompletedProcess:
+        """``spillwayctl --admin unix:... args...`` (from the host: the socket is a file)."""
+        return subprocess.run([str(SPILLWAYCTL_BIN), "--admin", self.admin, *map(str, args)],
+                              capture_output=True, text=True, timeout=timeout)
+
+    def ctl(self, *args, timeout: float = 30.0) -> dict:
+        """``spillwayctl --json args...``: the JSON reply; SpillwayError on a non-zero exit."""
+        r = self.ctl_run("--json", *args, timeout=timeout)
+        if r.returncode != 0:
+            raise SpillwayError(f"spillwayctl {' '.join(map(str, args))} -> {r.returncode}: "
+                                f"{r.stderr.strip() or r.stdout.strip()}")
+        return json.loads(r.stdout)
+
+    def metrics_text(self) -> str:
+        c = _UnixHTTP(self.admin_path)
+        try:
+            c.request("GET", "/metrics")
+            r = c.getresponse()
+            body = r.read().decode()
+        finally:
+            c.close()
+        if r.status != 200:
+            raise SpillwayError(f"GET /metrics on {self.inst.short} -> {r.status}")
+        return body
+
+    def metrics(self):
+        """``GET /metrics`` parsed (:class:`balancer.Metrics`)."""
+        from balancer import Metrics
+
+        return Metrics(self.metrics_text())
+
+    def new_connections(self, service: str = "web") -> float:
+        return self.metrics().value("spillway_service_new_connections_total", 0.0, service=service)
+
+    def wait_phase(self, phase: str, timeout: float = 30.0) -> dict:
+        """Wait until ``/v1/instance`` says ``phase``; the reply."""
+        seen: dict = {}
+
+        def ok():
+            if self.proc is not None and self.proc.poll() is not None:
+                raise SpillwayError(f"spillway in {self.inst.short} exited with {self.proc.returncode}:\n"
+                                    f"{self.output()[-3000:]}")
+            with contextlib.suppress(OSError):
+                seen.clear()
+                seen.update(self.instance())
+            return dict(seen) if seen.get("phase") == phase else None
+
+        return wait_until(ok, lambda: f"{self.inst.short} to be {phase}; last: {seen}", timeout=timeout, poll=0.05)
+
+    def wait_announced(self, vips: Iterable[str], timeout: float = 30.0) -> dict:
+        """Wait until ``/v1/instance`` ``announced`` is exactly ``vips``; the reply."""
+        want = sorted(vips)
+        seen: dict = {}
+
+        def ok():
+            seen.clear()
+            seen.update(self.instance())
+            return dict(seen) if sorted(seen.get("announced", [])) == want else None
+
+        return wait_until(ok, lambda: f"{self.inst.short} to announce {want}; last: {seen}", timeout=timeout,
+                          poll=0.05)
+
+    def table_vips(self) -> list[str]:
+        """The VIPs in the instance's table 100 (``ip route show table 100``), sorted."""
+        return sorted(r["dst"].split("/")[0] for r in self.inst.vip_routes())
 
 
 # ---- long-lived TCP connections --------------------------------------------------------------------
@@ -941,7 +1275,8 @@ class LongLived:
 
 
 __all__ = [
-    "Fleet", "Router", "Instance", "StandIn", "Bird", "BirdError", "LongLived",
+    "Fleet", "Router", "Instance", "StandIn", "Bird", "BirdError", "LongLived", "FleetSpillway", "SpillwayError",
+    "spillway_config", "SPILLWAY_BIN", "SPILLWAYCTL_BIN", "OTHER_BACKENDS", "OTHER_HEALTH_PORT", "HEALTH_PORT",
     "birdc", "bgp_state", "wait_established", "needs_bird", "node_address",
     "router_bird_config", "instance_bird_config",
     "VIP_WEB", "VIP_OTHER", "VIPS", "ECHO_PORT", "ROUTER_FABRIC_V4", "ROUTER_CLIENT_V4", "CLIENT_NET4",

@@ -250,12 +250,17 @@ impl DataplaneConfig {
                 "dataplane.mempool_size".into(),
                 format!(
                     "{} mbufs cannot fill the configured queues: {} ports x {} workers with \
-                     {} RX + {} TX descriptors, caches and bursts need at least {}",
+                     {} RX + {} TX descriptors, caches and bursts{} need at least {}",
                     self.mempool_size,
                     self.ports.len(),
                     self.worker_count(),
                     self.rx_queue_size,
                     self.tx_queue_size,
+                    if self.kernel_interface.is_some() {
+                        ", and the kernel interface's rings and queues"
+                    } else {
+                        ""
+                    },
                     self.mbufs_needed()
                 ),
             );

@@ -1,0 +1,406 @@
+//! The fleet side of one instance (`fleet.rs`, `netlink.rs`): which VIPs it announces and
+//! when, its phases (starting, serving, drained, stopping) through the admin API, readiness,
+//! the BIRD liveness check, and the netlink handoff itself (the VIP routes in their table, in
+//! a network namespace of its own; root).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::OneWorker;
+use hyper::Method;
+use spillway_control::api::client::Client;
+use spillway_control::api::types::InstanceReply;
+use spillway_control::api::{self, ApiOptions};
+use spillway_control::config::Config;
+use spillway_control::controller::{Controller, Override};
+use spillway_control::fleet::{self, FleetOptions, Instance, Phase};
+use spillway_control::view::DataplaneView;
+use spillway_core::addr::Addr;
+
+/// Four services: `web` (when_healthy, two backends), `ssh` (always, on web's VIP port 22),
+/// `quiet` (never) and `dns` (when_healthy, UDP, one backend). No health checks: backends
+/// count healthy until an override says otherwise.
+const FLEET: &str = "dataplane:
+  ports: [net_null0]
+  node:
+    ipv4: 198.18.0.11/16
+topology:
+  region: r1
+  zones: [{name: zone-a}]
+announce:
+  table: 100
+services:
+  - name: web
+    forwarding_rules:
+      - {vip: 198.19.200.1, protocol: TCP, ports: [80]}
+    backend_service:
+      backends:
+        - {group: a, zone: zone-a, endpoints: [198.18.1.1, 198.18.1.2]}
+  - name: ssh
+    announce: always
+    forwarding_rules:
+      - {vip: 198.19.200.1, protocol: TCP, ports: [22]}
+    backend_service:
+      backends:
+        - {group: a, zone: zone-a, endpoints: [198.18.1.3]}
+  - name: quiet
+    announce: never
+    forwarding_rules:
+      - {vip: 198.19.200.3, protocol: TCP}
+    backend_service:
+      backends:
+        - {group: a, zone: zone-a, endpoints: [198.18.1.4]}
+  - name: dns
+    forwarding_rules:
+      - {vip: fd00::53, protocol: UDP, ports: [53]}
+    backend_service:
+      backends:
+        - {group: a, zone: zone-a, endpoints: [198.18.1.5]}
+";
+
+fn a(s: &str) -> Addr {
+    s.parse::<IpAddr>().expect("address").into()
+}
+
+fn controller(text: &str) -> (tempfile::TempDir, Arc<Mutex<Controller>>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("spillway.yaml");
+    std::fs::write(&path, text).expect("write");
+    let config = Config::from_yaml(&path, text).expect("valid");
+    let c = Controller::start(&path, config, Instant::now()).expect("controller");
+    (dir, Arc::new(Mutex::new(c)))
+}
+
+fn wanted(c: &Controller, serving: bool) -> Vec<(String, Vec<String>)> {
+    fleet::wanted(c.config(), &c.snapshot(), serving)
+        .into_iter()
+        .map(|(a, s)| (a.to_string(), s))
+        .collect()
+}
+
+fn set(c: &mut Controller, addr: &str, service: &str, o: Option<Override>) {
+    c.set_override(a(addr), Some(service), o).expect("override");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_serving_instance_announces_each_vip_its_services_want() {
+    let (_dir, c) = controller(FLEET);
+    let mut c = c.lock().unwrap();
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        wanted(&c, true),
+        vec![("198.19.200.1".into(), s(&["web", "ssh"])), ("fd00::53".into(), s(&["dns"]))],
+        "`never` keeps 198.19.200.3 out; a VIP of two services lists both"
+    );
+    assert!(wanted(&c, false).is_empty(), "nothing while not serving");
+
+    // One of web's two backends down: still a healthy backend, still announced for web.
+    set(&mut c, "198.18.1.1", "web", Some(Override::Unhealthy));
+    assert_eq!(wanted(&c, true)[0], ("198.19.200.1".into(), s(&["web", "ssh"])));
+    // Both down: web no longer wants it, `ssh` (always) still does: the VIP stays.
+    set(&mut c, "198.18.1.2", "web", Some(Override::Unhealthy));
+    assert_eq!(wanted(&c, true)[0], ("198.19.200.1".into(), s(&["ssh"])));
+    // The dns backend down: its VIP goes, the others stay as they were.
+    set(&mut c, "198.18.1.5", "dns", Some(Override::Unhealthy));
+    assert_eq!(wanted(&c, true), vec![("198.19.200.1".into(), s(&["ssh"]))]);
+    // It recovers: announced again.
+    set(&mut c, "198.18.1.5", "dns", None);
+    assert_eq!(wanted(&c, true)[1], ("fd00::53".into(), s(&["dns"])));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn without_an_announce_section_nothing_is_announced() {
+    let text = FLEET.replace("announce:\n  table: 100\n", "").replace("    announce: always\n", "").replace("    announce: never\n", "");
+    let (_dir, c) = controller(&text);
+    let c = c.lock().unwrap();
+    assert!(wanted(&c, true).is_empty());
+    assert!(fleet::announceable(c.config()).is_empty());
+}
+
+#[test]
+fn phases_follow_readiness_the_operator_and_the_stop() {
+    let t0 = Instant::now();
+    let mut i = Instance::new(t0);
+    assert_eq!(i.phase(), Phase::Starting);
+    i.set_waiting_for(Some("worker(s) 0 to poll".into()), t0);
+    assert_eq!((i.phase(), i.waiting_for()), (Phase::Starting, Some("worker(s) 0 to poll")));
+    i.set_waiting_for(None, t0 + Duration::from_secs(1));
+    assert_eq!(i.phase(), Phase::Serving);
+    // Ready once is ready: a later reason does not take it back to starting.
+    i.set_waiting_for(Some("a first health result".into()), t0 + Duration::from_secs(2));
+    assert_eq!(i.phase(), Phase::Serving);
+    assert_eq!(i.set_drained(true, t0 + Duration::from_secs(3)), Phase::Drained);
+    assert_eq!(i.set_drained(false, t0 + Duration::from_secs(4)), Phase::Serving);
+    // A drain set while starting holds once ready.
+    let mut j = Instance::new(t0);
+    j.set_drained(true, t0);
+    j.set_waiting_for(None, t0);
+    assert_eq!(j.phase(), Phase::Drained);
+    // Stopping wins over everything, for good.
+    i.begin_stop(t0 + Duration::from_secs(5));
+    assert_eq!(i.set_drained(false, t0 + Duration::from_secs(6)), Phase::Stopping);
+    assert_eq!(i.stopping_since(), Some(t0 + Duration::from_secs(5)));
+}
+
+#[test]
+fn traffic_has_stopped_once_nothing_was_forwarded_for_the_quiet_time_after_the_drain() {
+    let t0 = Instant::now();
+    let quiet = Duration::from_secs(2);
+    let mut i = Instance::new(t0);
+    i.set_waiting_for(None, t0);
+    i.note_forwarded(100, t0 + Duration::from_secs(1));
+    i.set_drained(true, t0 + Duration::from_secs(1));
+    // Packets keep arriving for a while after the withdrawal (the routers converge).
+    i.note_forwarded(150, t0 + Duration::from_secs(2));
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    assert!(!i.status(at(3), quiet).traffic_stopped, "1 s quiet");
+    i.note_forwarded(150, at(4)); // the same total: no traffic
+    assert!(i.status(at(4), quiet).traffic_stopped, "2 s quiet and drained 3 s");
+    assert_eq!(i.status(at(4), quiet).quiet_for_sec, 2.0);
+    // A serving instance never reports its traffic as stopped.
+    i.set_drained(false, at(5));
+    assert!(!i.status(at(10), quiet).traffic_stopped);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn readiness_waits_for_the_workers_the_link_and_a_first_health_result() {
+    // One backend probed on a port nothing listens on, every 50 ms.
+    let text = FLEET.replace(
+        "topology:",
+        "health_checks:\n  hc: {type: TCP, port: 9, check_interval_sec: 0.05, timeout_sec: 0.05}\ntopology:",
+    )
+    .replacen("        - {group: a, zone: zone-a, endpoints: [198.18.1.5]}", "        - {group: a, zone: zone-a, health_check: hc, endpoints: [127.0.0.1]}", 1)
+    // The probe goes to loopback (refused at once); the other backends are never probed.
+    .replacen("    ipv4: 198.18.0.11/16\n", "    ipv4: 127.0.0.2/8\n    gateway_ipv4: 127.0.0.3\n", 1);
+    let (_dir, c) = controller(&text);
+    let view = OneWorker::new();
+    let beats = [view.counters(0).heartbeat.get()];
+    let why = fleet::readiness(&view, &beats, true, &c.lock().unwrap());
+    assert_eq!(why.as_deref(), Some("worker(s) 0 to poll"));
+    view.0.heartbeat.inc();
+    let why = fleet::readiness(&view, &beats, false, &c.lock().unwrap());
+    assert_eq!(why.as_deref(), Some("the data port's link to come up"));
+    let why = fleet::readiness(&view, &beats, true, &c.lock().unwrap());
+    assert_eq!(why.as_deref(), Some("a first health result from 127.0.0.1"));
+    // The first probe's result (a refusal is a result) makes it ready.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut g = c.lock().unwrap();
+        if let Some(mut events) = g.take_health_events() {
+            while let Ok(ev) = events.try_recv() {
+                g.on_health_event(ev);
+            }
+        }
+        if fleet::readiness(&view, &beats, true, &g).is_none() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no first health result in 5 s");
+    }
+}
+
+/// A fake BIRD control socket: sends `greeting` to whoever connects.
+fn fake_bird(path: &Path, greeting: &'static str) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::UnixListener::bind(path).expect("bind");
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Ok((mut s, _)) = listener.accept().await {
+            let _ = s.write_all(greeting.as_bytes()).await;
+        }
+    })
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn bird_is_up_when_its_socket_greets_and_down_otherwise() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("bird.ctl");
+    let down = fleet::probe_bird(sock.to_str().unwrap()).await;
+    assert!(!down.up);
+    assert!(down.detail.contains("No such file"), "{}", down.detail);
+    let bird = fake_bird(&sock, "0001 BIRD 2.0.12 ready.\n");
+    let up = fleet::probe_bird(sock.to_str().unwrap()).await;
+    assert_eq!((up.up, up.detail.as_str()), (true, "BIRD 2.0.12 ready."));
+    bird.abort();
+    let _ = std::fs::remove_file(&sock);
+    let other = fake_bird(&sock, "220 an SMTP server\n");
+    let wrong = fleet::probe_bird(sock.to_str().unwrap()).await;
+    assert!(!wrong.up && wrong.detail.contains("unexpected greeting"), "{}", wrong.detail);
+    other.abort();
+}
+
+/// The loop (without a route table: it decides and reports) and the API: starting until the
+/// worker polls, then serving with its VIPs; drained through the API withdraws them all and
+/// undrained announces them again; BIRD's state shows in the status.
+#[tokio::test(flavor = "current_thread")]
+async fn the_api_drains_and_undrains_the_instance_and_shows_what_is_announced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("bird.ctl");
+    let _bird = fake_bird(&sock, "0001 BIRD 2.0.12 ready.\n");
+    let text = FLEET.replace("  table: 100\n", &format!("  table: 100\n  bird_socket: {}\n", sock.display()));
+    let (_cdir, c) = controller(&text);
+    let view = Arc::new(OneWorker::new());
+    let options = FleetOptions { table: None, link_up: Box::new(|| true) };
+    let task = fleet::spawn(Arc::clone(&c), view.clone(), options);
+    let listen = format!("unix:{}", dir.path().join("api.sock").display());
+    let server = api::spawn(&ApiOptions::new(&listen), Arc::clone(&c), view.clone()).expect("api");
+    let client = Client::new(&server.local_addr().to_string(), Duration::from_secs(5)).unwrap();
+    let get = || async {
+        let body = client.call(Method::GET, "/v1/instance", None).await.expect("GET");
+        serde_json::from_str::<InstanceReply>(&body).expect("json")
+    };
+    let wait = |want: &'static str| {
+        let get = &get;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                let r = get().await;
+                if r.phase == want && (want != "serving" || !r.announced.is_empty()) {
+                    return r;
+                }
+                assert!(Instant::now() < deadline, "not {want}: {r:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let r = get().await;
+    assert_eq!(r.phase, "starting");
+    assert!(r.announced.is_empty());
+    view.0.heartbeat.inc();
+    let r = wait("serving").await;
+    assert_eq!(r.announced, ["198.19.200.1", "fd00::53"]);
+    assert_eq!(r.fingerprints.len(), 4, "{r:?}");
+    assert!(r.fingerprints.values().all(|f| f.starts_with("0x") && f.len() == 18), "{r:?}");
+    let body = client.call(Method::POST, "/v1/instance/drain", None).await.expect("drain");
+    let r: InstanceReply = serde_json::from_str(&body).expect("json");
+    assert_eq!(r.phase, "drained");
+    let r = wait("drained").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r2 = get().await;
+    assert!(r2.announced.is_empty() && r2.wanted.is_empty(), "{r:?} {r2:?}");
+    assert_eq!(r2.bird.as_ref().map(|b| b.up), Some(true), "{r2:?}");
+    // A body that is not an empty object is refused, nothing changes.
+    let e = client
+        .call(Method::POST, "/v1/instance/undrain", Some(&serde_json::json!([1])))
+        .await
+        .expect_err("bad body");
+    assert!(e.to_string().contains("400"), "{e}");
+    client.call(Method::POST, "/v1/instance/undrain", None).await.expect("undrain");
+    let r = wait("serving").await;
+    assert_eq!(r.announced, ["198.19.200.1", "fd00::53"]);
+    // Stopping: the API cannot undo it.
+    c.lock().unwrap().instance_mut().begin_stop(Instant::now());
+    let e = client.call(Method::POST, "/v1/instance/undrain", None).await.expect_err("stopping");
+    assert!(e.to_string().contains("409"), "{e}");
+    task.abort();
+}
+
+/// Two instances with the same configuration have the same fingerprints; another hash seed,
+/// another backend set, or another health verdict changes the service's.
+#[tokio::test(flavor = "current_thread")]
+async fn table_fingerprints_agree_for_the_same_config_and_differ_otherwise() {
+    let fp = |text: &str| {
+        let (_d, c) = controller(text);
+        let c = c.lock().unwrap();
+        let snap = c.snapshot();
+        snap.services().map(|s| (s.name.to_string(), snap.table_fingerprint(s))).collect::<Vec<_>>()
+    };
+    let base = fp(FLEET);
+    assert_eq!(base, fp(FLEET));
+    let seeded = fp(&FLEET.replace("dataplane:\n", "dataplane:\n  hash_seed: 7\n"));
+    assert!(base.iter().zip(&seeded).all(|(x, y)| x.1 != y.1), "every table depends on the seed");
+    let more = fp(&FLEET.replace("[198.18.1.1, 198.18.1.2]", "[198.18.1.1, 198.18.1.2, 198.18.1.9]"));
+    assert_ne!(base[0].1, more[0].1, "web changed");
+    assert_eq!(base[1..], more[1..], "the others did not");
+    let (_d, c) = controller(FLEET);
+    let mut c = c.lock().unwrap();
+    set(&mut c, "198.18.1.1", "web", Some(Override::Unhealthy));
+    let snap = c.snapshot();
+    let web = snap.services().find(|s| &*s.name == "web").unwrap();
+    assert_ne!(snap.table_fingerprint(web), base[0].1, "a health verdict changes the table");
+}
+
+/// The netlink handoff in a network namespace of its own (the test re-runs itself inside
+/// one): the VIP routes appear in the table with protocol 252, only they are touched, a route
+/// someone deleted comes back at the next sync, and an emptied set removes them all.
+#[test]
+#[ignore = "needs root: creates a network namespace (CI runs it)"]
+fn the_route_table_holds_exactly_the_announced_vips() {
+    if std::env::var_os("SPILLWAY_IN_NETNS").is_some() {
+        return in_namespace();
+    }
+    let ns = format!("spwtest-{}", std::process::id());
+    let ip = |args: &[&str]| std::process::Command::new("ip").args(args).status().expect("ip");
+    assert!(ip(&["netns", "add", &ns]).success(), "ip netns add (root?)");
+    let exe = std::env::current_exe().expect("exe");
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns])
+        .arg(exe)
+        .args(["--exact", "the_route_table_holds_exactly_the_announced_vips", "--include-ignored", "--nocapture"])
+        .env("SPILLWAY_IN_NETNS", "1")
+        .output()
+        .expect("run in the namespace");
+    let _ = ip(&["netns", "del", &ns]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
+}
+
+fn in_namespace() {
+    use spillway_control::netlink::{Netlink, RouteTable};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let sh = |args: &[&str]| {
+            let o = std::process::Command::new("ip").args(args).output().expect("ip");
+            assert!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        // Someone else's route in the same table stays untouched.
+        sh(&["link", "set", "lo", "up"]);
+        sh(&["route", "add", "blackhole", "198.19.99.0/24", "table", "100"]);
+        let nl = Netlink::connect().expect("netlink");
+        let table = RouteTable { netlink: nl.clone(), table: 100, oif: None };
+        let want: BTreeSet<IpAddr> =
+            ["198.19.200.1", "198.19.200.2", "fd00::100"].iter().map(|s| s.parse().unwrap()).collect();
+        let r = table.sync(&want).await.expect("sync");
+        assert_eq!(r.added.len(), 3);
+        let v4 = sh(&["route", "show", "table", "100"]);
+        assert!(v4.contains("blackhole 198.19.200.1 proto 252"), "{v4}");
+        assert!(v4.contains("blackhole 198.19.200.2 proto 252"), "{v4}");
+        assert!(v4.contains("blackhole 198.19.99.0/24"), "{v4}");
+        let v6 = sh(&["-6", "route", "show", "table", "100"]);
+        assert!(v6.contains("blackhole fd00::100") && v6.contains("proto 252"), "{v6}");
+        // Nothing to do when in sync; a deleted route comes back.
+        assert!(table.sync(&want).await.expect("sync").added.is_empty());
+        sh(&["route", "del", "198.19.200.2", "table", "100"]);
+        assert_eq!(table.sync(&want).await.expect("sync").added, ["198.19.200.2".parse::<IpAddr>().unwrap()]);
+        // Withdraw one, then all; the foreign route stays.
+        let one: BTreeSet<IpAddr> = ["198.19.200.1".parse().unwrap()].into();
+        let r = table.sync(&one).await.expect("sync");
+        assert_eq!(r.removed.len(), 2);
+        let r = table.sync(&BTreeSet::new()).await.expect("sync");
+        assert_eq!(r.removed, ["198.19.200.1".parse::<IpAddr>().unwrap()]);
+        let v4 = sh(&["route", "show", "table", "100"]);
+        assert_eq!(v4.trim(), "blackhole 198.19.99.0/24", "{v4}");
+        // Through an interface: a route that goes with it.
+        sh(&["link", "add", "spl9", "type", "veth", "peer", "name", "spl9p"]);
+        let index = nl.link_index("spl9").await.expect("link").expect("spl9 exists");
+        assert_eq!(nl.link_index("nosuch0").await.expect("link"), None);
+        nl.configure_interface(index, [2, 0, 0, 0, 0, 9], 1400, &[("198.18.0.11".parse().unwrap(), 16), ("fd00::11".parse().unwrap(), 64)])
+            .await
+            .expect("configure");
+        let link = sh(&["addr", "show", "spl9"]);
+        assert!(link.contains("02:00:00:00:00:09") && link.contains("mtu 1400"), "{link}");
+        assert!(link.contains("198.18.0.11/16") && link.contains("fd00::11/64"), "{link}");
+        let table = RouteTable { netlink: nl.clone(), table: 100, oif: Some(index) };
+        table.sync(&one).await.expect("sync");
+        let v4 = sh(&["route", "show", "table", "100"]);
+        assert!(v4.contains("198.19.200.1 dev spl9 proto 252 scope link"), "{v4}");
+        sh(&["link", "del", "spl9"]);
+        let v4 = sh(&["route", "show", "table", "100"]);
+        assert!(!v4.contains("198.19.200.1"), "the route went with its interface: {v4}");
+    });
+}

@@ -1,0 +1,353 @@
+"""The real daemon as a fleet: several Spillway instances behind a BGP/ECMP router (fleet.py).
+
+Each instance namespace runs ``spillway`` (``Fleet.spillway(k)``, config ``fleet.spillway_config``:
+services ``web`` 198.19.200.1 over b1..b4 and ``other`` 198.19.200.2 over b2 and b4, hash seed
+1234, the kernel interface ``spl0``, VIPs announced into table 100 for the instance's BIRD) and
+BIRD; the router (BIRD, ``merge paths on``) spreads the clients' flows over the instances that
+announce a VIP. The tests check what a fleet promises:
+
+* spread: one next hop per instance, new connections reach every instance; the instances'
+  table fingerprints agree (``spillwayctl compare``), and stop agreeing when one gets another
+  ``hash_seed``; the exception path (a kernel listener on the node address, BGP and BFD through
+  it) and a UDP flood of the node address, which must not slow the workers;
+* an instance killed (SIGKILL) under 60 long-lived connections: BFD (and, separately, the hold
+  timer) takes it out of the router's FIB and every connection goes on on the backend it had;
+  restarted, it announces only once ready and the connections ECMP moves onto it keep theirs;
+* a graceful drain (``spillwayctl drain-instance --wait``) then SIGTERM: nothing lost, exit 0;
+* a service whose backends all fail is withdrawn by every instance and comes back, the other
+  service untouched;
+* an instance's BIRD stopped and restarted: Spillway notices, keeps its routes, forwards on.
+
+The figures are printed (``pytest -s``) and written to ``target/reliability/fleet.json`` (one
+section per test). Needs the built daemon and BIRD 2: without them the tests skip outside CI
+and fail in CI (strict_skips.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import suppress
+
+import pytest
+
+import topo as T
+from fleet import (DATA_PORT, OTHER_BACKENDS, OTHER_HEALTH_PORT, SPILLWAY_BIN, SPILLWAYCTL_BIN, VIP_OTHER, VIP_WEB, VIPS,
+                   Fleet, FleetSpillway, LongLived, needs_bird, spillway_config)
+from balancer import needs_built
+
+pytestmark = [needs_built(SPILLWAY_BIN, SPILLWAYCTL_BIN), needs_bird()]
+
+FIGURES = T.REPO / "target" / "reliability" / "fleet.json"
+KERNEL_PORT = 8080  # the kernel listener on the node address
+FLOOD_PORT = 9  # nobody listens there
+LL_CONNECTIONS = 60
+LL_PERIOD = 0.1
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+def record(section: str, figures: dict) -> None:
+    """Print the figures and merge them into target/reliability/fleet.json as ``section``."""
+    FIGURES.parent.mkdir(parents=True, exist_ok=True)
+    data = {}
+    with suppress(OSError, ValueError):
+        data = json.loads(FIGURES.read_text())
+    data[section] = figures
+    FIGURES.write_text(json.dumps(data, indent=1, sort_keys=True))
+    print(f"\nfleet/{section}: {json.dumps(figures)}")
+
+
+def summary(rep: dict) -> dict:
+    """A LongLived report without the per-connection rows."""
+    return {k: v for k, v in rep.items() if k != "per_connection"}
+
+
+def start_all(f: Fleet, timeout: float = 30.0) -> list[FleetSpillway]:
+    """Start the daemon in every instance; wait until each serves and announces both VIPs,
+    the sessions are up and the router has every instance as a next hop for both VIPs."""
+    sps = [f.spillway(i.k) for i in f.instances]
+    for sp in sps:
+        sp.wait_phase("serving", timeout=timeout)
+        sp.wait_announced(VIPS, timeout=timeout)
+    f.wait_established(timeout=timeout)
+    nodes = [i.node for i in f.instances]
+    for vip in VIPS:
+        f.wait_nexthops(vip, nodes, timeout=timeout)
+    return sps
+
+
+def http_get(c: T.Client, host: str, port: int = T.HTTP_PORT, path: str = "/", timeout: float = 5.0) -> bytes:
+    """One HTTP/1.0 GET over a fresh TCP connection from client ``c``; the body."""
+    s = c.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.connect((host, port))
+        s.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    finally:
+        s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n")[0], head[:200]
+    return body
+
+
+def long_lived(f: Fleet, n: int = LL_CONNECTIONS) -> LongLived:
+    """``n`` long-lived connections from c1 to web's echo port, each answered a few times."""
+    ll = LongLived(f.client("c1"), VIP_WEB, port=T.ECHO_PORT, n=n, period=LL_PERIOD).start()
+    rep = ll.report()
+    assert rep["established"] == n, summary(rep)
+    T.wait_until(lambda: all(c["answered"] >= 3 for c in ll.report()["per_connection"]),
+                 lambda: f"every long-lived connection answered 3 times: {summary(ll.report())}", timeout=10)
+    return ll
+
+
+def answered_now(ll: LongLived) -> dict[int, int]:
+    return {c["id"]: c["answered"] for c in ll.report()["per_connection"]}
+
+
+def wait_all_progress(ll: LongLived, since: dict[int, int], more: int = 3, timeout: float = 15.0) -> None:
+    """Wait until every connection has ``more`` answers more than in ``since``."""
+    def ok():
+        return all(c["answered"] >= since.get(c["id"], 0) + more and c["state"] == "open"
+                   for c in ll.report()["per_connection"])
+
+    T.wait_until(ok, lambda: f"every connection to be answered {more} more times: {summary(ll.report())}",
+                 timeout=timeout)
+
+
+def check_clean(rep: dict, what: str) -> None:
+    """Every connection lived to the end, answered, never reset, on one backend throughout."""
+    s = summary(rep)
+    assert rep["established"] == rep["connections"] and rep["open"] == rep["connections"], (what, s)
+    assert rep["resets"] == 0 and rep["closed"] == 0 and rep["errors"] == 0, (what, s)
+    assert rep["backends_changed"] == 0, (what, s, [c for c in rep["per_connection"] if len(c["backends"]) > 1])
+    assert rep["lost"] == 0 and rep["answered"] == rep["sent"], (what, s)
+
+
+def carriers(sps: list[FleetSpillway], ll: LongLived, fresh_ms: int = 400) -> dict[str, list[int]]:
+    """Which instance carries each open connection now: the one whose connection table has an
+    entry for it used within ``fresh_ms`` (messages go every 100 ms). {instance: [conn ids]}."""
+    out: dict[str, list[int]] = {sp.inst.short: [] for sp in sps}
+    out["none"] = []
+    c1 = ll.ns
+    for c in ll.report()["per_connection"]:
+        if c["state"] != "open":
+            continue
+        q = (f"/v1/conntrack/lookup?src={c1.ipv4}&dst={VIP_WEB}&proto=tcp&sport={c['local']}"
+             f"&dport={T.ECHO_PORT}")
+        holder = "none"
+        for sp in sps:
+            if not sp.running:
+                continue
+            for w in sp.api(q)["workers"]:
+                if w["state"] == "found" and w["entry"]["idle_ms"] <= fresh_ms:
+                    holder = sp.inst.short
+        out[holder].append(c["id"])
+    return out
+
+
+class FibWatch:
+    """Polls the router's next hops for ``vip`` every ``poll`` s in a thread; :attr:`changes`
+    is [(seconds since start, [next hops])], one row per change (the first is the start)."""
+
+    def __init__(self, f: Fleet, vip: str, poll: float = 0.02):
+        self.f, self.vip, self.poll = f, vip, poll
+        self.changes: list[tuple[float, list[str]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"fib-{vip}")
+        self.t0 = time.monotonic()
+
+    def _run(self) -> None:
+        last = None
+        while not self._stop.is_set():
+            hops = self.f.router_nexthops(self.vip)
+            if hops != last:
+                self.changes.append((round(time.monotonic() - self.t0, 3), hops))
+                last = hops
+            self._stop.wait(self.poll)
+
+    def __enter__(self) -> "FibWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def compare(sps: list[FleetSpillway]) -> subprocess.CompletedProcess:
+    """``spillwayctl compare unix:A unix:B ...``."""
+    return subprocess.run([str(SPILLWAYCTL_BIN), "compare", *[sp.admin for sp in sps]],
+                          capture_output=True, text=True, timeout=30)
+
+
+def metric_sum(sp: FleetSpillway, name: str, **labels) -> float:
+    return sum(sp.metrics().values(name, **labels).values())
+
+
+def link_drops(ns, ifname: str) -> dict[str, int]:
+    """The kernel's counters of ``ifname``: {tx_packets, tx_dropped, rx_packets, rx_dropped}."""
+    st = json.loads(ns.ip("-j", "-s", "link", "show", "dev", ifname).stdout)[0]["stats64"]
+    return {"tx_packets": st["tx"]["packets"], "tx_dropped": st["tx"]["dropped"],
+            "rx_packets": st["rx"]["packets"], "rx_dropped": st["rx"]["dropped"]}
+
+
+def kernel_figures(sp: FleetSpillway) -> dict[str, float]:
+    m = sp.metrics()
+    tap = link_drops(sp.inst, DATA_PORT)
+    return {
+        # frames the kernel could not queue to the data port's tap (DPDK did not read them)
+        "data_tap_tx_dropped": tap["tx_dropped"],
+        "data_tap_tx": tap["tx_packets"],
+        "worker_rx": sum(m.values("spillway_worker_rx_packets_total").values()),
+        "kernel_frames": sum(m.values("spillway_kernel_frames_total").values()),
+        "to_kernel": m.value("spillway_kernel_path_frames_total", 0.0, direction="to_kernel"),
+        "from_kernel": m.value("spillway_kernel_path_frames_total", 0.0, direction="from_kernel"),
+        "to_kernel_dropped": m.value("spillway_kernel_path_dropped_total", 0.0, direction="to_kernel"),
+        "from_kernel_dropped": m.value("spillway_kernel_path_dropped_total", 0.0, direction="from_kernel"),
+        "kernel_busy": m.value("spillway_dropped_packets_total", 0.0, reason="kernel_busy"),
+    }
+
+
+FLOOD = """
+import errno, socket, sys, time
+dst, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+payload = b"flood" * 12
+sent = dropped = 0
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    for _ in range(256):
+        try:
+            s.sendto(payload, (dst, port))
+            sent += 1
+        except OSError:
+            dropped += 1
+print(sent, dropped, flush=True)
+"""
+
+
+# ---- 1 + 6 + 8: spread, exception path and flood, fingerprints -------------------------------------
+def test_spread_exception_path_flood_and_fingerprints():
+    with Fleet(instances=3, bfd=True) as f:
+        t0 = time.monotonic()
+        sps = start_all(f)
+        up_s = time.monotonic() - t0
+        nodes = [i.node for i in f.instances]
+        assert f.router_nexthops(VIP_WEB) == nodes and f.router_nexthops(VIP_OTHER) == nodes
+        for sp in sps:
+            st = sp.instance()
+            assert st["phase"] == "serving" and sorted(st["announced"]) == sorted(VIPS), st
+            assert st["bird"]["up"] is True and st["sync_errors"] == 0, st
+            assert sp.table_vips() == sorted(VIPS)
+            m = sp.metrics()
+            assert m.value("spillway_instance_phase", phase="serving") == 1
+            assert all(m.value("spillway_vip_announced", vip=v) == 1 for v in VIPS)
+            assert m.value("spillway_bird_up") == 1
+
+        # -- spread: 200 new connections from both clients over every instance --------------
+        before = {sp.inst.short: sp.new_connections("web") for sp in sps}
+        by_backend: dict[str, int] = {}
+        t1 = time.monotonic()
+        for i in range(200):
+            body = http_get(f.clients[i % len(f.clients)], VIP_WEB)
+            name = body.split()[0].decode()
+            by_backend[name] = by_backend.get(name, 0) + 1
+        gets_s = time.monotonic() - t1
+        per_instance = {sp.inst.short: int(sp.new_connections("web") - before[sp.inst.short]) for sp in sps}
+        assert sum(by_backend.values()) == 200 and set(by_backend) == {"b1", "b2", "b3", "b4"}, by_backend
+        assert all(v > 0 for v in per_instance.values()), per_instance
+        assert sum(per_instance.values()) >= 200, per_instance
+
+        # -- fingerprints agree ---------------------------------------------------------------
+        r = compare(sps)
+        assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+        fps = [sp.instance()["fingerprints"] for sp in sps]
+        assert fps[0] == fps[1] == fps[2] and set(fps[0]) == {"web", "other"}, fps
+
+        # -- the exception path: a kernel listener on i1's node address, BGP/BFD through it ----
+        i1, sp1 = f.instance(1), sps[0]
+        www = f.state_dir / "www"
+        www.mkdir()
+        blob = os.urandom(256 * 1024)
+        (www / "blob").write_bytes(blob)
+        f.popen(1, [sys.executable, "-m", "http.server", str(KERNEL_PORT), "--bind", i1.node, "--directory", www],
+                log="i1.http.log")
+        k0 = kernel_figures(sp1)
+        T.wait_until(lambda: f.router.run(["curl", "-s", "-o", "/dev/null", "-m", "1", "-w", "%{http_code}",
+                                           f"http://{i1.node}:{KERNEL_PORT}/blob"], check=False).stdout == "200",
+                     "the kernel listener on i1 to answer the router", timeout=10)
+        got = http_get(f.client("c2"), i1.node, KERNEL_PORT, "/blob")
+        assert hashlib.sha256(got).digest() == hashlib.sha256(blob).digest(), len(got)
+        k1 = kernel_figures(sp1)
+        assert k1["to_kernel"] > k0["to_kernel"] and k1["from_kernel"] > k0["from_kernel"] + len(blob) // 1500, (k0, k1)
+        assert f.bgp_state(1) == "Established" and f.router.bird.bfd_sessions().get(i1.node) == "Up"
+
+        # -- a UDP flood of i1's node address while 60 long-lived connections run --------------
+        ll = long_lived(f)
+        sessions_before = {k: v["since"] for k, v in f.router.bird.protocols().items() if k.startswith("i")}
+        k0 = kernel_figures(sp1)
+        mark = answered_now(ll)
+        flood_s = 3.0
+        with FibWatch(f, VIP_WEB) as fib:
+            senders = [f.router.popen([sys.executable, "-c", FLOOD, i1.node, str(FLOOD_PORT), str(flood_s)],
+                                      stdout=subprocess.PIPE) for _ in range(2)]
+            outs = []
+            for p in senders:
+                out, _ = p.communicate(timeout=flood_s + 20)
+                outs.append([int(x) for x in out.split()])
+            during = summary(ll.report())
+            time.sleep(0.5)
+        k1 = kernel_figures(sp1)
+        wait_all_progress(ll, mark, more=int(flood_s / LL_PERIOD) // 2)
+        rep = ll.stop(drain=3.0)
+        check_clean(rep, "flood")
+        sessions_after = {k: v["since"] for k, v in f.router.bird.protocols().items() if k.startswith("i")}
+        flood = {k: int(k1[k] - k0[k]) for k in k1}
+        flood_sent = sum(o[0] for o in outs)
+        assert sessions_after == sessions_before, (sessions_before, sessions_after)
+        assert all(hops == nodes for _, hops in fib.changes), fib.changes  # no instance flapped
+        print("flood:", flood, flood_sent, outs)
+        # Every frame to the node is either handed to the kernel or counted as dropped.
+        assert flood["kernel_frames"] + flood["kernel_busy"] >= flood_sent * 0.9, (flood, flood_sent)
+        assert flood["kernel_busy"] + flood["to_kernel_dropped"] > 0 or flood["to_kernel"] >= flood_sent * 0.9, flood
+
+        # -- another hash_seed on i3: its tables differ, compare says which -------------------
+        sp3 = sps[2]
+        reply = sp3.reload(spillway_config(f, 3, hash_seed=99))
+        T.wait_until(lambda: sp3.instance()["fingerprints"] != fps[0],
+                     lambda: f"i3's fingerprints to change after the reload ({reply})", timeout=10)
+        r2 = compare(sps)
+        assert r2.returncode == 1, (r2.returncode, r2.stdout, r2.stderr)
+        assert "web" in r2.stderr and "other" in r2.stderr, r2.stderr
+        assert compare(sps[:2]).returncode == 0
+
+        record("spread", {
+            "instances": len(sps), "startup_to_ecmp_s": round(up_s, 2), "http_gets": 200,
+            "gets_s": round(gets_s, 2), "new_connections_per_instance": per_instance,
+            "answers_per_backend": by_backend, "router_next_hops": nodes,
+        })
+        record("exception_path", {
+            "kernel_listener_download_bytes": len(blob), "bgp": "Established", "bfd": "Up",
+            "flood_seconds": flood_s, "flood_senders": len(senders), "flood_frames_sent": flood_sent,
+            "flood_send_errors": sum(o[1] for o in outs), "flood_pps": round(flood_sent / flood_s),
+            **{f"flood_{k}": v for k, v in flood.items()},
+            "long_lived_during_flood": {k: during[k] for k in ("sent", "answered", "resets", "longest_stall_s")},
+            "long_lived_end": {k: rep[k] for k in ("connections", "sent", "answered", "lost", "resets",
+                                                    "backends_changed", "longest_stall_s")},
+            "sessions_flapped": 0, "fib_changes": len(fib.changes) - 1,
+        })
+        record("fingerprints", {
+            "equal": fps[0], "compare_exit_equal": r.returncode, "compare_exit_after_seed_change": r2.returncode,
+            "compare_stderr": r2.stderr.strip(),
+        })
