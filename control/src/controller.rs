@@ -10,8 +10,8 @@
 //! It never touches packets or DPDK; the daemon drives it from its main loop (a tokio
 //! current-thread runtime on the main lcore) and the admin API reads it.
 
-use crate::fleet::Instance;
 use crate::config::{self, Config, ConfigError};
+use crate::fleet::Instance;
 use crate::health::{HealthChecker, HealthEvent, TargetStatus};
 use crate::view::DataplaneView;
 use hashbrown::HashMap;

@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod announcer;
 pub mod api;
 pub mod config;
 pub mod controller;

@@ -1282,7 +1282,13 @@ fn announce_needs_a_table_of_its_own_and_sane_durations() {
 
 #[test]
 fn a_services_announce_needs_the_section_a_known_mode_and_a_vip() {
-    let web = |mode: &str| WEB.replacen("    forwarding_rules:", &format!("    announce: {mode}\n    forwarding_rules:"), 1);
+    let web = |mode: &str| {
+        WEB.replacen(
+            "    forwarding_rules:",
+            &format!("    announce: {mode}\n    forwarding_rules:"),
+            1,
+        )
+    };
     for mode in ["when_healthy", "always", "never"] {
         accepts(&with_announce(&web(mode), ANNOUNCE));
     }
@@ -1293,10 +1299,18 @@ fn a_services_announce_needs_the_section_a_known_mode_and_a_vip() {
     let line = rejects(&t, "services[0].announce", "announce: always");
     assert!(line.contains("no top-level `announce:` section"), "{line}");
     // A service of destination prefixes has no VIP to announce.
-    let prefix = web("always").replacen("      - vip: 198.18.0.10", "      - destination_prefix: 198.18.64.0/24", 1);
+    let prefix = web("always").replacen(
+        "      - vip: 198.18.0.10",
+        "      - destination_prefix: 198.18.64.0/24",
+        1,
+    );
     let t = with_announce(&prefix, ANNOUNCE);
     let line = rejects(&t, "services[0].announce", "announce: always");
     assert!(line.contains("has no VIP to announce"), "{line}");
-    let never = web("never").replacen("      - vip: 198.18.0.10", "      - destination_prefix: 198.18.64.0/24", 1);
+    let never = web("never").replacen(
+        "      - vip: 198.18.0.10",
+        "      - destination_prefix: 198.18.64.0/24",
+        1,
+    );
     accepts(&with_announce(&never, ANNOUNCE));
 }

@@ -1,4 +1,4 @@
-//! The fleet side of one instance (`fleet.rs`, `netlink.rs`): which VIPs it announces and
+//! The fleet side of one instance (`fleet.rs`, `announcer.rs`, `netlink.rs`): which VIPs it announces and
 //! when, its phases (starting, serving, drained, stopping) through the admin API, readiness,
 //! the BIRD liveness check, and the netlink handoff itself (the VIP routes in their table, in
 //! a network namespace of its own; root).
@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use common::OneWorker;
 use hyper::Method;
+use spillway_control::announcer::{self, FleetOptions};
 use spillway_control::api::client::Client;
 use spillway_control::api::types::InstanceReply;
 use spillway_control::api::{self, ApiOptions};
 use spillway_control::config::Config;
 use spillway_control::controller::{Controller, Override};
-use spillway_control::fleet::{self, FleetOptions, Instance, Phase};
+use spillway_control::fleet::{self, Instance, Phase};
 use spillway_control::view::DataplaneView;
 use spillway_core::addr::Addr;
 
@@ -115,7 +116,10 @@ async fn a_serving_instance_announces_each_vip_its_services_want() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn without_an_announce_section_nothing_is_announced() {
-    let text = FLEET.replace("announce:\n  table: 100\n", "").replace("    announce: always\n", "").replace("    announce: never\n", "");
+    let text = FLEET
+        .replace("announce:\n  table: 100\n", "")
+        .replace("    announce: always\n", "")
+        .replace("    announce: never\n", "");
     let (_dir, c) = controller(&text);
     let c = c.lock().unwrap();
     assert!(wanted(&c, true).is_empty());
@@ -180,12 +184,12 @@ async fn readiness_waits_for_the_workers_the_link_and_a_first_health_result() {
     let (_dir, c) = controller(&text);
     let view = OneWorker::new();
     let beats = [view.counters(0).heartbeat.get()];
-    let why = fleet::readiness(&view, &beats, true, &c.lock().unwrap());
+    let why = announcer::readiness(&view, &beats, true, &c.lock().unwrap());
     assert_eq!(why.as_deref(), Some("worker(s) 0 to poll"));
     view.0.heartbeat.inc();
-    let why = fleet::readiness(&view, &beats, false, &c.lock().unwrap());
+    let why = announcer::readiness(&view, &beats, false, &c.lock().unwrap());
     assert_eq!(why.as_deref(), Some("the data port's link to come up"));
-    let why = fleet::readiness(&view, &beats, true, &c.lock().unwrap());
+    let why = announcer::readiness(&view, &beats, true, &c.lock().unwrap());
     assert_eq!(why.as_deref(), Some("a first health result from 127.0.0.1"));
     // The first probe's result (a refusal is a result) makes it ready.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -197,7 +201,7 @@ async fn readiness_waits_for_the_workers_the_link_and_a_first_health_result() {
                 g.on_health_event(ev);
             }
         }
-        if fleet::readiness(&view, &beats, true, &g).is_none() {
+        if announcer::readiness(&view, &beats, true, &g).is_none() {
             break;
         }
         assert!(Instant::now() < deadline, "no first health result in 5 s");
@@ -219,16 +223,16 @@ fn fake_bird(path: &Path, greeting: &'static str) -> tokio::task::JoinHandle<()>
 async fn bird_is_up_when_its_socket_greets_and_down_otherwise() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sock = dir.path().join("bird.ctl");
-    let down = fleet::probe_bird(sock.to_str().unwrap()).await;
+    let down = announcer::probe_bird(sock.to_str().unwrap()).await;
     assert!(!down.up);
     assert!(down.detail.contains("No such file"), "{}", down.detail);
     let bird = fake_bird(&sock, "0001 BIRD 2.0.12 ready.\n");
-    let up = fleet::probe_bird(sock.to_str().unwrap()).await;
+    let up = announcer::probe_bird(sock.to_str().unwrap()).await;
     assert_eq!((up.up, up.detail.as_str()), (true, "BIRD 2.0.12 ready."));
     bird.abort();
     let _ = std::fs::remove_file(&sock);
     let other = fake_bird(&sock, "220 an SMTP server\n");
-    let wrong = fleet::probe_bird(sock.to_str().unwrap()).await;
+    let wrong = announcer::probe_bird(sock.to_str().unwrap()).await;
     assert!(!wrong.up && wrong.detail.contains("unexpected greeting"), "{}", wrong.detail);
     other.abort();
 }
@@ -241,11 +245,12 @@ async fn the_api_drains_and_undrains_the_instance_and_shows_what_is_announced() 
     let dir = tempfile::tempdir().expect("tempdir");
     let sock = dir.path().join("bird.ctl");
     let _bird = fake_bird(&sock, "0001 BIRD 2.0.12 ready.\n");
-    let text = FLEET.replace("  table: 100\n", &format!("  table: 100\n  bird_socket: {}\n", sock.display()));
+    let text = FLEET
+        .replace("  table: 100\n", &format!("  table: 100\n  bird_socket: {}\n", sock.display()));
     let (_cdir, c) = controller(&text);
     let view = Arc::new(OneWorker::new());
     let options = FleetOptions { table: None, link_up: Box::new(|| true) };
-    let task = fleet::spawn(Arc::clone(&c), view.clone(), options);
+    let task = announcer::spawn(Arc::clone(&c), view.clone(), options);
     let listen = format!("unix:{}", dir.path().join("api.sock").display());
     let server = api::spawn(&ApiOptions::new(&listen), Arc::clone(&c), view.clone()).expect("api");
     let client = Client::new(&server.local_addr().to_string(), Duration::from_secs(5)).unwrap();
@@ -313,7 +318,8 @@ async fn table_fingerprints_agree_for_the_same_config_and_differ_otherwise() {
     assert_eq!(base, fp(FLEET));
     let seeded = fp(&FLEET.replace("dataplane:\n", "dataplane:\n  hash_seed: 7\n"));
     assert!(base.iter().zip(&seeded).all(|(x, y)| x.1 != y.1), "every table depends on the seed");
-    let more = fp(&FLEET.replace("[198.18.1.1, 198.18.1.2]", "[198.18.1.1, 198.18.1.2, 198.18.1.9]"));
+    let more =
+        fp(&FLEET.replace("[198.18.1.1, 198.18.1.2]", "[198.18.1.1, 198.18.1.2, 198.18.1.9]"));
     assert_ne!(base[0].1, more[0].1, "web changed");
     assert_eq!(base[1..], more[1..], "the others did not");
     let (_d, c) = controller(FLEET);
@@ -340,12 +346,18 @@ fn the_route_table_holds_exactly_the_announced_vips() {
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", &ns])
         .arg(exe)
-        .args(["--exact", "the_route_table_holds_exactly_the_announced_vips", "--include-ignored", "--nocapture"])
+        .args([
+            "--exact",
+            "the_route_table_holds_exactly_the_announced_vips",
+            "--include-ignored",
+            "--nocapture",
+        ])
         .env("SPILLWAY_IN_NETNS", "1")
         .output()
         .expect("run in the namespace");
     let _ = ip(&["netns", "del", &ns]);
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && text.contains("1 passed"), "{text}");
 }
 
@@ -363,8 +375,10 @@ fn in_namespace() {
         sh(&["route", "add", "blackhole", "198.19.99.0/24", "table", "100"]);
         let nl = Netlink::connect().expect("netlink");
         let table = RouteTable { netlink: nl.clone(), table: 100, oif: None };
-        let want: BTreeSet<IpAddr> =
-            ["198.19.200.1", "198.19.200.2", "fd00::100"].iter().map(|s| s.parse().unwrap()).collect();
+        let want: BTreeSet<IpAddr> = ["198.19.200.1", "198.19.200.2", "fd00::100"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
         let r = table.sync(&want).await.expect("sync");
         assert_eq!(r.added.len(), 3);
         let v4 = sh(&["route", "show", "table", "100"]);
@@ -376,7 +390,10 @@ fn in_namespace() {
         // Nothing to do when in sync; a deleted route comes back.
         assert!(table.sync(&want).await.expect("sync").added.is_empty());
         sh(&["route", "del", "198.19.200.2", "table", "100"]);
-        assert_eq!(table.sync(&want).await.expect("sync").added, ["198.19.200.2".parse::<IpAddr>().unwrap()]);
+        assert_eq!(
+            table.sync(&want).await.expect("sync").added,
+            ["198.19.200.2".parse::<IpAddr>().unwrap()]
+        );
         // Withdraw one, then all; the foreign route stays.
         let one: BTreeSet<IpAddr> = ["198.19.200.1".parse().unwrap()].into();
         let r = table.sync(&one).await.expect("sync");
@@ -389,9 +406,14 @@ fn in_namespace() {
         sh(&["link", "add", "spl9", "type", "veth", "peer", "name", "spl9p"]);
         let index = nl.link_index("spl9").await.expect("link").expect("spl9 exists");
         assert_eq!(nl.link_index("nosuch0").await.expect("link"), None);
-        nl.configure_interface(index, [2, 0, 0, 0, 0, 9], 1400, &[("198.18.0.11".parse().unwrap(), 16), ("fd00::11".parse().unwrap(), 64)])
-            .await
-            .expect("configure");
+        nl.configure_interface(
+            index,
+            [2, 0, 0, 0, 0, 9],
+            1400,
+            &[("198.18.0.11".parse().unwrap(), 16), ("fd00::11".parse().unwrap(), 64)],
+        )
+        .await
+        .expect("configure");
         let link = sh(&["addr", "show", "spl9"]);
         assert!(link.contains("02:00:00:00:00:09") && link.contains("mtu 1400"), "{link}");
         assert!(link.contains("198.18.0.11/16") && link.contains("fd00::11/64"), "{link}");

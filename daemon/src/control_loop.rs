@@ -13,11 +13,11 @@ use spillway_control::config::AnnounceConfig;
 use spillway_control::controller::Controller;
 use spillway_control::view::DataplaneView;
 use spillway_core::addr::Addr;
+use spillway_core::counters::{KernelPathCounters, PathDrop, Reason};
 use spillway_dataplane::dpdk::LcoreId;
 use spillway_dataplane::neighbour::{RequestSender, Resolver};
 use spillway_dataplane::node::Node;
 use spillway_dataplane::stats::LivePrinter;
-use spillway_core::counters::{KernelPathCounters, PathDrop, Reason};
 use spillway_dataplane::worker::WorkerCounters;
 
 use crate::systemd::Watchdog;
@@ -252,7 +252,8 @@ impl KernelDropWatch {
         counters: &[WorkerCounters],
         kernel: Option<&KernelPathCounters>,
     ) -> Option<String> {
-        let busy = counters.iter().map(|c| c.reason(Reason::Path(PathDrop::KernelBusy)).get()).sum();
+        let busy =
+            counters.iter().map(|c| c.reason(Reason::Path(PathDrop::KernelBusy)).get()).sum();
         let (refused, back) =
             kernel.map_or((0, 0), |k| (k.to_kernel_dropped.get(), k.from_kernel_dropped.get()));
         let now_seen = [busy, refused, back];
@@ -260,7 +261,8 @@ impl KernelDropWatch {
         if !due {
             return None;
         }
-        let d: Vec<u64> = now_seen.iter().zip(self.seen).map(|(n, s)| n.saturating_sub(s)).collect();
+        let d: Vec<u64> =
+            now_seen.iter().zip(self.seen).map(|(n, s)| n.saturating_sub(s)).collect();
         self.seen = now_seen;
         if d.iter().all(|&x| x == 0) {
             return None;

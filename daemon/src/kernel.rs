@@ -76,11 +76,8 @@ pub async fn configure(nl: &Netlink, name: &str, node: &Node) -> Result<u32, Str
         .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("the kernel interface `{name}` did not appear"))?;
-    let addrs: Vec<(IpAddr, u8)> = [node.ipv4, node.ipv6]
-        .into_iter()
-        .flatten()
-        .map(|(a, p)| (a.to_ip(), p.len()))
-        .collect();
+    let addrs: Vec<(IpAddr, u8)> =
+        [node.ipv4, node.ipv6].into_iter().flatten().map(|(a, p)| (a.to_ip(), p.len())).collect();
     nl.configure_interface(index, node.mac, node.mtu, &addrs).await.map_err(|e| e.to_string())?;
     Ok(index)
 }

@@ -11,17 +11,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use spillway_control::announcer::{self, FleetOptions};
 use spillway_control::api::{ApiError, ApiOptions};
 use spillway_control::config::{self, Config, ConfigError};
-use spillway_control::fleet::{self, FleetOptions};
-use spillway_control::netlink::{Netlink, RouteTable};
 use spillway_control::controller::{ControlError, Controller};
+use spillway_control::netlink::{Netlink, RouteTable};
 use spillway_control::view::DataplaneView;
 use spillway_core::addr::{mask, Prefix};
 use spillway_core::conntrack::Shard;
 use spillway_core::counters::KernelPathCounters;
-use spillway_core::wire::MacDisplay;
 use spillway_core::mailbox::Mailbox;
+use spillway_core::wire::MacDisplay;
 use spillway_dataplane::dpdk::memory::{self, describe_areas};
 use spillway_dataplane::dpdk::{
     self, DpdkError, Eal, HugepagePolicy, Hugepages, Mempool, PollGate, PortSetup,
@@ -129,7 +129,9 @@ fn run_config(
     let need = check::memory::Need::of(dp);
     let policy = HugepagePolicy::from_name(&dp.hugepages).expect("validated hugepages policy");
     let kernel_if = match &dp.kernel_interface {
-        Some(k) if balance => Some(kernel::plan(k).map_err(|m| setting("dataplane.kernel_interface.name", m))?),
+        Some(k) if balance => {
+            Some(kernel::plan(k).map_err(|m| setting("dataplane.kernel_interface.name", m))?)
+        }
         _ => None,
     };
     let mut eal_args = dp.eal_args.clone();
@@ -225,8 +227,7 @@ fn run_config(
     let queues = setup::queues_by_worker(&ports, lcores.len());
     let kernel_counters = Arc::new(KernelPathCounters::default());
     let queue_size = dp.kernel_interface.as_ref().map_or(0, |k| k.queue_size as usize);
-    let to_kernel: Vec<KernelQueue<'_>> =
-        lcores.iter().map(|_| kernel_queue(queue_size)).collect();
+    let to_kernel: Vec<KernelQueue<'_>> = lcores.iter().map(|_| kernel_queue(queue_size)).collect();
     let from_kernel = kernel_queue(queue_size);
     let mut kernel_path = kernel_port.as_ref().map(|port| {
         let (mut rx, mut tx) = port.take_queues().expect("the kernel port's queues, taken once");
@@ -296,7 +297,7 @@ fn run_config(
                 table: route_table(nl),
                 link_up: Box::new(move || flag.load(Ordering::Relaxed)),
             };
-            Some(fleet::spawn(Arc::clone(c), Arc::clone(&view), options))
+            Some(announcer::spawn(Arc::clone(c), Arc::clone(&view), options))
         }
         _ => None,
     };

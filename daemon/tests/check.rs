@@ -724,10 +724,12 @@ fn shipped_configs_on_this_host() {
 
 /// [`CLEAN`] with an exception interface `spl0` and VIP announcement through BIRD.
 fn fleet_config() -> String {
-    CLEAN.replace("  node:\n", "  kernel_interface: {name: spl0}\n  mempool_size: 16383\n  node:\n").replace(
-        "services:\n",
-        "announce:\n  table: 100\n  bird_socket: /run/bird/bird.ctl\nservices:\n",
-    )
+    CLEAN
+        .replace("  node:\n", "  kernel_interface: {name: spl0}\n  mempool_size: 16383\n  node:\n")
+        .replace(
+            "services:\n",
+            "announce:\n  table: 100\n  bird_socket: /run/bird/bird.ctl\nservices:\n",
+        )
 }
 
 #[test]
@@ -735,8 +737,13 @@ fn the_kernel_interface_must_not_exist_yet_and_bird_should_answer() {
     let f = Fake::clean();
     f.mkdir("sys/class/net/eth0");
     let out = f.check(&fleet_config());
-    out.has("PASS", "kernel", "dataplane.kernel_interface: `spl0` is free; it will be DPDK's net_tap");
-    let w = out.has("WARN", "announce", "announce.bird_socket: /run/bird/bird.ctl is not a socket yet");
+    out.has(
+        "PASS",
+        "kernel",
+        "dataplane.kernel_interface: `spl0` is free; it will be DPDK's net_tap",
+    );
+    let w =
+        out.has("WARN", "announce", "announce.bird_socket: /run/bird/bird.ctl is not a socket yet");
     assert!(w.fix.as_deref().is_some_and(|f| f.contains("start BIRD")), "{w:?}");
     assert_eq!(out.status, 0, "a warning only: {}", out.stdout);
     // vhost-net present: auto picks virtio_user.
@@ -745,14 +752,23 @@ fn the_kernel_interface_must_not_exist_yet_and_bird_should_answer() {
     // The name is taken (a Spillway still running, or another device).
     f.mkdir("sys/class/net/spl0");
     let out = f.check(&fleet_config());
-    let l = out.has("FAIL", "kernel", "dataplane.kernel_interface.name: an interface named `spl0` exists already");
+    let l = out.has(
+        "FAIL",
+        "kernel",
+        "dataplane.kernel_interface.name: an interface named `spl0` exists already",
+    );
     assert!(l.fix.is_some(), "{l:?}");
     assert_eq!(out.status, 1);
     // BIRD's socket there: a pass.
     f.remove("sys/class/net/spl0");
     f.mkdir("root/run/bird");
-    let _listener = std::os::unix::net::UnixListener::bind(f.path("root/run/bird/bird.ctl")).expect("bind");
-    f.check(&fleet_config()).has("PASS", "announce", "announce.bird_socket: /run/bird/bird.ctl exists");
+    let _listener =
+        std::os::unix::net::UnixListener::bind(f.path("root/run/bird/bird.ctl")).expect("bind");
+    f.check(&fleet_config()).has(
+        "PASS",
+        "announce",
+        "announce.bird_socket: /run/bird/bird.ctl exists",
+    );
     // Announcing without an exception interface is allowed, with a warning.
     let plain = fleet_config().replace("  kernel_interface: {name: spl0}\n", "");
     f.check(&plain).has("WARN", "announce", "announce without dataplane.kernel_interface");

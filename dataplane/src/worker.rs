@@ -267,8 +267,9 @@ impl<'p, 'c> Worker<'p, 'c> {
         };
         // Split the borrows: the caches are loaded once (one pointer compare each), the shard
         // is written.
-        let Balancer { snapshots, neighbours, next_hops, events, shard, node, origin, kernel, .. } =
-            b;
+        let Balancer {
+            snapshots, neighbours, next_hops, events, shard, node, origin, kernel, ..
+        } = b;
         let snap = snapshots.load();
         c.snapshot_generation.set(snap.generation);
         let neighbours = neighbours.load();

@@ -502,12 +502,37 @@ fn with_a_kernel_interface_the_nodes_own_traffic_goes_to_it_unchanged() {
     let mut r = Rig::with_kernel(Encap::Ipip);
     // BGP to the node, a health check's SYN-ACK back to the node, UDP to the node.
     let frames = [
-        eth(NODE_MAC, CLIENT_MAC, 0x0800, &ipv4("198.18.0.254", "198.18.0.2", 6, true, &tcp(40000, 179, 0x02, b""))),
-        eth(NODE_MAC, B1_MAC, 0x0800, &ipv4("198.18.1.1", "198.18.0.2", 6, true, &tcp(80, 51000, 0x12, b""))),
-        eth(NODE_MAC, CLIENT_MAC, 0x0800, &ipv4("198.18.10.5", "198.18.0.2", 17, false, &udp(5000, 53, b"q"))),
-        eth(NODE_MAC, CLIENT_MAC, 0x86dd, &ipv6("fd00::10:5", "fd00::2", 6, &tcp(40000, 22, 0x02, b""))),
+        eth(
+            NODE_MAC,
+            CLIENT_MAC,
+            0x0800,
+            &ipv4("198.18.0.254", "198.18.0.2", 6, true, &tcp(40000, 179, 0x02, b"")),
+        ),
+        eth(
+            NODE_MAC,
+            B1_MAC,
+            0x0800,
+            &ipv4("198.18.1.1", "198.18.0.2", 6, true, &tcp(80, 51000, 0x12, b"")),
+        ),
+        eth(
+            NODE_MAC,
+            CLIENT_MAC,
+            0x0800,
+            &ipv4("198.18.10.5", "198.18.0.2", 17, false, &udp(5000, 53, b"q")),
+        ),
+        eth(
+            NODE_MAC,
+            CLIENT_MAC,
+            0x86dd,
+            &ipv6("fd00::10:5", "fd00::2", 6, &tcp(40000, 22, 0x02, b"")),
+        ),
         // IPv6 link-local: the kernel's (BGP over link-local, its own neighbour discovery).
-        eth(NODE_MAC, CLIENT_MAC, 0x86dd, &ipv6("fe80::1", "fe80::2", 6, &tcp(40000, 179, 0x02, b""))),
+        eth(
+            NODE_MAC,
+            CLIENT_MAC,
+            0x86dd,
+            &ipv6("fe80::1", "fe80::2", 6, &tcp(40000, 179, 0x02, b"")),
+        ),
     ];
     for (i, f) in frames.iter().enumerate() {
         let (o, out) = r.run(f);
@@ -534,8 +559,12 @@ fn with_a_kernel_interface_the_node_still_answers_arp_echo_and_forwards_vip_traf
     let mut icmp = vec![8, 0, 0, 0, 0x12, 0x34, 0, 1];
     let c = csum(&icmp);
     icmp[2..4].copy_from_slice(&c.to_be_bytes());
-    let (o, out) =
-        r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ipv4("198.18.10.5", "198.18.0.2", 1, false, &icmp)));
+    let (o, out) = r.run(&eth(
+        NODE_MAC,
+        CLIENT_MAC,
+        0x0800,
+        &ipv4("198.18.10.5", "198.18.0.2", 1, false, &icmp),
+    ));
     assert_eq!(o, Outcome::Transmit);
     assert_eq!(out[34], 0, "echo reply");
     // VIP traffic: encapsulated to the backend as without it.
@@ -561,7 +590,8 @@ fn with_a_kernel_interface_an_icmp_error_about_the_nodes_own_packet_goes_to_the_
     icmp.extend_from_slice(&quoted[..28]);
     let c = csum(&icmp);
     icmp[2..4].copy_from_slice(&c.to_be_bytes());
-    let frame = eth(NODE_MAC, CLIENT_MAC, 0x0800, &ipv4("198.18.0.254", "198.18.0.2", 1, false, &icmp));
+    let frame =
+        eth(NODE_MAC, CLIENT_MAC, 0x0800, &ipv4("198.18.0.254", "198.18.0.2", 1, false, &icmp));
     let (o, _) = r.run(&frame);
     assert_eq!(o, Outcome::ToKernel);
     // One about a VIP flow still goes to the flow's backend.

@@ -838,10 +838,14 @@ class FleetSpillway:
                                     f"{self.output()[-2000:]}", timeout=timeout)
         self.running_at = time.monotonic()
         if attach:
-            # Only once the port runs: the driver sets the kernel side's MAC until then.
-            self.inst.attach_data_port(timeout=10)
-            self._default_route()
+            self.attach()
         return self
+
+    def attach(self) -> None:
+        """Enslave the data port to ``brd`` (only once the port runs: the driver sets the
+        kernel side's MAC until then) and give the kernel its default route over ``spl0``."""
+        self.inst.attach_data_port(timeout=10)
+        self._default_route()
 
     def _default_route(self, timeout: float = 10.0) -> None:
         i = self.inst

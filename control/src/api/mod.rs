@@ -628,7 +628,10 @@ fn instance_reply(c: &Controller) -> InstanceReply {
 }
 
 /// `POST /v1/instance/drain`: withdraw every VIP, keep forwarding what arrives.
-async fn drain_instance(State(api): State<Api>, body: Bytes) -> Result<Json<InstanceReply>, HttpError> {
+async fn drain_instance(
+    State(api): State<Api>,
+    body: Bytes,
+) -> Result<Json<InstanceReply>, HttpError> {
     set_instance_drained(&api, &body, true)
 }
 
@@ -640,7 +643,11 @@ async fn undrain_instance(
     set_instance_drained(&api, &body, false)
 }
 
-fn set_instance_drained(api: &Api, body: &[u8], drained: bool) -> Result<Json<InstanceReply>, HttpError> {
+fn set_instance_drained(
+    api: &Api,
+    body: &[u8],
+    drained: bool,
+) -> Result<Json<InstanceReply>, HttpError> {
     if !body.iter().all(u8::is_ascii_whitespace) {
         let _: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)
             .map_err(|e| HttpError::bad_request(format!("the body must be empty or {{}}: {e}")))?;

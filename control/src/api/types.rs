@@ -486,40 +486,4 @@ pub struct ExplainEntry {
     pub invalid_reason: Option<String>,
 }
 
-/// What BIRD's control socket said last.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BirdStatus {
-    /// It answered with its greeting.
-    pub up: bool,
-    /// Its greeting (`BIRD 2.0.12 ready.`), or why it did not answer.
-    pub detail: String,
-}
-
-/// `GET /v1/instance`, and the reply of `POST /v1/instance/drain` and `/undrain`: the
-/// instance's place in its fleet.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct InstanceReply {
-    /// `starting`, `serving`, `drained` or `stopping`.
-    pub phase: String,
-    /// Seconds in that phase.
-    pub in_phase_sec: f64,
-    /// While starting: what readiness waits for.
-    pub waiting_for: Option<String>,
-    /// Seconds since a packet was last forwarded.
-    pub quiet_for_sec: f64,
-    /// Drained or stopping, and no packet forwarded for `announce.quiet_sec` (the phase that
-    /// long too): the routers have moved the traffic away.
-    pub traffic_stopped: bool,
-    /// VIPs wanted now, each with the services that want it.
-    pub wanted: BTreeMap<String, Vec<String>>,
-    /// VIPs in the route table (as of the last sync that worked).
-    pub announced: Vec<String>,
-    /// Failed syncs of the route table.
-    pub sync_errors: u64,
-    /// The last sync's error, until one works.
-    pub last_error: Option<String>,
-    /// BIRD's control socket, when `announce.bird_socket` is set.
-    pub bird: Option<BirdStatus>,
-    /// Per service, its table fingerprint (hex), to compare instances.
-    pub fingerprints: BTreeMap<String, String>,
-}
+pub use crate::fleet::{BirdStatus, InstanceReply};

@@ -87,7 +87,9 @@ pub fn interface_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 15 {
         return Err(format!("`{name}` must be 1 to 15 characters (a Linux interface name)"));
     }
-    if name == "." || name == ".." || name.chars().any(|ch| ch == '/' || ch == ':' || ch.is_whitespace())
+    if name == "."
+        || name == ".."
+        || name.chars().any(|ch| ch == '/' || ch == ':' || ch.is_whitespace())
     {
         return Err(format!("`{name}` is not a valid interface name (no `/`, `:` or spaces)"));
     }
@@ -186,7 +188,10 @@ impl Checker {
                 self.err("dataplane.kernel_interface.name", e);
             }
             if !KERNEL_DRIVERS.contains(&k.driver.as_str()) {
-                self.err("dataplane.kernel_interface.driver", not_one_of(&k.driver, KERNEL_DRIVERS));
+                self.err(
+                    "dataplane.kernel_interface.driver",
+                    not_one_of(&k.driver, KERNEL_DRIVERS),
+                );
             }
             if !(64..=16384).contains(&k.queue_size) || !k.queue_size.is_power_of_two() {
                 self.err(

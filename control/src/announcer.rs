@@ -1,0 +1,216 @@
+//! The loop that keeps an instance's announcement in step ([`crate::fleet`] decides): every
+//! [`PERIOD`] it evaluates readiness and the wanted VIPs, syncs the route table
+//! ([`crate::netlink::RouteTable`]) when they change (and every [`RESYNC`] anyway, so a route
+//! someone deleted comes back), retries after an error, and checks that BIRD answers on its
+//! control socket when `announce.bird_socket` is set. An error never stops forwarding: it is
+//! logged, counted and shown in the status until a sync works.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use spillway_core::addr::Addr;
+use spillway_core::counters::Reason;
+
+use crate::controller::Controller;
+use crate::fleet::{wanted, BirdStatus, Phase};
+use crate::netlink::RouteTable;
+use crate::view::DataplaneView;
+
+/// How often BIRD's control socket is checked.
+pub const BIRD_PERIOD: Duration = Duration::from_secs(2);
+/// How long after a failed sync the next try comes.
+pub const RETRY: Duration = Duration::from_secs(2);
+/// How often the table is re-read and repaired even when nothing changed.
+pub const RESYNC: Duration = Duration::from_secs(10);
+/// How often the loop looks at the instance.
+pub const PERIOD: Duration = Duration::from_millis(100);
+/// The sum of every worker's forwarded packets.
+pub fn forwarded(view: &dyn DataplaneView) -> u64 {
+    (0..view.workers())
+        .map(|w| {
+            let c = view.counters(w);
+            Reason::all()
+                .filter(|r| matches!(r, Reason::Forward(_)))
+                .map(|r| c.reason(r).get())
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// What readiness waits for, or `None` when the instance is ready: every worker's heartbeat
+/// moved since `heartbeats` (read when the loop started), the data port's link is up, every
+/// health check has a first result.
+pub fn readiness(
+    view: &dyn DataplaneView,
+    heartbeats: &[u64],
+    link_up: bool,
+    controller: &Controller,
+) -> Option<String> {
+    let stalled: Vec<String> = (0..view.workers())
+        .filter(|&w| view.counters(w).heartbeat.get() <= heartbeats.get(w).copied().unwrap_or(0))
+        .map(|w| w.to_string())
+        .collect();
+    if !stalled.is_empty() {
+        return Some(format!("worker(s) {} to poll", stalled.join(", ")));
+    }
+    if !link_up {
+        return Some("the data port's link to come up".into());
+    }
+    let pending: Vec<String> = controller
+        .health_status()
+        .into_iter()
+        .filter(|t| t.last_result.is_none())
+        .map(|t| t.key.endpoint.addr.to_string())
+        .collect();
+    if !pending.is_empty() {
+        return Some(format!("a first health result from {}", pending.join(", ")));
+    }
+    None
+}
+
+/// Asks BIRD's control socket for its greeting (`0001 BIRD 2.0.12 ready.`).
+pub async fn probe_bird(path: &str) -> BirdStatus {
+    use tokio::io::AsyncBufReadExt;
+    let attempt = async {
+        let stream = tokio::net::UnixStream::connect(path).await?;
+        let mut line = String::new();
+        tokio::io::BufReader::new(stream).read_line(&mut line).await?;
+        Ok::<_, std::io::Error>(line)
+    };
+    match tokio::time::timeout(Duration::from_secs(1), attempt).await {
+        Ok(Ok(line)) if line.starts_with("0001 ") => {
+            BirdStatus { up: true, detail: line[5..].trim().to_owned() }
+        }
+        Ok(Ok(line)) => BirdStatus { up: false, detail: format!("unexpected greeting {line:?}") },
+        Ok(Err(e)) => BirdStatus { up: false, detail: format!("{path}: {e}") },
+        Err(_) => BirdStatus { up: false, detail: format!("{path}: no greeting within 1 s") },
+    }
+}
+
+/// What the loop needs besides the controller and the view.
+pub struct FleetOptions {
+    /// The route table the VIPs go to (`None`: decide and report only, e.g. in tests).
+    pub table: Option<RouteTable>,
+    /// Whether the data port's link is up.
+    pub link_up: Box<dyn Fn() -> bool + Send>,
+}
+
+impl std::fmt::Debug for FleetOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetOptions").field("table", &self.table).finish_non_exhaustive()
+    }
+}
+
+/// Runs the instance's fleet loop on the current runtime until the runtime stops.
+pub fn spawn(
+    controller: Arc<Mutex<Controller>>,
+    view: Arc<dyn DataplaneView>,
+    options: FleetOptions,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(run(controller, view, options))
+}
+
+async fn run(
+    controller: Arc<Mutex<Controller>>,
+    view: Arc<dyn DataplaneView>,
+    options: FleetOptions,
+) {
+    let heartbeats: Vec<u64> =
+        (0..view.workers()).map(|w| view.counters(w).heartbeat.get()).collect();
+    let mut applied: Option<BTreeSet<IpAddr>> = None;
+    let mut next_sync = Instant::now();
+    let mut next_bird = Instant::now();
+    let bird_socket = {
+        let c = controller.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        c.config().announce.as_ref().and_then(|a| a.bird_socket.clone())
+    };
+    let mut tick = tokio::time::interval(PERIOD);
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let want: BTreeSet<IpAddr> = {
+            let mut c = controller.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let waiting = readiness(&*view, &heartbeats, (options.link_up)(), &c);
+            let snap = c.snapshot();
+            let total = forwarded(&*view);
+            let serving;
+            {
+                let inst = c.instance_mut();
+                inst.set_waiting_for(waiting, now);
+                inst.note_forwarded(total, now);
+                serving = inst.phase() == Phase::Serving;
+            }
+            let w = wanted(c.config(), &snap, serving);
+            let set = w.keys().map(Addr::to_ip).collect();
+            c.instance_mut().wanted = w;
+            set
+        };
+        if let Some(path) = &bird_socket {
+            if now >= next_bird {
+                next_bird = now + BIRD_PERIOD;
+                let status = probe_bird(path).await;
+                let mut c = controller.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let inst = c.instance_mut();
+                let was = inst.bird.as_ref().map(|b| b.up);
+                if was != Some(status.up) {
+                    if status.up {
+                        tracing::info!(socket = %path, "BIRD answers: {}", status.detail);
+                    } else {
+                        tracing::error!(
+                            socket = %path,
+                            "BIRD does not answer ({}): the VIP routes stay in the table, but no \
+                             router hears of them until it does; forwarding goes on",
+                            status.detail
+                        );
+                    }
+                }
+                inst.bird = Some(status);
+            }
+        }
+        let Some(table) = &options.table else {
+            let mut c = controller.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            c.instance_mut().announced = want.iter().map(|ip| Addr::from(*ip)).collect();
+            continue;
+        };
+        if applied.as_ref() == Some(&want) && now < next_sync {
+            continue;
+        }
+        let result = table.sync(&want).await;
+        let mut c = controller.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let inst = c.instance_mut();
+        match result {
+            Ok(report) => {
+                for a in &report.added {
+                    tracing::info!(vip = %a, table = table.table, "VIP announced");
+                }
+                for a in &report.removed {
+                    tracing::info!(vip = %a, table = table.table, "VIP withdrawn");
+                }
+                if inst.last_error.take().is_some() {
+                    tracing::info!(table = table.table, "the VIP route table is in sync again");
+                }
+                inst.syncs += 1;
+                inst.announced = want.iter().map(|ip| Addr::from(*ip)).collect();
+                applied = Some(want);
+                next_sync = now + RESYNC;
+            }
+            Err(e) => {
+                inst.sync_errors += 1;
+                let msg = e.to_string();
+                if inst.last_error.as_deref() != Some(msg.as_str()) {
+                    tracing::error!(
+                        table = table.table,
+                        "cannot update the VIP route table ({msg}); forwarding goes on, retrying \
+                         every {} s",
+                        RETRY.as_secs()
+                    );
+                }
+                inst.last_error = Some(msg);
+                applied = None;
+                next_sync = now + RETRY;
+            }
+        }
+    }
+}
