@@ -40,13 +40,19 @@ pub fn forwarded(view: &dyn DataplaneView) -> u64 {
 }
 
 /// What readiness waits for, or `None` when the instance is ready: every worker's heartbeat
-/// moved since `heartbeats` (read when the loop started), the data port's link is up, every
-/// health check has a first result.
+/// moved since `heartbeats` (read when the loop started), the data port's link is up, and every
+/// health-checked backend has a settled verdict: its check's threshold of results in a row
+/// (`healthy_threshold` successes for a healthy one, `unhealthy_threshold` failures for an
+/// unhealthy one), applied to the snapshot. Announcing on a first result alone would let an
+/// instance attract flows while its tables still differ from its peers' (flows moved to it by
+/// ECMP would change backend). A backend that flaps never settles: after `waited` reaches the
+/// longest check's thresholds x interval (plus a timeout), readiness stops waiting for it.
 pub fn readiness(
     view: &dyn DataplaneView,
     heartbeats: &[u64],
     link_up: bool,
     controller: &Controller,
+    waited: Duration,
 ) -> Option<String> {
     let stalled: Vec<String> = (0..view.workers())
         .filter(|&w| view.counters(w).heartbeat.get() <= heartbeats.get(w).copied().unwrap_or(0))
@@ -58,14 +64,42 @@ pub fn readiness(
     if !link_up {
         return Some("the data port's link to come up".into());
     }
-    let pending: Vec<String> = controller
-        .health_status()
-        .into_iter()
-        .filter(|t| t.last_result.is_none())
-        .map(|t| t.key.endpoint.addr.to_string())
-        .collect();
-    if !pending.is_empty() {
-        return Some(format!("a first health result from {}", pending.join(", ")));
+    let specs = controller.config().check_specs();
+    let patience = specs
+        .values()
+        .map(|s| {
+            s.interval * (s.healthy_threshold.max(s.unhealthy_threshold).max(1) + 1) + s.timeout
+        })
+        .max()
+        .unwrap_or_default();
+    let mut first = BTreeSet::new();
+    let mut unsettled = BTreeSet::new();
+    for t in controller.health_status() {
+        let addr = t.key.endpoint.addr.to_string();
+        let Some(spec) = specs.get(&t.check) else { continue };
+        if t.last_result.is_none() {
+            first.insert(addr);
+            continue;
+        }
+        let by_threshold = if t.healthy {
+            t.consecutive_ok >= spec.healthy_threshold.max(1)
+        } else {
+            t.consecutive_fail >= spec.unhealthy_threshold.max(1)
+        };
+        let applied = controller.probe_verdict(&t.key).unwrap_or(spec.initial_healthy) == t.healthy;
+        if !(by_threshold && applied) {
+            unsettled.insert(addr);
+        }
+    }
+    let list = |s: BTreeSet<String>| s.into_iter().collect::<Vec<_>>().join(", ");
+    if !first.is_empty() {
+        return Some(format!("a first health result from {}", list(first)));
+    }
+    if !unsettled.is_empty() && waited < patience {
+        return Some(format!(
+            "settled health verdicts (each check's thresholds in a row) from {}",
+            list(unsettled)
+        ));
     }
     None
 }
@@ -126,13 +160,14 @@ async fn run(
         let c = controller.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         c.config().announce.as_ref().and_then(|a| a.bird_socket.clone())
     };
+    let started = Instant::now();
     let mut tick = tokio::time::interval(PERIOD);
     loop {
         tick.tick().await;
         let now = Instant::now();
         let want: BTreeSet<IpAddr> = {
             let mut c = controller.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let waiting = readiness(&*view, &heartbeats, (options.link_up)(), &c);
+            let waiting = readiness(&*view, &heartbeats, (options.link_up)(), &c, now - started);
             let snap = c.snapshot();
             let total = forwarded(&*view);
             let serving;

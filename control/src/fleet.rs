@@ -151,6 +151,8 @@ pub struct Instance {
     pub(crate) bird: Option<BirdStatus>,
     forwarded: u64,
     last_traffic: Instant,
+    /// Since when nothing is announced because the instance is not serving.
+    withdrawn_since: Option<Instant>,
 }
 
 impl Instance {
@@ -171,6 +173,7 @@ impl Instance {
             bird: None,
             forwarded: 0,
             last_traffic: now,
+            withdrawn_since: Some(now),
         }
     }
 
@@ -191,6 +194,11 @@ impl Instance {
         };
         if phase != self.phase {
             tracing::info!(from = self.phase.as_str(), to = phase.as_str(), "instance phase");
+            if phase == Phase::Serving {
+                self.withdrawn_since = None;
+            } else if self.phase == Phase::Serving {
+                self.withdrawn_since = Some(now);
+            }
             self.phase = phase;
             self.phase_since = now;
         }
@@ -240,6 +248,12 @@ impl Instance {
         now.saturating_duration_since(self.last_traffic)
     }
 
+    /// How long the instance has not been serving (drained, stopping or still starting);
+    /// `None` while it serves.
+    pub fn withdrawn_for(&self, now: Instant) -> Option<Duration> {
+        self.withdrawn_since.map(|t| now.saturating_duration_since(t))
+    }
+
     /// How long the instance has been in its phase.
     pub fn in_phase_for(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.phase_since)
@@ -278,10 +292,9 @@ impl Instance {
             in_phase_sec: self.in_phase_for(now).as_secs_f64(),
             waiting_for: self.waiting_for.clone(),
             quiet_for_sec: quiet.as_secs_f64(),
-            traffic_stopped: self.phase != Phase::Serving
-                && self.phase != Phase::Starting
+            traffic_stopped: self.phase != Phase::Starting
                 && quiet >= quiet_after
-                && self.in_phase_for(now) >= quiet_after,
+                && self.withdrawn_for(now).is_some_and(|w| w >= quiet_after),
             wanted: self.wanted.iter().map(|(a, s)| (a.to_string(), s.clone())).collect(),
             announced: self.announced.iter().map(ToString::to_string).collect(),
             sync_errors: self.sync_errors,

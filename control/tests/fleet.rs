@@ -172,11 +172,12 @@ fn traffic_has_stopped_once_nothing_was_forwarded_for_the_quiet_time_after_the_d
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn readiness_waits_for_the_workers_the_link_and_a_first_health_result() {
-    // One backend probed on a port nothing listens on, every 50 ms.
+async fn readiness_waits_for_the_workers_the_link_and_settled_health_verdicts() {
+    // One backend probed every 100 ms on a port nothing listens on (refused at once): its
+    // verdict, unhealthy from the start, is settled after 3 failures in a row.
     let text = FLEET.replace(
         "topology:",
-        "health_checks:\n  hc: {type: TCP, port: 9, check_interval_sec: 0.05, timeout_sec: 0.05}\ntopology:",
+        "health_checks:\n  hc: {type: TCP, port: 9, check_interval_sec: 0.1, timeout_sec: 0.1, unhealthy_threshold: 3}\ntopology:",
     )
     .replacen("        - {group: a, zone: zone-a, endpoints: [198.18.1.5]}", "        - {group: a, zone: zone-a, health_check: hc, endpoints: [127.0.0.1]}", 1)
     // The probe goes to loopback (refused at once); the other backends are never probed.
@@ -184,28 +185,80 @@ async fn readiness_waits_for_the_workers_the_link_and_a_first_health_result() {
     let (_dir, c) = controller(&text);
     let view = OneWorker::new();
     let beats = [view.counters(0).heartbeat.get()];
-    let why = announcer::readiness(&view, &beats, true, &c.lock().unwrap());
-    assert_eq!(why.as_deref(), Some("worker(s) 0 to poll"));
+    let ready = |link: bool, waited: f64| {
+        announcer::readiness(
+            &view,
+            &beats,
+            link,
+            &c.lock().unwrap(),
+            Duration::from_secs_f64(waited),
+        )
+    };
+    assert_eq!(ready(true, 0.0).as_deref(), Some("worker(s) 0 to poll"));
     view.0.heartbeat.inc();
-    let why = announcer::readiness(&view, &beats, false, &c.lock().unwrap());
-    assert_eq!(why.as_deref(), Some("the data port's link to come up"));
-    let why = announcer::readiness(&view, &beats, true, &c.lock().unwrap());
-    assert_eq!(why.as_deref(), Some("a first health result from 127.0.0.1"));
-    // The first probe's result (a refusal is a result) makes it ready.
+    assert_eq!(ready(false, 0.0).as_deref(), Some("the data port's link to come up"));
+    assert_eq!(ready(true, 0.0).as_deref(), Some("a first health result from 127.0.0.1"));
+    // The probes' results come in; each one is applied as the control loop would.
+    let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let mut g = c.lock().unwrap();
-        if let Some(mut events) = g.take_health_events() {
-            while let Ok(ev) = events.try_recv() {
-                g.on_health_event(ev);
-            }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let why = ready(true, 0.0);
+        let probes = c.lock().unwrap().health_status()[0].consecutive_fail;
+        if seen.last() != Some(&(why.clone(), probes)) {
+            seen.push((why.clone(), probes));
         }
-        if announcer::readiness(&view, &beats, true, &g).is_none() {
+        if why.is_none() {
             break;
         }
-        assert!(Instant::now() < deadline, "no first health result in 5 s");
+        assert!(Instant::now() < deadline, "never ready: {seen:?}");
     }
+    // After a first failure it waited for the third in a row; ready with the third.
+    let unsettled = "settled health verdicts (each check's thresholds in a row) from 127.0.0.1";
+    assert!(
+        seen.iter().any(|(w, n)| w.as_deref() == Some(unsettled) && (1..3).contains(n)),
+        "{seen:?}"
+    );
+    assert_eq!(seen.last().map(|s| s.1), Some(3), "{seen:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_verdict_that_never_settles_is_waited_for_only_so_long() {
+    // A backend that answers every probe (a listener here), under a check that needs 3
+    // successes in a row: right after the first success it is unsettled; readiness waits the
+    // check's thresholds x interval, then no longer.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let text = FLEET.replace(
+        "topology:",
+        &format!("health_checks:\n  hc: {{type: TCP, port: {port}, check_interval_sec: 1, timeout_sec: 0.5, healthy_threshold: 3, unhealthy_threshold: 3}}\ntopology:"),
+    )
+    .replacen("        - {group: a, zone: zone-a, endpoints: [198.18.1.5]}", "        - {group: a, zone: zone-a, health_check: hc, endpoints: [127.0.0.1]}", 1)
+    .replacen("    ipv4: 198.18.0.11/16\n", "    ipv4: 127.0.0.2/8\n    gateway_ipv4: 127.0.0.3\n", 1);
+    let (_dir, c) = controller(&text);
+    let view = OneWorker::new();
+    let beats = [0];
+    view.0.heartbeat.inc();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c.lock().unwrap().health_status()[0].last_result.is_none() {
+        assert!(Instant::now() < deadline, "no first probe");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ready = |waited: f64| {
+        announcer::readiness(
+            &view,
+            &beats,
+            true,
+            &c.lock().unwrap(),
+            Duration::from_secs_f64(waited),
+        )
+    };
+    let why = ready(0.5).expect("one success of three: unsettled");
+    assert!(why.starts_with("settled health verdicts"), "{why}");
+    // 3 + 1 intervals of 1 s, plus the 0.5 s timeout.
+    assert!(ready(4.4).is_some());
+    assert_eq!(ready(4.5), None);
+    drop(listener);
 }
 
 /// A fake BIRD control socket: sends `greeting` to whoever connects.
@@ -425,4 +478,21 @@ fn in_namespace() {
         let v4 = sh(&["route", "show", "table", "100"]);
         assert!(!v4.contains("198.19.200.1"), "the route went with its interface: {v4}");
     });
+}
+
+#[test]
+fn a_stop_after_a_drain_counts_the_quiet_time_from_the_drain() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let quiet = Duration::from_secs(1);
+    let mut i = Instance::new(t0);
+    assert_eq!(i.withdrawn_for(at(500)), Some(Duration::from_millis(500)), "never announced");
+    i.set_waiting_for(None, at(1000));
+    assert_eq!(i.withdrawn_for(at(1500)), None, "serving");
+    i.note_forwarded(10, at(1500));
+    i.set_drained(true, at(2000));
+    // The stop comes long after the drain, traffic long gone: stopped already.
+    i.begin_stop(at(9000));
+    assert_eq!(i.withdrawn_for(at(9000)), Some(Duration::from_secs(7)));
+    assert!(i.status(at(9000), quiet).traffic_stopped);
 }

@@ -129,7 +129,9 @@ pub async fn run(
             let c = lock(c);
             let inst = c.instance();
             let withdrawn = inst.announced().is_empty();
-            let quiet = inst.quiet_for(now) >= st.quiet && now - st.since >= st.quiet;
+            // Quiet for `quiet` since the withdrawal (a drain before the stop counts).
+            let quiet = inst.quiet_for(now) >= st.quiet
+                && inst.withdrawn_for(now).is_some_and(|w| w >= st.quiet);
             if (withdrawn && quiet) || now - st.since >= st.grace {
                 tracing::info!(
                     after_sec = (now - st.since).as_secs_f64(),

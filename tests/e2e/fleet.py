@@ -37,15 +37,23 @@ Layout (:class:`Fleet`, defaults)::
 BGP timers: hold 3 s, keepalive 1 s, connect delay / retry 1 s, error wait 1-3 s; with
 ``Fleet(bfd=True)`` both sides also run BFD (100 ms, multiplier 3) and tie the sessions to it.
 
-Until Spillway has its kernel interface, :meth:`Fleet.standin_instance` builds a control-plane
-stand-in in an instance namespace (:class:`StandIn`: a veth ``spl0`` into ``brd`` with the node
-address, and the table-100 routes), so that BGP and the router's ECMP FIB can be tested
-without Spillway. It forwards no VIP traffic.
+:meth:`Fleet.spillway` runs the real daemon in an instance namespace (:class:`FleetSpillway`,
+configured by :func:`spillway_config`: services ``web`` and ``other``, the kernel interface
+``spl0``, VIPs announced into table 100 for the instance's BIRD, the admin API on
+``<state>/i<k>.admin.sock``): it starts it, waits for ``spillway: running``, enslaves the data
+port to ``brd``, gives the kernel a default route via the router over ``spl0``, and offers
+``api``/``instance``/``ctl``/``metrics``, ``stop`` (SIGTERM, exit code, ``final`` counters),
+``kill`` (SIGKILL) and ``reload``. :meth:`Fleet.standin_instance` builds a control-plane
+stand-in instead (:class:`StandIn`: a veth ``spl0`` into ``brd`` with the node address, and the
+table-100 routes), so that BGP and the router's ECMP FIB can be tested without Spillway. It
+forwards no VIP traffic.
 
 Everything (namespaces, BIRD and other processes, the state dir ``/tmp/spillway-e2e/<p>/``
 with BIRD configs, sockets and logs) goes on :meth:`Fleet.close` like a :class:`topo.Topology`.
-Requires root, iproute2, /dev/net/tun and BIRD 2 (``bird``, ``birdc``; Debian ``bird2``).
-Standard library only.
+Requires root, iproute2, /dev/net/tun and BIRD 2 (``bird``, ``birdc``; Debian ``bird2``);
+:class:`FleetSpillway` the built daemon and ``spillwayctl`` (``SPILLWAY_BIN``,
+``SPILLWAYCTL_BIN``). Standard library only (but :meth:`FleetSpillway.metrics`, which parses with
+``balancer.Metrics``: prometheus_client).
 """
 
 from __future__ import annotations
@@ -704,7 +712,7 @@ OTHER_BACKENDS = ("b2", "b4")
 
 
 def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: float = 1.0,
-                    stop_grace_sec: float = 10.0, check_interval: float = 0.5) -> dict:
+                    stop_grace_sec: float = 10.0, check_interval: float = 0.5, healthy_threshold: int = 1) -> dict:
     """Instance ``k``'s configuration (JSON is YAML): one worker on a ``net_tap`` data port
     (``dtap0``), node address 198.18.0.(10+k)/16 with the router as gateway, the kernel
     interface ``spl0``, the admin API on ``<state>/i<k>.admin.sock``, VIPs announced into table
@@ -716,15 +724,15 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
       (TCP :7000), so that blocking :7000 on b2 and b4 empties ``other`` and leaves ``web``
       alone.
 
-    Checks every ``check_interval`` s (timeout the same), healthy after 1 success, unhealthy
-    after 2 failures."""
+    Checks every ``check_interval`` s (timeout the same), healthy after ``healthy_threshold``
+    successes, unhealthy after 2 failures."""
     inst = fleet.instance(k)
     sd = fleet.state_dir
     ips = {b.short: b.ipv4 for b in fleet.backends}
 
     def check(port: int) -> dict:
         return {"type": "TCP", "port": port, "check_interval_sec": check_interval, "timeout_sec": check_interval,
-                "healthy_threshold": 1, "unhealthy_threshold": 2}
+                "healthy_threshold": healthy_threshold, "unhealthy_threshold": 2}
 
     return {
         "dataplane": {

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -190,10 +189,6 @@ def compare(sps: list[FleetSpillway]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=30)
 
 
-def metric_sum(sp: FleetSpillway, name: str, **labels) -> float:
-    return sum(sp.metrics().values(name, **labels).values())
-
-
 def link_drops(ns, ifname: str) -> dict[str, int]:
     """The kernel's counters of ``ifname``: {tx_packets, tx_dropped, rx_packets, rx_dropped}."""
     st = json.loads(ns.ip("-j", "-s", "link", "show", "dev", ifname).stdout)[0]["stats64"]
@@ -256,18 +251,33 @@ def test_spread_exception_path_flood_and_fingerprints():
             assert m.value("spillway_bird_up") == 1
 
         # -- spread: 200 new connections from both clients over every instance --------------
-        before = {sp.inst.short: sp.new_connections("web") for sp in sps}
-        by_backend: dict[str, int] = {}
-        t1 = time.monotonic()
-        for i in range(200):
-            body = http_get(f.clients[i % len(f.clients)], VIP_WEB)
-            name = body.split()[0].decode()
-            by_backend[name] = by_backend.get(name, 0) + 1
-        gets_s = time.monotonic() - t1
-        per_instance = {sp.inst.short: int(sp.new_connections("web") - before[sp.inst.short]) for sp in sps}
-        assert sum(by_backend.values()) == 200 and set(by_backend) == {"b1", "b2", "b3", "b4"}, by_backend
-        assert all(v > 0 for v in per_instance.values()), per_instance
-        assert sum(per_instance.values()) >= 200, per_instance
+        def spread() -> tuple[dict, dict, float, list]:
+            before = {sp.inst.short: sp.new_connections("web") for sp in sps}
+            by_backend: dict[str, int] = {}
+            t1 = time.monotonic()
+            with FibWatch(f, VIP_WEB) as fib:
+                for i in range(200):
+                    body = http_get(f.clients[i % len(f.clients)], VIP_WEB)
+                    name = body.split()[0].decode()
+                    by_backend[name] = by_backend.get(name, 0) + 1
+            gets_s = time.monotonic() - t1
+            per_instance = {sp.inst.short: int(sp.new_connections("web") - before[sp.inst.short]) for sp in sps}
+            assert sum(by_backend.values()) == 200 and set(by_backend) == {"b1", "b2", "b3", "b4"}, by_backend
+            assert sum(per_instance.values()) >= 200, per_instance
+            return per_instance, by_backend, gets_s, fib.changes
+
+        per_instance, by_backend, gets_s, fib_changes = spread()
+        flaps_during_spread = []
+        if not all(v > 0 for v in per_instance.values()) and len(fib_changes) > 1:
+            # A session flapped meanwhile (the FIB changed: on this 2-core machine BFD's 300 ms
+            # can be missed under load): reported, and once more with every instance routed.
+            flaps_during_spread = fib_changes
+            print(f"\nspread: the router's next hops changed during the GETs: {fib_changes}; again")
+            f.wait_established(timeout=20)
+            f.wait_nexthops(VIP_WEB, nodes, timeout=20)
+            per_instance, by_backend, gets_s, fib_changes = spread()
+        assert all(v > 0 for v in per_instance.values()), (
+            per_instance, fib_changes, f.router.run(["ip", "-d", "route", "show", f"{VIP_WEB}/32"]).stdout)
 
         # -- fingerprints agree ---------------------------------------------------------------
         r = compare(sps)
@@ -291,12 +301,13 @@ def test_spread_exception_path_flood_and_fingerprints():
         assert hashlib.sha256(got).digest() == hashlib.sha256(blob).digest(), len(got)
         k1 = kernel_figures(sp1)
         assert k1["to_kernel"] > k0["to_kernel"] and k1["from_kernel"] > k0["from_kernel"] + len(blob) // 1500, (k0, k1)
-        assert f.bgp_state(1) == "Established" and f.router.bird.bfd_sessions().get(i1.node) == "Up"
+        f.wait_established([1], timeout=20)  # BGP and BFD, through i1's exception path
 
         # -- a UDP flood of i1's node address while 60 long-lived connections run --------------
         ll = long_lived(f)
         sessions_before = {k: v["since"] for k, v in f.router.bird.protocols().items() if k.startswith("i")}
-        logs_mark = {b.name: b.log.stat().st_size for b in (f.router.bird, i1.bird)}
+        birds = [f.router.bird, *(i.bird for i in f.instances)]
+        logs_mark = {b.name: b.log.stat().st_size for b in birds}
         k0 = kernel_figures(sp1)
         mark = answered_now(ll)
         flood_s = 3.0
@@ -328,12 +339,14 @@ def test_spread_exception_path_flood_and_fingerprints():
         # BFD and BGP through the exception path: a flap (the flood crowding out BFD's frames at
         # the data tap) is reported, not hidden; the connections it moves must not suffer.
         session_changes = [k for k in sessions_after if sessions_after[k] != sessions_before.get(k)]
-        bfd_lines = []
-        for b in (f.router.bird, i1.bird):
+        bfd_lines = []  # BFD session and BGP state changes, errors, of every BIRD
+        for b in birds:
             with open(b.log, "rb") as fh:
                 fh.seek(logs_mark[b.name])
                 bfd_lines += [f"{b.name}: {x}" for x in fh.read().decode(errors="replace").splitlines()
-                              if "Session to" in x and "changed state" in x]
+                              if ("Session to" in x and "changed state" in x)
+                              or ("State changed" in x and ("uplink" in x or " i" in x))
+                              or "Error" in x or "expired" in x]
         if session_changes or len(fib.changes) > 1:
             print(f"\nflood: sessions that flapped: {session_changes}; router FIB for {VIP_WEB}: {fib.changes};\n"
                   + "\n".join(bfd_lines))
@@ -352,6 +365,7 @@ def test_spread_exception_path_flood_and_fingerprints():
             "instances": len(sps), "startup_to_ecmp_s": round(up_s, 2), "http_gets": 200,
             "gets_s": round(gets_s, 2), "new_connections_per_instance": per_instance,
             "answers_per_backend": by_backend, "router_next_hops": nodes,
+            "next_hop_changes_in_a_first_round": flaps_during_spread,
         })
         record("exception_path", {
             "kernel_listener_download_bytes": len(blob), "bgp": "Established", "bfd": "Up",
@@ -371,17 +385,13 @@ def test_spread_exception_path_flood_and_fingerprints():
 
 
 # ---- 2 + 4: an instance killed, then restarted ------------------------------------------------------
-HOLD_PROBES = ("add table ip hold; add chain ip hold out { type filter hook output priority 0; }; "
-               f"add rule ip hold out tcp dport {{ {T.HTTP_PORT}, {OTHER_HEALTH_PORT} }} drop")
-
-
 @pytest.mark.parametrize("bfd", [True, False], ids=["bfd", "hold-time"])
 def test_instance_killed_then_restarted(bfd):
     """SIGKILL i1 under 60 long-lived connections: the router drops it (BFD: within 3 x 100 ms;
     without BFD the 3 s hold timer) and every connection goes on through i2 on its backend. With
-    BFD, i1 is then restarted: it announces nothing while starting, nor while serving without a
-    healthy backend (its probes held back), and once it announces, the connections ECMP moves
-    onto it keep their backends."""
+    BFD, i1 is then restarted (healthy_threshold 2, the default): it announces nothing while
+    starting, announces only tables equal to i2's, and the connections ECMP moves onto it keep
+    their backends."""
     kind = "bfd" if bfd else "hold_time"
     with Fleet(instances=2, bfd=bfd) as f:
         sps = start_all(f)
@@ -414,6 +424,7 @@ def test_instance_killed_then_restarted(bfd):
             assert gone_s < 1.5, death
         else:
             assert 1.0 < gone_s < 5.0, death
+        record(f"death_{kind}", death)  # again below, with the totals at the end
         if not bfd:
             rep = ll.stop(drain=10.0)
             check_clean(rep, "killed (hold time)")
@@ -428,47 +439,46 @@ def test_instance_killed_then_restarted(bfd):
         fps2 = sp2.instance()["fingerprints"]
 
         def sample() -> dict:
-            # Read in this order: a next hop at the router implies the route was in table 100
-            # before, and a route in table 100 implies the phase (read last) is serving.
+            # Read in this order: a next hop at the router implies BIRD learned the route
+            # before, which implies it was in table 100, which implies the phase (read last)
+            # is serving.
             hops = f.router_nexthops(VIP_WEB)
+            learned = f"{VIP_WEB}/32" in i1.learned()
             table = sp1.table_vips()
             st = sp1.instance()
             s = {"t": round(time.monotonic() - t1, 3), "phase": st["phase"], "waiting_for": st["waiting_for"],
-                 "announced": st["announced"], "table": table, "router_has_i1": i1.node in hops,
-                 "bgp": f.bgp_state(1), "same_tables_as_i2": st["fingerprints"] == fps2}
+                 "announced": st["announced"], "table": table, "bird_learned": learned,
+                 "router_has_i1": i1.node in hops, "bgp": f.bgp_state(1),
+                 "same_tables_as_i2": st["fingerprints"] == fps2}
             samples.append(s)
             assert not table or s["phase"] == "serving", s
-            assert not s["router_has_i1"] or table, s
+            assert not learned or table, s
+            assert not s["router_has_i1"] or learned, s
             return s
 
-        # Its health probes held back (dropped by its own kernel): its first results are
-        # failures after the probe timeout, so it starts (nothing announced), then serves with
-        # nothing healthy (nothing announced either) while BGP comes up.
-        i1.run(["nft", HOLD_PROBES])
-        try:
-            t1 = time.monotonic()
-            sp1.start(attach=False)
-            T.wait_until(lambda: sample() and sum(1 for s in samples if s["phase"] == "starting") >= 3,
-                         lambda: f"i1 to report starting: {samples[-3:]}", timeout=10, poll=0.02)
-            starting = [s for s in samples if s["phase"] == "starting"]
-            assert all(not s["table"] and not s["router_has_i1"] and s["announced"] == [] for s in starting), starting
-            waiting_for = starting[-1]["waiting_for"]
-            sp1.attach()
-            T.wait_until(lambda: (lambda s: s["phase"] == "serving" and s["bgp"] == "Established")(sample()),
-                         lambda: f"i1 serving with BGP up: {samples[-3:]}", timeout=20, poll=0.05)
-            s = sample()
-            assert s["table"] == [] and s["announced"] == [] and not s["router_has_i1"], s
-        finally:
-            i1.run(["nft", "delete table ip hold"], check=False)
-        t_release = time.monotonic()
+        # Restarted with the default healthy_threshold (2) and probes every 2 s: a backend is
+        # healthy only after a second successful probe, so the verdicts settle a round after
+        # the first results -- while BGP comes up. Only tables equal to i2's may be announced.
+        sp1.config = spillway_config(f, 1, healthy_threshold=2, check_interval=2.0)
+        t1 = time.monotonic()
+        sp1.start(attach=False)
+        T.wait_until(lambda: sample() and sum(1 for s in samples if s["phase"] == "starting") >= 3,
+                     lambda: f"i1 to report starting: {samples[-3:]}", timeout=10, poll=0.02)
+        starting = [s for s in samples if s["phase"] == "starting"]
+        assert all(not s["table"] and not s["bird_learned"] and not s["router_has_i1"] and s["announced"] == []
+                   for s in starting), starting
+        waiting_for = starting[-1]["waiting_for"]
+        sp1.attach()
+        t_attach = time.monotonic()
         T.wait_until(lambda: sample()["router_has_i1"], lambda: f"the router to use i1 again: {samples[-3:]}",
-                     timeout=15, poll=0.05)
+                     timeout=20, poll=0.05)
         f.wait_nexthops(VIP_WEB, [i1.node, i2.node], timeout=5)
-        back_s = time.monotonic() - t_release
+        back_s = time.monotonic() - t_attach
         first_serving = next(s["t"] for s in samples if s["phase"] == "serving")
         first_table = next(s["t"] for s in samples if s["table"])
+        first_learned = next(s["t"] for s in samples if s["bird_learned"])
         first_router = next(s["t"] for s in samples if s["router_has_i1"])
-        assert first_serving <= first_table <= first_router, samples
+        assert first_serving <= first_table <= first_learned <= first_router, samples
         # It announces with the tables every other instance has (the same health verdicts):
         # otherwise a flow ECMP moves onto it would reach another backend (a reset).
         announcing = [s for s in samples if s["table"]]
@@ -481,13 +491,18 @@ def test_instance_killed_then_restarted(bfd):
         on_after = carriers(sps, ll)
         rep = ll.stop(drain=3.0)
         check_clean(rep, "killed and restarted")
+        r = compare(sps)
+        assert r.returncode == 0, (r.stdout, r.stderr)
         death.update(lost=rep["lost"], sent=rep["sent"], answered=rep["answered"])
         record(f"death_{kind}", death)
         record("restart", {
             "starting_samples": len(starting), "waiting_for": waiting_for,
-            "serving_without_healthy_backend_announced": [],
-            "first_serving_s": first_serving, "first_table_route_s": first_table, "first_router_next_hop_s": first_router,
-            "probes_released_to_router_next_hop_s": round(back_s, 3),
+            "serving_samples_announcing_nothing": sum(1 for s in samples if s["phase"] == "serving"
+                                                      and not s["announced"]),
+            "bgp_when_first_serving": next(s["bgp"] for s in samples if s["phase"] == "serving"),
+            "first_serving_s": first_serving, "first_table_route_s": first_table,
+            "first_bird_learned_s": first_learned, "first_router_next_hop_s": first_router,
+            "attached_to_router_next_hop_s": round(back_s, 3),
             "connections_moved_onto_restarted": len(on_after["i1"]), "backends_changed": rep["backends_changed"],
             "resets": rep["resets"], "lost": rep["lost"], "longest_stall_s": rep["longest_stall_s"],
         })
@@ -495,7 +510,7 @@ def test_instance_killed_then_restarted(bfd):
 
 # ---- 3: graceful drain, undrain, drain, SIGTERM --------------------------------------------------------
 def test_graceful_drain_undrain_and_stop():
-    with Fleet(instances=2, bfd=True) as f:
+    with Fleet(instances=2) as f:  # no BFD needed: BGP updates and Cease notifications
         sps = start_all(f)
         sp1, sp2 = sps
         i1, i2 = f.instance(1), f.instance(2)
@@ -554,7 +569,7 @@ def test_graceful_drain_undrain_and_stop():
         record("drain", {
             "connections": rep["connections"], "on_drained_instance": len(on["i1"]),
             "drain_to_router_fib_without_s": round(withdrawn_s, 3), "drain_wait_returned_s": round(wait_s, 3),
-            "lost_after_drain": first["lost"], "undrain_to_router_fib_with_s": round(back_s, 3),
+            "answered_while_drained": first["answered"], "undrain_to_router_fib_with_s": round(back_s, 3),
             "second_drain_to_fib_s": round(withdrawn2_s, 3), "second_drain_wait_s": round(wait2_s, 3),
             "sigterm_exit_s": round(stop_s, 3), "exit_code": sp1.returncode,
             "sent": rep["sent"], "answered": rep["answered"], "lost": rep["lost"], "resets": rep["resets"],
@@ -568,7 +583,7 @@ BLOCK_OTHER = ("add table inet empty; add chain inet empty in { type filter hook
 
 
 def test_service_without_healthy_backends_is_withdrawn_everywhere():
-    with Fleet(instances=2, bfd=True) as f:
+    with Fleet(instances=2) as f:  # no BFD needed: BGP updates and Cease notifications
         sps = start_all(f)
         nodes = [i.node for i in f.instances]
         blocked = [f.backend(b) for b in OTHER_BACKENDS]
@@ -577,13 +592,19 @@ def test_service_without_healthy_backends_is_withdrawn_everywhere():
                 t0 = time.monotonic()
                 for b in blocked:
                     b.run(["nft", BLOCK_OTHER])
-                per_instance = {}
-                for sp in sps:
-                    sp.wait_announced([VIP_WEB], timeout=10)
-                    per_instance[sp.inst.short] = round(time.monotonic() - t0, 3)
+                per_instance: dict[str, float] = {}
+
+                def withdrawn_everywhere():
+                    for sp in sps:
+                        if sp.inst.short not in per_instance and VIP_OTHER not in sp.table_vips():
+                            per_instance[sp.inst.short] = round(time.monotonic() - t0, 3)
+                    return len(per_instance) == len(sps)
+
+                T.wait_until(withdrawn_everywhere, lambda: f"{VIP_OTHER} out of every table 100: {per_instance}",
+                             timeout=10, poll=0.02)
                 withdrawn_s = f.wait_nexthops(VIP_OTHER, [], timeout=10, since=t0)
                 for sp in sps:
-                    st = sp.instance()
+                    st = sp.wait_announced([VIP_WEB], timeout=2)
                     assert st["phase"] == "serving" and VIP_OTHER not in st["wanted"], st
                     assert sp.table_vips() == [VIP_WEB]
                     m = sp.metrics()
@@ -613,7 +634,7 @@ def test_service_without_healthy_backends_is_withdrawn_everywhere():
 
 # ---- 7: the instance's BIRD stopped and restarted ------------------------------------------------------------
 def test_bird_stopped_and_restarted():
-    with Fleet(instances=2, bfd=True) as f:
+    with Fleet(instances=2) as f:  # no BFD needed: BGP updates and Cease notifications
         sps = start_all(f)
         sp1, sp2 = sps
         i1, i2 = f.instance(1), f.instance(2)

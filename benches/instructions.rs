@@ -1,0 +1,228 @@
+//! Instructions per packet, counted by valgrind's callgrind: the stable measure of the packet
+//! path's code on a shared VM without hardware counters (docs/performance.md, "Instructions per
+//! packet").
+//!
+//! `cargo bench -p spillway-dataplane --bench instructions` runs each case below twice under
+//! `valgrind --tool=callgrind`, with N1 and N2 packets, and reports (Ir(N2) - Ir(N1)) / (N2 - N1):
+//! the set-up (building the snapshot, filling the connection table) cancels out, what is left
+//! is the cost of one more packet. The figures go to `target/bench/instructions.json`.
+//!
+//! - `classify`: `wire::classify` of a 64-byte Ethernet/IPv4/TCP frame (an ACK);
+//! - `decide_hit`: `decide::prepare` + `decide_prepared` of a packet of an established flow
+//!   (1,000 flows in turn);
+//! - `decide_insert`: the same for a new connection's SYN into a table with room;
+//! - `encap`: the IPIP rewrite of a classified 64-byte frame (`build::write_encap` after the
+//!   buffer moves);
+//! - `burst_established` / `burst_syn`: `path::process_burst` over bursts of 32 frames of 1,000
+//!   established flows (ACKs) or new connections (SYNs), the whole path in memory; each burst
+//!   reloads its 32 buffers first, which `reload` alone measures (subtract it).
+//!
+//! Run one case (what the driver does under valgrind):
+//! `target/release/deps/instructions-* --case classify --packets 100000`.
+
+mod fixture;
+
+use std::hint::black_box;
+use std::process::Command;
+
+use crossbeam::queue::ArrayQueue;
+use fixture::{model, node, service, snapshot};
+use spillway_core::addr::Addr;
+use spillway_core::conntrack::Shard;
+use spillway_core::counters::WorkerCounters;
+use spillway_core::decide::{decide_prepared, prepare};
+use spillway_core::model::{Encap, RuleProtocol};
+use spillway_core::time::Time;
+use spillway_core::wire::build::{self, EncapKind, EncapParams};
+use spillway_core::wire::{self, FrameKind};
+use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
+use spillway_dataplane::path::{process_burst, Outcome, PacketBuf, PathCtx, MAX_BURST};
+use spillway_dataplane::vecbuf::VecBuf;
+
+const CASES: [&str; 7] = [
+    "classify",
+    "decide_hit",
+    "decide_insert",
+    "encap",
+    "reload",
+    "burst_established",
+    "burst_syn",
+];
+
+/// Flows cycled through by the established cases.
+const FLOWS: usize = 1000;
+
+/// Entries of the connection table (new connections of the insert cases fill it to at most
+/// half).
+const SHARD_CAPACITY: usize = 1 << 17;
+
+/// Most packets a case runs (the new connections fill at most half the table).
+const MAX_PACKETS: usize = SHARD_CAPACITY / 2 - FLOWS;
+
+/// A 64-byte Ethernet/IPv4/TCP frame from `src`:`sport` to the VIP 198.18.0.100:80.
+fn frame(src: [u8; 4], sport: u16, flags: u8) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0xc, 0x08, 0x00];
+    let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0];
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&[198, 18, 0, 100]);
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&80u16.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    f.resize(64, 0);
+    f
+}
+
+fn flow_frame(i: usize, flags: u8) -> Vec<u8> {
+    frame([198, 18, 10 + (i / 60000) as u8, (i % 250) as u8], 1024 + (i % 60000) as u16, flags)
+}
+
+/// Runs `case` over `packets` packets.
+fn run_case(case: &str, packets: usize) {
+    let backends = || (1..=16).map(|i| Addr::v4(198, 18, 1, i));
+    let svc = service("ipip", Encap::Ipip, RuleProtocol::Tcp, &["198.18.0.100"], "g", backends());
+    let snap = snapshot(model("", [svc]));
+    let node = node(false);
+    let neighbours =
+        NeighbourTable::from_pairs((1..=16).map(|i| (Addr::v4(198, 18, 1, i), [2, 0, 0, 0, 1, i])));
+    let events = ArrayQueue::new(16);
+    let mut next_hops = NextHopCache::new();
+    next_hops.refresh(&snap, &neighbours, &node);
+    let counters = WorkerCounters::new();
+    let syns: Vec<Vec<u8>> = (0..FLOWS).map(|i| flow_frame(i, 0x02)).collect();
+    let acks: Vec<Vec<u8>> = (0..FLOWS).map(|i| flow_frame(i, 0x10)).collect();
+    // New connections, as many whatever `packets` is (their set-up cancels out too).
+    let new: Vec<Vec<u8>> = (0..MAX_PACKETS).map(|i| flow_frame(FLOWS + i, 0x02)).collect();
+    assert!(packets <= MAX_PACKETS, "at most {MAX_PACKETS} packets");
+    // Room for every new connection of the insert cases; the same size whatever `packets` is,
+    // so that its set-up cancels out.
+    let mut shard = Shard::with_capacity(SHARD_CAPACITY);
+    let mut ctx = PathCtx {
+        snap: &snap,
+        shard: &mut shard,
+        now: Time::ZERO,
+        node: &node,
+        neighbours: &neighbours,
+        next_hops: &next_hops,
+        events: &events,
+        counters: &counters,
+        kernel: false,
+    };
+    // The established flows have their entries.
+    let mut bufs = vec![VecBuf::new(); MAX_BURST];
+    let mut out = [Outcome::Consumed; MAX_BURST];
+    for chunk in syns.chunks(MAX_BURST) {
+        for (b, f) in bufs.iter_mut().zip(chunk) {
+            b.load(f);
+        }
+        process_burst(&mut bufs[..chunk.len()], &mut ctx, &mut out);
+    }
+    match case {
+        "classify" => {
+            for i in 0..packets {
+                black_box(wire::classify(black_box(&acks[i % FLOWS])).ok());
+            }
+        }
+        "decide_hit" | "decide_insert" => {
+            let frames = if case == "decide_hit" { &acks } else { &new };
+            let infos: Vec<_> = frames
+                .iter()
+                .map(|f| match wire::classify(f).expect("valid").kind {
+                    FrameKind::Ip { info, .. } => info,
+                    k => panic!("not an IP frame: {k:?}"),
+                })
+                .collect();
+            for i in 0..packets {
+                let info = &infos[i % infos.len()];
+                let prep = prepare(info, &snap);
+                black_box(decide_prepared(info, &prep, &snap, ctx.shard, Time::ZERO));
+            }
+        }
+        "encap" => {
+            let f = &acks[0];
+            let params = EncapParams {
+                kind: EncapKind::Ipip,
+                dst_mac: [2, 0, 0, 0, 1, 1],
+                src_mac: fixture::NODE_MAC,
+                outer_src: Addr::v4(198, 18, 0, 2),
+                outer_dst: Addr::v4(198, 18, 1, 1),
+                flow_hash: 0x1234_5678,
+                gue_dport: 0,
+            };
+            let hdr = build::encap_len(EncapKind::Ipip, false);
+            let mut buf = VecBuf::with_frame(f);
+            for _ in 0..packets {
+                buf.load(f);
+                let ok = buf.adj(14) && buf.truncate(40) && buf.prepend(hdr);
+                black_box(ok && build::write_encap(buf.data_mut(), &params, 40).is_ok());
+            }
+        }
+        "reload" | "burst_established" | "burst_syn" => {
+            let frames = if case == "burst_syn" { &new } else { &acks };
+            let mut done = 0;
+            while done < packets {
+                let n = MAX_BURST.min(packets - done);
+                for (k, b) in bufs[..n].iter_mut().enumerate() {
+                    b.load(&frames[(done + k) % frames.len()]);
+                }
+                if case != "reload" {
+                    process_burst(&mut bufs[..n], &mut ctx, &mut out);
+                }
+                black_box(&bufs);
+                done += n;
+            }
+        }
+        other => panic!("unknown case {other} (cases: {CASES:?})"),
+    }
+}
+
+/// Instructions callgrind counted for one run of `case` over `packets` packets.
+fn count(exe: &str, case: &str, packets: usize) -> u64 {
+    let out = Command::new("valgrind")
+        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        .arg(exe)
+        .args(["--case", case, "--packets", &packets.to_string()])
+        .output()
+        .expect("valgrind (Debian package `valgrind`)");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{case}: valgrind failed:\n{text}");
+    text.lines()
+        .find_map(|l| l.split("Collected :").nth(1))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{case}: no `Collected :` line in callgrind's output:\n{text}"))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
+    if let Some(case) = arg("--case") {
+        let packets = arg("--packets").and_then(|p| p.parse().ok()).unwrap_or(10_000);
+        return run_case(case, packets);
+    }
+    // `cargo bench` passes `--bench`; anything else selects cases by name.
+    let only: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with("--")).collect();
+    let exe = std::env::current_exe().expect("own path");
+    let exe = exe.to_str().expect("utf-8 path");
+    let (n1, n2) = (4_000usize, 44_000usize);
+    let mut rows = Vec::new();
+    println!("{:<20} {:>14}", "case", "instr/packet");
+    for case in CASES {
+        if !only.is_empty() && !only.iter().any(|o| case.contains(o.as_str())) {
+            continue;
+        }
+        let (a, b) = (count(exe, case, n1), count(exe, case, n2));
+        let per = (b.saturating_sub(a)) as f64 / (n2 - n1) as f64;
+        println!("{case:<20} {per:>14.1}");
+        rows.push(format!("    {{\"case\": \"{case}\", \"instructions_per_packet\": {per:.1}}}"));
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
+    let _ = std::fs::create_dir_all(&dir);
+    let json = format!(
+        "{{\n  \"n1\": {n1},\n  \"n2\": {n2},\n  \"cases\": [\n{}\n  ]\n}}\n",
+        rows.join(",\n")
+    );
+    let path = dir.join("instructions.json");
+    if std::fs::write(&path, json).is_ok() {
+        println!("written: {}", path.display());
+    }
+}
