@@ -3,16 +3,20 @@
 # hugepages at run time (scripts/hugepages.sh) and falls back to ordinary memory, said aloud,
 # when the kernel cannot give them.
 #
-# Installs what is missing (scripts/install-deps.sh), builds the release binary, then runs
-# scripts/demo.py: network namespaces for clients in two zones and four backends (two per zone,
-# each decapsulating IPIP/GUE and serving HTTP + a UDP echo that name the backend), `spillway`
-# on a DPDK net_tap port in its own namespace with two services (web: TCP/80 + UDP/5353 over
-# IPIP with zonal affinity and HTTP health checks; dns: UDP/5353 over GUE). It sends real
-# requests through the VIPs from both zones, shows which backend answered each one, takes
-# backends down and brings them back, and prints the balancer's counters. About 10 s after the
-# build. Everything it creates is removed on exit, also on Ctrl-C.
+# Installs what is missing (scripts/install-deps.sh), builds the release binaries, then runs
+# the fleet demo, scripts/fleet_demo.py: in network namespaces, a router running BIRD with ECMP
+# and BFD, two Spillway instances (DPDK net_tap data port, the kernel interface spl0 for BGP and
+# health checks, each with its own BIRD announcing the VIPs Spillway puts in table 100), four
+# decapsulating backends and two clients. It shows the router's FIB with one next hop per
+# instance, spreads new connections over both, opens long-lived connections, kills one instance
+# with SIGKILL and shows every connection carrying on, on the backend it had. About 20 s after
+# the build.
 #
-# Usage: scripts/demo.sh [--requests N] [--show-config]
+# `--single` runs the single-instance demo instead (scripts/demo.py: two zones of clients, four
+# backends, real HTTP and UDP through the VIPs, backends going down and back; `--requests N`,
+# `--show-config`). Everything either creates is removed on exit, also on Ctrl-C.
+#
+# Usage: scripts/demo.sh [--single [--requests N] [--show-config]]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,8 +29,15 @@ bash scripts/install-deps.sh
 bash scripts/hugepages.sh 1024
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 echo "demo: building spillway (release; the first build takes a few minutes)"
-cargo build --release -q -p spillway
+cargo build --release -q -p spillway -p spillway-control
 export SPILLWAY_BIN="$target/release/spillway"
+export SPILLWAYCTL_BIN="$target/release/spillwayctl"
+
+demo=scripts/fleet_demo.py
+if [ "${1:-}" = "--single" ]; then
+    shift
+    demo=scripts/demo.py
+fi
 
 # Debian's python3 (pytest etc. are not needed here, only the standard library).
 py=/usr/bin/python3
@@ -37,13 +48,13 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     if [ -n "$demo_pid" ] && kill -0 "$demo_pid" 2>/dev/null; then
-        # demo.py removes what it created on SIGTERM/SIGINT; give it time to do so.
+        # The demo removes what it created on SIGTERM/SIGINT; give it time to do so.
         kill -TERM "$demo_pid" 2>/dev/null || true
         for _ in $(seq 100); do kill -0 "$demo_pid" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$demo_pid" 2>/dev/null || true
     fi
     wait 2>/dev/null || true
-    # Safety net if demo.py itself was killed: namespaces of runs whose owner is gone.
+    # Safety net if the demo itself was killed: namespaces of runs whose owner is gone.
     "$py" -c 'import sys; sys.path.insert(0, "tests/e2e"); import topo; topo.cleanup_stale()' \
         2>/dev/null || true
     exit "$rc"
@@ -52,6 +63,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # In the background + wait, so that the traps run as soon as a signal arrives.
-"$py" scripts/demo.py "$@" &
+"$py" "$demo" "$@" &
 demo_pid=$!
 wait "$demo_pid"

@@ -1294,3 +1294,76 @@ __all__ = [
     "VIP_WEB", "VIP_OTHER", "VIPS", "ECHO_PORT", "ROUTER_FABRIC_V4", "ROUTER_CLIENT_V4", "CLIENT_NET4",
     "KERNEL_IF", "DATA_PORT", "VIP_TABLE", "VIP_PROTO", "ROUTER_AS", "INSTANCE_AS", "BIRD", "BIRDC",
 ]
+
+
+# ---- helpers for tests and the demo ----------------------------------------------------------
+def summary(rep: dict) -> dict:
+    """A LongLived report without the per-connection rows."""
+    return {k: v for k, v in rep.items() if k != "per_connection"}
+
+
+def start_all(f: Fleet, timeout: float = 30.0) -> list[FleetSpillway]:
+    """Start the daemon in every instance; wait until each serves and announces both VIPs,
+    the sessions are up and the router has every instance as a next hop for both VIPs."""
+    sps = [f.spillway(i.k) for i in f.instances]
+    for sp in sps:
+        sp.wait_phase("serving", timeout=timeout)
+        sp.wait_announced(VIPS, timeout=timeout)
+    f.wait_established(timeout=timeout)
+    nodes = [i.node for i in f.instances]
+    for vip in VIPS:
+        f.wait_nexthops(vip, nodes, timeout=timeout)
+    return sps
+
+
+def http_get(c: T.Client, host: str, port: int = T.HTTP_PORT, path: str = "/", timeout: float = 5.0) -> bytes:
+    """One HTTP/1.0 GET over a fresh TCP connection from client ``c``; the body."""
+    s = c.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.connect((host, port))
+        s.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    finally:
+        s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n")[0], head[:200]
+    return body
+
+
+def answered_now(ll: LongLived) -> dict[int, int]:
+    return {c["id"]: c["answered"] for c in ll.report()["per_connection"]}
+
+
+def wait_all_progress(ll: LongLived, since: dict[int, int], more: int = 3, timeout: float = 15.0) -> None:
+    """Wait until every connection has ``more`` answers more than in ``since``."""
+    def ok():
+        return all(c["answered"] >= since.get(c["id"], 0) + more and c["state"] == "open"
+                   for c in ll.report()["per_connection"])
+
+    T.wait_until(ok, lambda: f"every connection to be answered {more} more times: {summary(ll.report())}",
+                 timeout=timeout)
+
+
+def carriers(sps: list[FleetSpillway], ll: LongLived, fresh_ms: int = 400) -> dict[str, list[int]]:
+    """Which instance carries each open connection now: the one whose connection table has an
+    entry for it used within ``fresh_ms`` (messages go every 100 ms). {instance: [conn ids]}."""
+    out: dict[str, list[int]] = {sp.inst.short: [] for sp in sps}
+    out["none"] = []
+    c1 = ll.ns
+    for c in ll.report()["per_connection"]:
+        if c["state"] != "open":
+            continue
+        q = (f"/v1/conntrack/lookup?src={c1.ipv4}&dst={VIP_WEB}&proto=tcp&sport={c['local']}"
+             f"&dport={T.ECHO_PORT}")
+        holder = "none"
+        for sp in sps:
+            if not sp.running:
+                continue
+            for w in sp.api(q)["workers"]:
+                if w["state"] == "found" and w["entry"]["idle_ms"] <= fresh_ms:
+                    holder = sp.inst.short
+        out[holder].append(c["id"])
+    return out
