@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Puts the figures the hardening tests and benchmarks measured into docs/reliability.md.
 
-The e2e tests write target/reliability/NAME.json (test_hardening.py, test_soak.py); the
+The e2e tests write target/reliability/NAME.json (test_hardening.py, test_soak.py,
+test_fleet.py: fleet.json, one section per test); the
 pipeline benchmark writes target/bench/pipeline.json (the flood_room and flood_full rows).
 This script rewrites the part of docs/reliability.md between the `measured:begin` and
 `measured:end` markers with them, so the document shows the last run's figures:
@@ -86,7 +87,71 @@ def section():
             f"{k['client_flows']:,}, lost {k['client_lost']}; RSS {k['rss_kib_warm']} -> max "
             f"{k['rss_kib_max']} KiB after warm-up; fds {k['fds_first']} -> max {k['fds_max']}; "
             f"conntrack max {k['conntrack_max']:,.0f}; health changes {k['health_changes']:.0f} |")
+    out.extend(fleet_rows())
     return "\n".join(out)
+
+
+def fleet_rows():
+    """The fleet (test_fleet.py): instances behind a BIRD router with ECMP."""
+    f = load("fleet") or {}
+    out = []
+    for kind, how in (("death_bfd", "BFD 100 ms x 3"), ("death_hold_time", "BGP hold time 3 s")):
+        d = f.get(kind)
+        if d:
+            out.append(
+                f"| fleet: an instance killed (`kill -9`), {how} (`test_fleet.py`) | "
+                f"{d['connections']} long-lived TCP connections, a message every 100 ms, "
+                f"{d['on_killed_instance']} through the killed instance | router FIB without it "
+                f"after {d['router_fib_without_killed_s']} s; every connection answered again "
+                f"after {d['all_connections_answered_again_s']} s; longest stall "
+                f"{d['longest_stall_s']:.2f} s; resets {d['resets']}, backends changed "
+                f"{d['backends_changed']}, lost {d.get('lost', 'n/a')} of {d.get('sent', 'n/a')} |")
+    d = f.get("drain")
+    if d:
+        out.append(
+            "| fleet: `drain-instance --wait`, undrain, drain, SIGTERM (`test_fleet.py`) | "
+            f"{d['connections']} long-lived connections, {d['on_drained_instance']} through the "
+            f"drained instance | router FIB without it after {d['drain_to_router_fib_without_s']} "
+            f"s, `--wait` returned after {d['drain_wait_returned_s']} s; SIGTERM exit "
+            f"{d['exit_code']} after {d['sigterm_exit_s']} s; lost {d['lost']} of {d['sent']}, "
+            f"resets {d['resets']}, backends changed {d['backends_changed']}, longest stall "
+            f"{d['longest_stall_s']:.2f} s |")
+    d = f.get("restart")
+    if d:
+        out.append(
+            "| fleet: the killed instance restarted (`test_fleet.py`) | health checks every 2 s, "
+            f"healthy after 2 in a row; {d['connections_moved_onto_restarted']} connections moved "
+            f"onto it by ECMP | announced only once serving ({d['first_serving_s']} s after the "
+            f"start; nothing in its table, BIRD or the router before); resets {d['resets']}, "
+            f"backends changed {d['backends_changed']}, lost {d['lost']} |")
+    d = f.get("withdraw_on_empty")
+    if d:
+        out.append(
+            "| fleet: every backend of a service unhealthy (`test_fleet.py`) | its health port "
+            f"blocked on every backend, {d['instances']} instances | its VIP gone from the router "
+            f"after {d['router_fib_without_s']} s, back {d['recovered_to_router_fib_s']} s after a "
+            f"backend recovered; the other VIP's route changed {d['router_fib_web_changes']} times |")
+    d = f.get("bird_stopped")
+    if d:
+        out.append(
+            "| fleet: an instance's BIRD stopped, restarted (`test_fleet.py`) | "
+            f"{d['connections']} long-lived connections | Spillway noticed in "
+            f"{d['spillway_noticed_bird_down_s']} s and kept forwarding "
+            f"({d['forwarded_without_bird']}/10 requests forced through it answered); router FIB "
+            f"back {d['bird_restart_to_router_fib_s']} s after BIRD's restart; lost {d['lost']}, "
+            f"resets {d['resets']} |")
+    d = f.get("exception_path")
+    if d:
+        ll = d.get("long_lived_during_flood", {})
+        out.append(
+            "| fleet: a UDP flood of the node's address (`test_fleet.py`) | "
+            f"{d['flood_senders']} senders, {d['flood_frames_sent']:,} frames in "
+            f"{d['flood_seconds']:.0f} s ({d['flood_pps']:,}/s) | to the kernel "
+            f"{d['flood_to_kernel']:,}, dropped kernel_busy {d['flood_kernel_busy']:,} and at the "
+            f"kernel interface {d['flood_to_kernel_dropped']:,}; long-lived connections during "
+            f"it: {ll.get('answered')}/{ll.get('sent')} answered, resets {ll.get('resets')}, "
+            f"longest stall {ll.get('longest_stall_s', 0):.2f} s; BGP {d['bgp']}, BFD {d['bfd']} |")
+    return out
 
 
 def main():
