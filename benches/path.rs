@@ -49,6 +49,31 @@ fn bench(c: &mut Criterion) {
     next_hops.refresh(&snap, &neighbours, &node);
     let counters = WorkerCounters::new();
 
+    // `wire::classify` of a 64-byte TCP frame: the general parser and the fast path (which
+    // `classify` tries first), in the same run.
+    let mut g = c.benchmark_group("classify");
+    g.measurement_time(Duration::from_secs(2)).sample_size(20);
+    let frames: Vec<Vec<u8>> =
+        (0..1024u16).map(|i| frame([198, 18, 10, 1], 1024 + i, 0x10)).collect();
+    g.throughput(Throughput::Elements(frames.len() as u64));
+    g.bench_function("general_64B_tcp", |b| {
+        b.iter(|| {
+            for f in &frames {
+                criterion::black_box(
+                    spillway_core::wire::classify_general(criterion::black_box(f)).ok(),
+                );
+            }
+        })
+    });
+    g.bench_function("classify_64B_tcp", |b| {
+        b.iter(|| {
+            for f in &frames {
+                criterion::black_box(spillway_core::wire::classify(criterion::black_box(f)).ok());
+            }
+        })
+    });
+    g.finish();
+
     let mut g = c.benchmark_group("path");
     g.measurement_time(Duration::from_secs(3)).sample_size(10);
     // Each size runs twice: frame by frame with `process` on a table in 4 KiB pages (the path

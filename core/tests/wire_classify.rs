@@ -383,3 +383,96 @@ fn classify_ns_per_64_byte_tcp_frame() {
     let size = size_of::<Frame>();
     println!("classify: {ns:.2} ns per 64-byte TCP frame ({n} frames); Frame is {size} bytes");
 }
+
+// ---- the fast path: the same answer as the general parser, for every frame -----------------
+
+mod fast_path {
+    use super::*;
+    use proptest::prelude::*;
+    use spillway_core::wire::{classify_fast, classify_general};
+
+    /// A valid untagged Ethernet/IPv4 frame with a 20-byte TCP (`tcp`) or 8-byte UDP header
+    /// and `payload` bytes, padded to 60 bytes like Ethernet's minimum.
+    fn frame(tcp: bool, payload: usize) -> Vec<u8> {
+        let l4 = if tcp { 20 } else { 8 } + payload;
+        let total = 20 + l4;
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0xc, 0x08, 0x00];
+        f.extend_from_slice(&[0x45, 0x10, (total >> 8) as u8, total as u8, 0, 7, 0x40, 0, 61]);
+        f.extend_from_slice(&[if tcp { 6 } else { 17 }, 0, 0, 198, 18, 10, 1, 198, 18, 0, 100]);
+        f.extend_from_slice(&[0x9c, 0x40, 0, 80]);
+        if tcp {
+            f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x12, 0xff, 0xff, 0, 0, 0, 0]);
+        } else {
+            f.extend_from_slice(&[(l4 >> 8) as u8, l4 as u8, 0, 0]);
+        }
+        f.resize(14 + total, 0xab);
+        if f.len() < 60 {
+            f.resize(60, 0);
+        }
+        f
+    }
+
+    #[test]
+    fn the_common_frames_take_the_fast_path_and_agree() {
+        for (tcp, payload) in [(true, 0), (true, 1400), (false, 0), (false, 32)] {
+            let f = frame(tcp, payload);
+            let fast = classify_fast(&f).expect("the common case is fast");
+            assert_eq!(Ok(fast), classify_general(&f), "tcp={tcp} payload={payload}");
+            let (info, ip) = ip_of(&fast);
+            assert_eq!((info.sport, info.dport, info.src), (40000, 80, a("198.18.10.1")));
+            assert_eq!(
+                (ip.df, ip.ttl, ip.tos, ip.l3_len),
+                (true, 61, 0x10, (f[16] as u32) << 8 | f[17] as u32)
+            );
+        }
+        // Not the common case: the general parser answers.
+        let mut vlan = frame(true, 0);
+        vlan.splice(12..12, [0x81, 0x00, 0, 5]);
+        let mut options = frame(true, 0);
+        options[14] = 0x46;
+        let mut fragment = frame(false, 0);
+        fragment[20] = 0x20; // MF
+        let mut icmp = frame(false, 0);
+        icmp[23] = 1;
+        let mut short_header = frame(true, 0);
+        short_header[46] = 0x40; // data offset 4
+        for (what, f) in [
+            ("vlan", vlan),
+            ("options", options),
+            ("fragment", fragment),
+            ("icmp", icmp),
+            ("bad tcp", short_header),
+        ] {
+            assert_eq!(classify_fast(&f), None, "{what}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 20_000, ..ProptestConfig::default() })]
+
+        /// Arbitrary damage to a valid frame (bytes changed, the frame cut or extended): the fast
+        /// path either declines or says exactly what the general parser says.
+        #[test]
+        fn the_fast_path_agrees_with_the_general_parser(
+            tcp in any::<bool>(),
+            payload in 0usize..64,
+            edits in proptest::collection::vec((0usize..80, any::<u8>()), 0..4),
+            cut in proptest::option::of(0usize..100),
+        ) {
+            let mut f = frame(tcp, payload);
+            for (at, v) in edits {
+                if let Some(b) = f.get_mut(at) {
+                    // Bias the damage towards the fields the fast path reads.
+                    *b = if v % 3 == 0 { b.wrapping_add(1) } else { v };
+                }
+            }
+            if let Some(n) = cut {
+                f.resize(n, 0);
+            }
+            if let Some(fast) = classify_fast(&f) {
+                prop_assert_eq!(Ok(fast), classify_general(&f));
+            }
+            prop_assert_eq!(classify(&f), classify_general(&f));
+        }
+    }
+}

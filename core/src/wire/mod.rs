@@ -103,7 +103,7 @@ mod view;
 
 pub use arp::ArpPacket;
 pub use build::BuildError;
-pub use classify::{classify, Frame, FrameKind, IpMeta};
+pub use classify::{classify, classify_fast, classify_general, Frame, FrameKind, IpMeta};
 pub use ethernet::{EthernetFrame, VlanHeader};
 pub use icmp::IcmpPacket;
 pub use icmpv6::{Icmpv6Packet, NdiscPacket};
