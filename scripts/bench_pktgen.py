@@ -69,9 +69,13 @@ def config(sock: Path, admin: Path) -> dict:
 
 
 def pkt_file(flows: int) -> str:
-    """pktgen commands: range mode over `flows` flows (source addresses x source ports)."""
-    ports = min(flows, 24)
+    """pktgen commands: range mode over `flows` flows. pktgen steps the source address and the
+    source port together, so the flows are the least common multiple of their counts: 23 ports
+    (a prime) and a count of addresses that 23 does not divide give their product."""
+    ports = min(flows, 23)
     addrs = max(1, flows // ports)
+    if addrs > 1 and addrs % ports == 0:
+        addrs -= 1
     last = ipaddr_add("198.18.20.0", addrs - 1)
     return "\n".join([
         f"set 0 dst mac {SPW_MAC}",
@@ -113,6 +117,18 @@ def pkt_file(flows: int) -> str:
 def ipaddr_add(a: str, n: int) -> str:
     import ipaddress
     return str(ipaddress.IPv4Address(a) + n)
+
+
+def pktgen_rates(log: str) -> list[tuple[int, int]]:
+    """pktgen's own (RX, TX) packets per second of port 0, one pair per display refresh: without
+    a terminal it prints its stats page as lines, the link state (`<UP-...>`) and then the
+    values in the page's order, `Pkts/s Rx` and `Tx` first."""
+    lines = [l.strip() for l in re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "\n", log).splitlines() if l.strip()]
+    out = []
+    for i, l in enumerate(lines):
+        if l.startswith("<UP-") and i + 2 < len(lines) and lines[i + 1].isdigit() and lines[i + 2].isdigit():
+            out.append((int(lines[i + 1]), int(lines[i + 2])))
+    return out
 
 
 class Run:
@@ -238,6 +254,11 @@ def main() -> int:
         time.sleep(a.seconds)
         s1 = r.sample()
         dt = s1["t"] - s0["t"]
+        # pktgen's own view of the same seconds: its last refreshes.
+        seen = pktgen_rates((r.dir / "pktgen.1.log").read_text(errors="replace"))
+        last = seen[-int(a.seconds):] or [(0, 0)]
+        result["pktgen_rx_mpps"] = round(sorted(x for x, _ in last)[len(last) // 2] / 1e6, 3)
+        result["pktgen_tx_mpps"] = round(sorted(y for _, y in last)[len(last) // 2] / 1e6, 3)
         result.update({
             "spillway_rx_mpps": round((s1["rx"] - s0["rx"]) / dt / 1e6, 3),
             "spillway_forwarded_mpps": round((s1["forwarded"] - s0["forwarded"]) / dt / 1e6, 3),
