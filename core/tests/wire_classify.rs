@@ -422,7 +422,7 @@ mod fast_path {
             assert_eq!((info.sport, info.dport, info.src), (40000, 80, a("198.18.10.1")));
             assert_eq!(
                 (ip.df, ip.ttl, ip.tos, ip.l3_len),
-                (true, 61, 0x10, (f[16] as u32) << 8 | f[17] as u32)
+                (true, 61, 0x10, u32::from(f[16]) << 8 | u32::from(f[17]))
             );
         }
         // Not the common case: the general parser answers.
