@@ -77,3 +77,18 @@ pub fn node(ipv6: bool) -> Node {
         mtu: 1500,
     }
 }
+
+/// A 64-byte Ethernet/IPv4/TCP frame from `src`:`sport` to the VIP 198.18.0.100:80 with TCP
+/// `flags`, for [`NODE_MAC`] (the benchmarks' traffic).
+pub fn tcp_frame(src: [u8; 4], sport: u16, flags: u8) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0xc, 0x08, 0x00];
+    let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0];
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&[198, 18, 0, 100]);
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&80u16.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    f.resize(64, 0);
+    f
+}

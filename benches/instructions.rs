@@ -26,7 +26,7 @@ use std::hint::black_box;
 use std::process::Command;
 
 use crossbeam::queue::ArrayQueue;
-use fixture::{model, node, service, snapshot};
+use fixture::{model, node, service, snapshot, tcp_frame};
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::Shard;
 use spillway_core::counters::WorkerCounters;
@@ -59,22 +59,8 @@ const SHARD_CAPACITY: usize = 1 << 17;
 /// Most packets a case runs (the new connections fill at most half the table).
 const MAX_PACKETS: usize = SHARD_CAPACITY / 2 - FLOWS;
 
-/// A 64-byte Ethernet/IPv4/TCP frame from `src`:`sport` to the VIP 198.18.0.100:80.
-fn frame(src: [u8; 4], sport: u16, flags: u8) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0xc, 0x08, 0x00];
-    let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0];
-    ip.extend_from_slice(&src);
-    ip.extend_from_slice(&[198, 18, 0, 100]);
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&80u16.to_be_bytes());
-    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
-    f.resize(64, 0);
-    f
-}
-
 fn flow_frame(i: usize, flags: u8) -> Vec<u8> {
-    frame([198, 18, 10 + (i / 60000) as u8, (i % 250) as u8], 1024 + (i % 60000) as u16, flags)
+    tcp_frame([198, 18, 10 + (i / 60000) as u8, (i % 250) as u8], 1024 + (i % 60000) as u16, flags)
 }
 
 /// Runs `case` over `packets` packets.

@@ -9,7 +9,7 @@ mod fixture;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use crossbeam::queue::ArrayQueue;
-use fixture::{model, node, service, snapshot};
+use fixture::{model, node, service, snapshot, tcp_frame};
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::Shard;
 use spillway_core::counters::WorkerCounters;
@@ -19,19 +19,6 @@ use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
 use spillway_dataplane::path::{process, process_burst, Outcome, PathCtx, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
 use std::time::Duration;
-
-fn frame(src: [u8; 4], sport: u16, flags: u8) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0xc, 0x08, 0x00];
-    let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0];
-    ip.extend_from_slice(&src);
-    ip.extend_from_slice(&[198, 18, 0, 100]);
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&80u16.to_be_bytes());
-    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
-    f.resize(64, 0);
-    f
-}
 
 fn bench(c: &mut Criterion) {
     let backends = || (1..=16).map(|i| Addr::v4(198, 18, 1, i));
@@ -54,7 +41,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("classify");
     g.measurement_time(Duration::from_secs(2)).sample_size(20);
     let frames: Vec<Vec<u8>> =
-        (0..1024u16).map(|i| frame([198, 18, 10, 1], 1024 + i, 0x10)).collect();
+        (0..1024u16).map(|i| tcp_frame([198, 18, 10, 1], 1024 + i, 0x10)).collect();
     g.throughput(Throughput::Elements(frames.len() as u64));
     g.bench_function("general_64B_tcp", |b| {
         b.iter(|| {
@@ -89,7 +76,7 @@ fn bench(c: &mut Criterion) {
         }
         let syns: Vec<Vec<u8>> = (0..flows)
             .map(|i| {
-                frame(
+                tcp_frame(
                     [198, 18, 10 + (i / 60000) as u8, (i % 250) as u8],
                     1024 + (i % 60000) as u16,
                     0x02,

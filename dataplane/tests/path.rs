@@ -333,6 +333,17 @@ fn df_packet_too_big_after_encap_gets_frag_needed() {
     assert_eq!(out.len(), 14 + 1500);
 }
 
+/// An ICMPv4 error (`icmp_type`, `code`, the rest-of-header word `rest`) quoting the first 28
+/// bytes of `quoted` (its IP header and 8 bytes), with a valid checksum.
+fn icmp_error(icmp_type: u8, code: u8, rest: [u8; 4], quoted: &[u8]) -> Vec<u8> {
+    let mut icmp = vec![icmp_type, code, 0, 0];
+    icmp.extend_from_slice(&rest);
+    icmp.extend_from_slice(&quoted[..28]);
+    let c = csum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    icmp
+}
+
 #[test]
 fn icmp_error_for_a_flow_reaches_that_flows_backend() {
     let mut r = Rig::new(Encap::Ipip);
@@ -340,10 +351,7 @@ fn icmp_error_for_a_flow_reaches_that_flows_backend() {
     r.run(&frame);
     // A router tells the VIP (the backend's DSR reply source) that the client path is smaller.
     let quoted = ipv4("198.18.0.100", "198.18.10.5", 6, true, &tcp(80, 40000, 0x12, b""));
-    let mut icmp = vec![3, 4, 0, 0, 0, 0, 0x05, 0x00];
-    icmp.extend_from_slice(&quoted[..28]);
-    let c = csum(&icmp);
-    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let icmp = icmp_error(3, 4, [0, 0, 0x05, 0x00], &quoted);
     let ip = ipv4("198.18.9.1", "198.18.0.100", 1, false, &icmp);
     let (o, out) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
     assert_eq!(o, Outcome::Transmit);
@@ -586,10 +594,7 @@ fn with_a_kernel_interface_an_icmp_error_about_the_nodes_own_packet_goes_to_the_
     let mut r = Rig::with_kernel(Encap::Ipip);
     // A router says the kernel's health probe (node -> backend) cannot be delivered.
     let quoted = ipv4("198.18.0.2", "198.18.1.1", 6, true, &tcp(51000, 80, 0x02, b""));
-    let mut icmp = vec![3, 1, 0, 0, 0, 0, 0, 0];
-    icmp.extend_from_slice(&quoted[..28]);
-    let c = csum(&icmp);
-    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let icmp = icmp_error(3, 1, [0; 4], &quoted);
     let frame =
         eth(NODE_MAC, CLIENT_MAC, 0x0800, &ipv4("198.18.0.254", "198.18.0.2", 1, false, &icmp));
     let (o, _) = r.run(&frame);
@@ -598,10 +603,7 @@ fn with_a_kernel_interface_an_icmp_error_about_the_nodes_own_packet_goes_to_the_
     let (syn, _) = syn_to_vip();
     r.run(&syn);
     let quoted = ipv4("198.18.0.100", "198.18.10.5", 6, true, &tcp(80, 40000, 0x12, b""));
-    let mut icmp = vec![3, 4, 0, 0, 0, 0, 0x05, 0x00];
-    icmp.extend_from_slice(&quoted[..28]);
-    let c = csum(&icmp);
-    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let icmp = icmp_error(3, 4, [0, 0, 0x05, 0x00], &quoted);
     let ip = ipv4("198.18.9.1", "198.18.0.100", 1, false, &icmp);
     let (o, out) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
     assert_eq!(o, Outcome::Transmit);

@@ -84,6 +84,21 @@ class Metrics:
         return {dict(k)[label]: v for k, v in self.values(name, **labels).items()}
 
 
+def parse_final(out: str) -> dict[str, int]:
+    """The daemon's `final ...` counter lines (printed at exit) as a dict: `forward.REASON`,
+    `drop.REASON`, `NAME` for the other counters, `rx`/`tx`/`dropped` summed over workers."""
+    final: dict[str, int] = {}
+    for m in re.finditer(r"^final (forward|drop)=(\w+) packets=(\d+)", out, re.M):
+        final[f"{m[1]}.{m[2]}"] = final.get(f"{m[1]}.{m[2]}", 0) + int(m[3])
+    for m in re.finditer(r"^final (\w+)=(\d+)$", out, re.M):
+        final[m[1]] = int(m[2])
+    for m in re.finditer(r"^final worker=\d+ lcore=\d+ rx=(\d+) tx=(\d+) dropped=(\d+)", out, re.M):
+        final["rx"] = final.get("rx", 0) + int(m[1])
+        final["tx"] = final.get("tx", 0) + int(m[2])
+        final["dropped"] = final.get("dropped", 0) + int(m[3])
+    return final
+
+
 def zones_topology(topo: Topology) -> dict:
     """The `topology:` section: region-1 with one zone per topology zone."""
     return {
@@ -339,16 +354,7 @@ class Spillway:
                 self.proc.kill()
                 self.proc.wait()
         self._remove_runtime_dir()
-        out = self.output()
-        final: dict[str, int] = {}
-        for m in re.finditer(r"^final (forward|drop)=(\w+) packets=(\d+)", out, re.M):
-            final[f"{m[1]}.{m[2]}"] = final.get(f"{m[1]}.{m[2]}", 0) + int(m[3])
-        for m in re.finditer(r"^final (\w+)=(\d+)$", out, re.M):
-            final[m[1]] = int(m[2])
-        for m in re.finditer(r"^final worker=\d+ lcore=\d+ rx=(\d+) tx=(\d+) dropped=(\d+)", out, re.M):
-            final["rx"] = final.get("rx", 0) + int(m[1])
-            final["tx"] = final.get("tx", 0) + int(m[2])
-            final["dropped"] = final.get("dropped", 0) + int(m[3])
+        final = parse_final(self.output())
         self.final = final
         return final
 

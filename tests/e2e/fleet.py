@@ -881,13 +881,9 @@ class FleetSpillway:
                                     f"of SIGTERM:\n{self.output()[-3000:]}")
         self.returncode = self.proc.returncode
         self._forget()
-        out = self.output()
-        final: dict[str, int] = {}
-        for m in re.finditer(r"^final (forward|drop)=(\w+) packets=(\d+)", out, re.M):
-            final[f"{m[1]}.{m[2]}"] = final.get(f"{m[1]}.{m[2]}", 0) + int(m[3])
-        for m in re.finditer(r"^final (\w+)=(\d+)$", out, re.M):
-            final[m[1]] = int(m[2])
-        self.final = final
+        from balancer import parse_final
+
+        self.final = final = parse_final(self.output())
         return final
 
     def kill(self) -> None:
