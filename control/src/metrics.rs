@@ -347,6 +347,37 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
         }
     }
 
+    // The ports' driver counters: what happened before a worker saw a frame.
+    let ports = view.port_counters();
+    if !ports.is_empty() {
+        let f = s.family(
+            "spillway_port_packets",
+            "Frames the port's driver received (rx) and transmitted (tx).",
+            Counter,
+        );
+        for (name, c) in &ports {
+            f.add(vec![("port", (*name).to_owned()), ("direction", "rx".into())], c.ipackets.get())
+                .add(
+                    vec![("port", (*name).to_owned()), ("direction", "tx".into())],
+                    c.opackets.get(),
+                );
+        }
+        let f = s.family(
+            "spillway_port_dropped",
+            "Frames the port's driver dropped before a worker saw them or after: missed (no free \
+             RX descriptor: the worker was behind), rx_errors, rx_nombuf (the mbuf pool was \
+             empty), tx_errors. Drivers without statistics (net_memif in DPDK 22.11) report 0.",
+            Counter,
+        );
+        for (name, c) in &ports {
+            let l = |why: &str| vec![("port", (*name).to_owned()), ("reason", why.to_owned())];
+            f.add(l("missed"), c.imissed.get())
+                .add(l("rx_errors"), c.ierrors.get())
+                .add(l("rx_nombuf"), c.rx_nombuf.get())
+                .add(l("tx_errors"), c.oerrors.get());
+        }
+    }
+
     // The exception path's thread.
     if let Some(k) = view.kernel_counters() {
         s.family(

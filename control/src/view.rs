@@ -7,7 +7,9 @@
 //! tested with a fake.
 
 use spillway_core::addr::Addr;
-use spillway_core::counters::{KernelPathCounters, NeighbourCounters, WorkerCounters};
+use spillway_core::counters::{
+    KernelPathCounters, NeighbourCounters, PortCounters, WorkerCounters,
+};
 use spillway_core::flow::FlowKey;
 pub use spillway_core::mailbox::LookupReply;
 
@@ -33,5 +35,9 @@ pub trait DataplaneView: Send + Sync + 'static {
     /// The exception path's counters; `None` without a kernel interface.
     fn kernel_counters(&self) -> Option<&KernelPathCounters> {
         None
+    }
+    /// Every port's driver counters, by port name (the kernel interface's port included).
+    fn port_counters(&self) -> Vec<(&str, &PortCounters)> {
+        Vec::new()
     }
 }

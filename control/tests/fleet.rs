@@ -496,3 +496,73 @@ fn a_stop_after_a_drain_counts_the_quiet_time_from_the_drain() {
     assert_eq!(i.withdrawn_for(at(9000)), Some(Duration::from_secs(7)));
     assert!(i.status(at(9000), quiet).traffic_stopped);
 }
+
+/// A worker and two ports with driver counters: the port and exception-path metrics show them.
+struct PortsView {
+    worker: OneWorker,
+    ports: Vec<(String, spillway_core::counters::PortCounters)>,
+    kernel: spillway_core::counters::KernelPathCounters,
+}
+
+impl DataplaneView for PortsView {
+    fn workers(&self) -> usize {
+        1
+    }
+    fn counters(&self, w: usize) -> &spillway_core::counters::WorkerCounters {
+        self.worker.counters(w)
+    }
+    fn lookup(
+        &self,
+        k: spillway_core::flow::FlowKey,
+        h: u64,
+    ) -> Vec<spillway_control::view::LookupReply> {
+        self.worker.lookup(k, h)
+    }
+    fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {
+        Vec::new()
+    }
+    fn kernel_counters(&self) -> Option<&spillway_core::counters::KernelPathCounters> {
+        Some(&self.kernel)
+    }
+    fn port_counters(&self) -> Vec<(&str, &spillway_core::counters::PortCounters)> {
+        self.ports.iter().map(|(n, c)| (n.as_str(), c)).collect()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn metrics_show_the_ports_the_exception_path_and_the_fleet() {
+    let (_dir, c) = controller(FLEET);
+    let view = PortsView {
+        worker: OneWorker::new(),
+        ports: vec![
+            ("net_tap0".into(), Default::default()),
+            ("net_tap_kernel".into(), Default::default()),
+        ],
+        kernel: Default::default(),
+    };
+    view.ports[0].1.ipackets.set(1000);
+    view.ports[0].1.imissed.set(40);
+    view.ports[1].1.opackets.set(7);
+    view.kernel.to_kernel.set(90);
+    view.kernel.to_kernel_dropped.set(3);
+    view.worker.0.kernel_frames.set(93);
+    c.lock().unwrap().instance_mut().set_waiting_for(None, Instant::now());
+    let text = spillway_control::metrics::render(&c, &view).expect("render");
+    for line in [
+        "spillway_port_packets_total{port=\"net_tap0\",direction=\"rx\"} 1000",
+        "spillway_port_dropped_total{port=\"net_tap0\",reason=\"missed\"} 40",
+        "spillway_port_packets_total{port=\"net_tap_kernel\",direction=\"tx\"} 7",
+        "spillway_kernel_path_frames_total{direction=\"to_kernel\"} 90",
+        "spillway_kernel_path_dropped_total{direction=\"to_kernel\"} 3",
+        "spillway_kernel_frames_total{worker=\"0\"} 93",
+        "spillway_instance_phase{phase=\"serving\"} 1",
+        "spillway_instance_phase{phase=\"starting\"} 0",
+        "spillway_vip_announced{vip=\"198.19.200.1\"} 0",
+        "spillway_announce_sync_errors_total 0",
+    ] {
+        assert!(text.contains(line), "no `{line}` in\n{text}");
+    }
+    assert!(!text.contains("198.19.200.3"), "a `never` service's VIP is not listed");
+    let info = text.lines().filter(|l| l.starts_with("spillway_service_table_info{")).count();
+    assert_eq!(info, 4, "one fingerprint per service:\n{text}");
+}

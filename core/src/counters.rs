@@ -301,6 +301,24 @@ mod tests {
     }
 }
 
+/// One port's driver counters (`rte_eth_stats`), copied by the control thread every second:
+/// what happened to frames before a worker saw them or after it handed them over.
+#[derive(Debug, Default)]
+pub struct PortCounters {
+    /// Frames received by the port.
+    pub ipackets: Counter,
+    /// Frames transmitted.
+    pub opackets: Counter,
+    /// Frames the port dropped because no RX descriptor was free (the worker was behind).
+    pub imissed: Counter,
+    /// Erroneous frames received.
+    pub ierrors: Counter,
+    /// Failed transmissions.
+    pub oerrors: Counter,
+    /// RX buffer allocation failures (the mbuf pool was empty).
+    pub rx_nombuf: Counter,
+}
+
 /// The exception path's thread: frames between the workers and the kernel interface (written by
 /// that thread alone, read by the metrics). With the workers' `kernel_frames` and
 /// `kernel_busy` drops, every frame for the kernel is counted once on each side.

@@ -51,6 +51,8 @@ pub struct ControlPlane<'a> {
     pub sender: Option<&'a mut dyn RequestSender>,
     /// The data ports' link state, for the fleet's readiness.
     pub link: LinkWatch<'a>,
+    /// Copies every port's driver counters for the metrics (every [`LOAD_PERIOD`]).
+    pub refresh_ports: &'a dyn Fn(),
     /// With VIP announcement: SIGTERM withdraws first and stops once traffic has stopped
     /// (or the grace period ends).
     pub announce: Option<&'a AnnounceConfig>,
@@ -84,7 +86,10 @@ pub async fn run(
     signals: &Signals<'_>,
     plane: ControlPlane<'_>,
 ) -> Duration {
-    let ControlPlane { control, view, node, resolver, mut sender, link, announce } = plane;
+    let ControlPlane { control, view, node, resolver, mut sender, link, refresh_ports, announce } =
+        plane;
+    let mut last_ports = Instant::now();
+    refresh_ports();
     let mut stopping: Option<Stopping> = None;
     let mut last_link = Instant::now();
     link.up.store((link.check)(), Ordering::Relaxed);
@@ -148,6 +153,10 @@ pub async fn run(
         }
         if duration.is_some_and(|d| now - start >= d) {
             break;
+        }
+        if now - last_ports >= LOAD_PERIOD {
+            last_ports = now;
+            refresh_ports();
         }
         if now - last_link >= LINK_PERIOD {
             last_link = now;

@@ -19,7 +19,7 @@ use spillway_control::netlink::{Netlink, RouteTable};
 use spillway_control::view::DataplaneView;
 use spillway_core::addr::{mask, Prefix};
 use spillway_core::conntrack::Shard;
-use spillway_core::counters::KernelPathCounters;
+use spillway_core::counters::{KernelPathCounters, PortCounters};
 use spillway_core::mailbox::Mailbox;
 use spillway_core::wire::MacDisplay;
 use spillway_dataplane::dpdk::memory::{self, describe_areas};
@@ -273,6 +273,24 @@ fn run_config(
         None
     };
 
+    // Every port's driver counters (the kernel interface's too), copied every second.
+    let port_counters: Arc<[(String, PortCounters)]> = ports
+        .iter()
+        .chain(kernel_port.as_ref())
+        .map(|p| (p.name().to_owned(), PortCounters::default()))
+        .collect();
+    let refresh_ports = || {
+        for (p, (_, c)) in ports.iter().chain(kernel_port.as_ref()).zip(port_counters.iter()) {
+            if let Ok(s) = p.stats() {
+                c.ipackets.set(s.ipackets);
+                c.opackets.set(s.opackets);
+                c.imissed.set(s.imissed);
+                c.ierrors.set(s.ierrors);
+                c.oerrors.set(s.oerrors);
+                c.rx_nombuf.set(s.rx_nombuf);
+            }
+        }
+    };
     // What the admin API and metrics see of the workers; the API serves on this runtime.
     let view: Arc<dyn DataplaneView> = Arc::new(DaemonView {
         counters: Arc::clone(&counters),
@@ -280,6 +298,7 @@ fn run_config(
         neighbours: resolver.cell(),
         neighbour_counters: resolver.counters(),
         kernel: kernel_path.as_ref().map(|_| Arc::clone(&kernel_counters)),
+        ports: port_counters.clone(),
     });
     // The fleet: readiness, the announced VIPs, draining.
     let link_up = Arc::new(AtomicBool::new(false));
@@ -351,6 +370,7 @@ fn run_config(
                 resolver: &mut resolver,
                 sender: sender.as_mut().map(|s| s as _),
                 link: LinkWatch { check: &check_link, up: Arc::clone(&link_up) },
+                refresh_ports: &refresh_ports,
                 announce: config.announce.as_ref().filter(|_| fleet.is_some()),
             };
             std::thread::scope(|threads| {

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use spillway_control::view::{DataplaneView, LookupReply};
 use spillway_core::addr::Addr;
-use spillway_core::counters::{KernelPathCounters, NeighbourCounters, WorkerCounters};
+use spillway_core::counters::{
+    KernelPathCounters, NeighbourCounters, PortCounters, WorkerCounters,
+};
 use spillway_core::flow::FlowKey;
 use spillway_core::mailbox::Mailbox;
 use spillway_dataplane::neighbour::NeighbourCell;
@@ -23,6 +25,8 @@ pub struct DaemonView {
     pub neighbour_counters: Arc<NeighbourCounters>,
     /// The exception path's counters, when there is one.
     pub kernel: Option<Arc<KernelPathCounters>>,
+    /// Every port's driver counters, refreshed by the control loop.
+    pub ports: Arc<[(String, PortCounters)]>,
 }
 
 impl DataplaneView for DaemonView {
@@ -48,5 +52,9 @@ impl DataplaneView for DaemonView {
 
     fn kernel_counters(&self) -> Option<&KernelPathCounters> {
         self.kernel.as_deref()
+    }
+
+    fn port_counters(&self) -> Vec<(&str, &PortCounters)> {
+        self.ports.iter().map(|(n, c)| (n.as_str(), c)).collect()
     }
 }
