@@ -230,7 +230,73 @@ fn ab_report(n: usize, label: &str) {
     }
 }
 
+/// `CONNTRACK_LOAD=1 cargo bench --bench conntrack`: the insert of new keys into an empty
+/// table and into one filled to 90% (the same capacity, 1M entries), in interleaved rounds
+/// of CHUNK inserts (each round's keys removed again, untimed); prints the median rates and
+/// their ratio. The goal is an insert at >= 90% load no slower than 2x the empty one.
+fn load_report() {
+    let capacity = 1 << 20;
+    let mut rng = SplitMix64::new(0x10ad);
+    let mut tables: Vec<(&str, Shard)> = Vec::new();
+    for (label, load) in [("empty", 0.0), ("90% full", 0.9)] {
+        let mut shard = Shard::with_capacity(capacity);
+        let n = (shard.capacity() as f64 * load) as usize;
+        let (ks, hs) = keys(&mut rng, n.max(1));
+        for (k, &h) in ks.iter().zip(&hs).take(n) {
+            shard.insert(k, h, EntryValue { backend: 1, epoch: 0, flags: 0 }, Time(0));
+        }
+        eprintln!(
+            "conntrack load: {label}: {} of {} entries ({:.1}%), {} evicted while filling",
+            shard.len(),
+            shard.capacity(),
+            shard.len() as f64 * 100.0 / shard.capacity() as f64,
+            shard.stats().evictions
+        );
+        tables.push((label, shard));
+    }
+    let (fresh, fresh_h) = keys(&mut rng, 64 * CHUNK);
+    let mut fresh = Stream::new(fresh, fresh_h);
+    let mut rates = vec![Vec::new(); tables.len()];
+    let mut slots = Vec::with_capacity(CHUNK);
+    for round in 0..200u64 {
+        for (t, (_, shard)) in tables.iter_mut().enumerate() {
+            let (k, h) = fresh.next_chunk();
+            slots.clear();
+            let start = Instant::now();
+            for (k, &h) in k.iter().zip(h) {
+                slots.push(
+                    shard
+                        .insert(k, h, EntryValue { backend: 2, epoch: 0, flags: 0 }, Time(round))
+                        .slot,
+                );
+            }
+            let el = start.elapsed();
+            for &s in &slots {
+                shard.remove(s);
+            }
+            rates[t].push(CHUNK as f64 / el.as_secs_f64() / 1e6);
+        }
+    }
+    let mut medians = Vec::new();
+    for ((label, shard), r) in tables.iter().zip(&mut rates) {
+        r.sort_by(|a, b| b.total_cmp(a));
+        let m = r[r.len() / 2];
+        medians.push(m);
+        println!(
+            "insert into {label:<9} median {m:6.2} M/s ({:5.1} ns), best {:6.2} M/s; evictions {}",
+            1e3 / m,
+            r[0],
+            shard.stats().evictions
+        );
+    }
+    println!("90% full / empty insert time: {:.2}x (goal <= 2x)", medians[0] / medians[1]);
+}
+
 fn benches(c: &mut Criterion) {
+    if std::env::var_os("CONNTRACK_LOAD").is_some() {
+        load_report();
+        return;
+    }
     if std::env::var_os("CONNTRACK_AB").is_some() {
         ab_report(1_000, "1K");
         ab_report(1_000_000, "1M");
