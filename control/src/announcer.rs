@@ -154,6 +154,7 @@ async fn run(
     let heartbeats: Vec<u64> =
         (0..view.workers()).map(|w| view.counters(w).heartbeat.get()).collect();
     let mut applied: Option<BTreeSet<IpAddr>> = None;
+    let mut failing = false;
     let mut next_sync = Instant::now();
     let mut next_bird = Instant::now();
     let bird_socket = {
@@ -209,7 +210,10 @@ async fn run(
             c.instance_mut().announced = want.iter().map(|ip| Addr::from(*ip)).collect();
             continue;
         };
-        if applied.as_ref() == Some(&want) && now < next_sync {
+        // Sync when the wanted set changed, and anyway when due: every RESYNC after a sync
+        // that worked, every RETRY after one that failed (not at every tick while failing).
+        let changed = applied.as_ref() != Some(&want);
+        if now < next_sync && (!changed || failing) {
             continue;
         }
         let result = table.sync(&want).await;
@@ -229,6 +233,7 @@ async fn run(
                 inst.syncs += 1;
                 inst.announced = want.iter().map(|ip| Addr::from(*ip)).collect();
                 applied = Some(want);
+                failing = false;
                 next_sync = now + RESYNC;
             }
             Err(e) => {
@@ -244,6 +249,7 @@ async fn run(
                 }
                 inst.last_error = Some(msg);
                 applied = None;
+                failing = true;
                 next_sync = now + RETRY;
             }
         }

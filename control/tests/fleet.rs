@@ -477,6 +477,60 @@ fn in_namespace() {
         sh(&["link", "del", "spl9"]);
         let v4 = sh(&["route", "show", "table", "100"]);
         assert!(!v4.contains("198.19.200.1"), "the route went with its interface: {v4}");
+
+        // The handoff failing: routes through an interface that is gone. The error names the
+        // VIP and the kernel's reason.
+        let gone = RouteTable { netlink: nl.clone(), table: 100, oif: Some(index) };
+        let e = gone.sync(&one).await.expect_err("no such interface");
+        assert!(
+            e.to_string().contains("adding 198.19.200.1")
+                && e.to_string().contains("No such device"),
+            "{e}"
+        );
+
+        // The loop keeps trying, counts and shows the error, and recovers once it can.
+        let (_dir, c) = controller(FLEET);
+        let view = Arc::new(OneWorker::new());
+        let options = FleetOptions { table: Some(gone), link_up: Box::new(|| true) };
+        let task = announcer::spawn(Arc::clone(&c), view.clone(), options);
+        let spawned = Instant::now();
+        tokio::task::yield_now().await;
+        view.0.heartbeat.inc(); // the worker polls: ready
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let g = c.lock().unwrap();
+            let (errors, _, last) = g.instance().sync_counts();
+            if errors >= 2 {
+                assert!(last.is_some_and(|m| m.contains("No such device")), "{last:?}");
+                // A retry every 2 s, not at every 100 ms tick.
+                assert!(
+                    spawned.elapsed() >= Duration::from_millis(1900),
+                    "{errors} errors too soon"
+                );
+                assert!(g.instance().announced().is_empty(), "nothing announced while failing");
+                break;
+            }
+            assert!(Instant::now() < deadline, "the loop did not retry: {errors} error(s)");
+        }
+        task.abort();
+        // Forwarding never depended on it; a table that works clears the error.
+        let options = FleetOptions {
+            table: Some(RouteTable { netlink: nl.clone(), table: 100, oif: None }),
+            link_up: Box::new(|| true),
+        };
+        let task = announcer::spawn(Arc::clone(&c), view.clone(), options);
+        tokio::task::yield_now().await;
+        view.0.heartbeat.inc();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !c.lock().unwrap().instance().announced().contains(&a("198.19.200.1")) {
+            assert!(Instant::now() < deadline, "never announced after the error");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(c.lock().unwrap().instance().sync_counts().2, None, "the error is cleared");
+        let v4 = sh(&["route", "show", "table", "100"]);
+        assert!(v4.contains("blackhole 198.19.200.1 proto 252"), "{v4}");
+        task.abort();
     });
 }
 
