@@ -34,22 +34,11 @@ os.environ.setdefault("SPILLWAY_BIN", str(REPO / "target" / "release" / "spillwa
 os.environ.setdefault("SPILLWAYCTL_BIN", str(Path(os.environ["SPILLWAY_BIN"]).parent / "spillwayctl"))
 
 import topo as T  # noqa: E402
+from demo import banner, say  # noqa: E402  (scripts/demo.py: the same output style)
 from fleet import (VIP_WEB, VIPS, Fleet, LongLived, answered_now, carriers, http_get,  # noqa: E402
                    start_all, summary, wait_all_progress)
 
-WIDTH = 78
 CONNECTIONS = 20
-
-
-def banner(title: str) -> None:
-    print()
-    print("=" * WIDTH)
-    print(f" {title}")
-    print("=" * WIDTH, flush=True)
-
-
-def say(text: str = "") -> None:
-    print(text, flush=True)
 
 
 def fib(f: Fleet) -> None:

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use spillway_core::addr::Addr;
@@ -18,14 +18,20 @@ use crate::fleet::{wanted, BirdStatus, Phase};
 use crate::netlink::RouteTable;
 use crate::view::DataplaneView;
 
-/// How often BIRD's control socket is checked.
-pub const BIRD_PERIOD: Duration = Duration::from_secs(2);
-/// How long after a failed sync the next try comes.
-pub const RETRY: Duration = Duration::from_secs(2);
-/// How often the table is re-read and repaired even when nothing changed.
-pub const RESYNC: Duration = Duration::from_secs(10);
 /// How often the loop looks at the instance.
 pub const PERIOD: Duration = Duration::from_millis(100);
+/// How often the table is re-read and repaired even when nothing changed.
+pub const RESYNC: Duration = Duration::from_secs(10);
+/// How long after a failed sync the next try comes.
+pub const RETRY: Duration = Duration::from_secs(2);
+/// How often BIRD's control socket is checked.
+pub const BIRD_PERIOD: Duration = Duration::from_secs(2);
+
+/// Locks the controller (a poisoned lock only happens in tests: keep going, as the API does).
+fn lock(c: &Mutex<Controller>) -> MutexGuard<'_, Controller> {
+    c.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// The sum of every worker's forwarded packets.
 pub fn forwarded(view: &dyn DataplaneView) -> u64 {
     (0..view.workers())
@@ -158,7 +164,7 @@ async fn run(
     let mut next_sync = Instant::now();
     let mut next_bird = Instant::now();
     let bird_socket = {
-        let c = controller.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let c = lock(&controller);
         c.config().announce.as_ref().and_then(|a| a.bird_socket.clone())
     };
     let started = Instant::now();
@@ -167,8 +173,13 @@ async fn run(
         tick.tick().await;
         let now = Instant::now();
         let want: BTreeSet<IpAddr> = {
-            let mut c = controller.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let waiting = readiness(&*view, &heartbeats, (options.link_up)(), &c, now - started);
+            let mut c = lock(&controller);
+            // Once ready, an instance stays ready: nothing more to evaluate.
+            let waiting = if c.instance().is_ready() {
+                None
+            } else {
+                readiness(&*view, &heartbeats, (options.link_up)(), &c, now - started)
+            };
             let snap = c.snapshot();
             let total = forwarded(&*view);
             let serving;
@@ -187,7 +198,7 @@ async fn run(
             if now >= next_bird {
                 next_bird = now + BIRD_PERIOD;
                 let status = probe_bird(path).await;
-                let mut c = controller.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut c = lock(&controller);
                 let inst = c.instance_mut();
                 let was = inst.bird.as_ref().map(|b| b.up);
                 if was != Some(status.up) {
@@ -206,7 +217,7 @@ async fn run(
             }
         }
         let Some(table) = &options.table else {
-            let mut c = controller.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut c = lock(&controller);
             c.instance_mut().announced = want.iter().map(|ip| Addr::from(*ip)).collect();
             continue;
         };
@@ -217,7 +228,7 @@ async fn run(
             continue;
         }
         let result = table.sync(&want).await;
-        let mut c = controller.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut c = lock(&controller);
         let inst = c.instance_mut();
         match result {
             Ok(report) => {

@@ -5,7 +5,8 @@
 //! in a kernel table ([`crate::netlink::RouteTable`]). This module decides that set:
 //!
 //! - **Phase** ([`Phase`]): `starting` until the instance is ready (every worker polling, the
-//!   data port's link up, a first result of every health check in), then `serving`;
+//!   data port's link up, every health check's verdict settled: `crate::announcer::readiness`),
+//!   then `serving`;
 //!   `drained` while an operator has drained it (`spillwayctl drain-instance`); `stopping`
 //!   from SIGTERM on. Only a serving instance announces anything.
 //! - **Per VIP** ([`wanted`]): a serving instance announces a VIP while one of its services
@@ -175,6 +176,11 @@ impl Instance {
             last_traffic: now,
             withdrawn_since: Some(now),
         }
+    }
+
+    /// True once the instance has been ready (it stays so).
+    pub fn is_ready(&self) -> bool {
+        self.ready
     }
 
     /// The current phase.

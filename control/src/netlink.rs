@@ -40,14 +40,25 @@ fn err(what: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> NetlinkError
     move |e| NetlinkError { what, message: describe(&e) }
 }
 
+/// The kernel's errno in an error it answered with (the crate reports it negated).
+fn errno(e: &rtnetlink::Error) -> Option<i32> {
+    match e {
+        rtnetlink::Error::NetlinkError(m) => m.code.map(|c| -c.get()),
+        _ => None,
+    }
+}
+
+// Linux errno values.
+const ESRCH: i32 = 3;
+const EEXIST: i32 = 17;
+const ENODEV: i32 = 19;
+
 /// The kernel's errno as its text (`File exists`), else the error's own.
 fn describe(e: &rtnetlink::Error) -> String {
-    if let rtnetlink::Error::NetlinkError(m) = e {
-        if let Some(code) = m.code {
-            return io::Error::from_raw_os_error(-code.get()).to_string();
-        }
+    match errno(e) {
+        Some(n) => io::Error::from_raw_os_error(n).to_string(),
+        None => e.to_string(),
     }
-    e.to_string()
 }
 
 /// A connection to the kernel's routing netlink. Its socket task runs on the current tokio
@@ -71,12 +82,8 @@ impl Netlink {
         match links.try_next().await {
             Ok(Some(link)) => Ok(Some(link.header.index)),
             Ok(None) => Ok(None),
-            // ENODEV: no such interface.
-            Err(rtnetlink::Error::NetlinkError(m))
-                if m.code.is_some_and(|c| c.get() == -libc_enodev()) =>
-            {
-                Ok(None)
-            }
+            // No such interface.
+            Err(e) if errno(&e) == Some(ENODEV) => Ok(None),
             Err(e) => Err(err(format!("looking up interface {name}"))(e)),
         }
     }
@@ -99,8 +106,7 @@ impl Netlink {
                 req.message_mut().attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
             }
             match req.execute().await {
-                Err(rtnetlink::Error::NetlinkError(m))
-                    if m.code.is_some_and(|c| c.get() == -libc_eexist()) => {}
+                Err(e) if errno(&e) == Some(EEXIST) => {}
                 r => r.map_err(err(format!("adding {addr}/{len}")))?,
             }
         }
@@ -156,17 +162,13 @@ impl Netlink {
 
     /// Deletes the host route of `dst` from `table`.
     pub async fn del_route(&self, table: u32, dst: IpAddr) -> Result<(), NetlinkError> {
-        let r = self.route(table, dst, None);
-        let mut r = r;
+        let mut r = self.route(table, dst, None);
         // Match on destination, table and protocol only.
         r.header.kind = RouteType::Unspec;
         r.header.scope = RouteScope::NoWhere;
         match self.handle.route().del(r).execute().await {
-            Err(rtnetlink::Error::NetlinkError(m))
-                if m.code.is_some_and(|c| c.get() == -libc_esrch()) =>
-            {
-                Ok(())
-            }
+            // Gone already.
+            Err(e) if errno(&e) == Some(ESRCH) => Ok(()),
             r => r.map_err(err(format!("deleting {dst}"))),
         }
     }
@@ -193,17 +195,6 @@ fn destination(r: &RouteMessage) -> Option<IpAddr> {
         RouteAttribute::Destination(RouteAddress::Inet6(v6)) => Some(IpAddr::V6(*v6)),
         _ => None,
     })
-}
-
-// errno values (Linux): the crate reports the kernel's negative errno.
-const fn libc_eexist() -> i32 {
-    17
-}
-const fn libc_esrch() -> i32 {
-    3
-}
-const fn libc_enodev() -> i32 {
-    19
 }
 
 /// The announced routes in one table: what the kernel holds, made equal to what is wanted.

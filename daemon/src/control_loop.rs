@@ -69,10 +69,9 @@ pub struct LinkWatch<'a> {
 /// How often the links are read.
 const LINK_PERIOD: Duration = Duration::from_millis(500);
 
-/// A stop in progress: SIGTERM withdrew every VIP; the loop ends once no packet has arrived
-/// for `quiet`, or after `grace`, or at a second signal.
+/// A stop in progress (since the instance's `stopping_since`): SIGTERM withdrew every VIP; the
+/// loop ends once no packet has arrived for `quiet`, or after `grace`, or at a second signal.
 struct Stopping {
-    since: Instant,
     grace: Duration,
     quiet: Duration,
 }
@@ -125,7 +124,7 @@ pub async fn run(
                         grace.as_secs_f64()
                     );
                     lock(c).instance_mut().begin_stop(now);
-                    stopping = Some(Stopping { since: now, grace, quiet });
+                    stopping = Some(Stopping { grace, quiet });
                 }
                 _ => break,
             }
@@ -133,13 +132,14 @@ pub async fn run(
         if let (Some(st), Some(c)) = (&stopping, &control) {
             let c = lock(c);
             let inst = c.instance();
+            let since = inst.stopping_since().unwrap_or(now);
             let withdrawn = inst.announced().is_empty();
             // Quiet for `quiet` since the withdrawal (a drain before the stop counts).
             let quiet = inst.quiet_for(now) >= st.quiet
                 && inst.withdrawn_for(now).is_some_and(|w| w >= st.quiet);
-            if (withdrawn && quiet) || now - st.since >= st.grace {
+            if (withdrawn && quiet) || now - since >= st.grace {
                 tracing::info!(
-                    after_sec = (now - st.since).as_secs_f64(),
+                    after_sec = (now - since).as_secs_f64(),
                     quiet_for_sec = inst.quiet_for(now).as_secs_f64(),
                     "stopping: {}",
                     if withdrawn && quiet {
