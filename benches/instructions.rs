@@ -7,12 +7,17 @@
 //! the set-up (building the snapshot, filling the connection table) cancels out, what is left
 //! is the cost of one more packet. The figures go to `target/bench/instructions.json`.
 //!
-//! - `classify`: `wire::classify` of a 64-byte Ethernet/IPv4/TCP frame (an ACK);
+//! - `classify`: `wire::classify` of a 64-byte Ethernet/IPv4/TCP frame (an ACK), the whole
+//!   classified `Frame`;
+//! - `classify_ip`: `wire::classify_ip_fast` of the same frame, what the packet path calls for
+//!   it (the flow fields and placement only);
 //! - `decide_hit`: `decide::prepare` + `decide_prepared` of a packet of an established flow
 //!   (1,000 flows in turn);
 //! - `decide_insert`: the same for a new connection's SYN into a table with room;
-//! - `encap`: the IPIP rewrite of a classified 64-byte frame (`build::write_encap` after the
-//!   buffer moves);
+//! - `encap`: the IPIP rewrite of a classified 64-byte frame with the backend's prebuilt outer
+//!   headers (`build::OuterV4::write` after the buffer moves: what the path does for an IPv4
+//!   backend), including reloading the frame (`reload`, per packet here);
+//! - `encap_general`: the same with `build::write_encap`, which builds every header field;
 //! - `burst_established` / `burst_syn`: `path::process_burst` over bursts of 32 frames of 1,000
 //!   established flows (ACKs) or new connections (SYNs), the whole path in memory; each burst
 //!   reloads its 32 buffers first, which `reload` alone measures (subtract it).
@@ -33,17 +38,19 @@ use spillway_core::counters::WorkerCounters;
 use spillway_core::decide::{decide_prepared, prepare};
 use spillway_core::model::{Encap, RuleProtocol};
 use spillway_core::time::Time;
-use spillway_core::wire::build::{self, EncapKind, EncapParams};
+use spillway_core::wire::build::{self, EncapKind, EncapParams, OuterV4};
 use spillway_core::wire::{self, FrameKind};
 use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
 use spillway_dataplane::path::{process_burst, Outcome, PacketBuf, PathCtx, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
 
-const CASES: [&str; 7] = [
+const CASES: [&str; 9] = [
     "classify",
+    "classify_ip",
     "decide_hit",
     "decide_insert",
     "encap",
+    "encap_general",
     "reload",
     "burst_established",
     "burst_syn",
@@ -124,7 +131,12 @@ fn run_case(case: &str, packets: usize) {
                 black_box(decide_prepared(info, &prep, &snap, ctx.shard, Time::ZERO));
             }
         }
-        "encap" => {
+        "classify_ip" => {
+            for i in 0..packets {
+                black_box(wire::classify_ip_fast(black_box(&acks[i % FLOWS])));
+            }
+        }
+        "encap" | "encap_general" => {
             let f = &acks[0];
             let params = EncapParams {
                 kind: EncapKind::Ipip,
@@ -135,12 +147,20 @@ fn run_case(case: &str, packets: usize) {
                 flow_hash: 0x1234_5678,
                 gue_dport: 0,
             };
+            let outer =
+                OuterV4::new(params.dst_mac, params.src_mac, params.outer_src, params.outer_dst)
+                    .expect("IPv4");
             let hdr = build::encap_len(EncapKind::Ipip, false);
             let mut buf = VecBuf::with_frame(f);
             for _ in 0..packets {
                 buf.load(f);
                 let ok = buf.adj(14) && buf.truncate(40) && buf.prepend(hdr);
-                black_box(ok && build::write_encap(buf.data_mut(), &params, 40).is_ok());
+                let written = if case == "encap" {
+                    outer.write(buf.data_mut(), EncapKind::Ipip, 40, params.flow_hash, 0)
+                } else {
+                    build::write_encap(buf.data_mut(), &params, 40)
+                };
+                black_box(ok && written.is_ok());
             }
         }
         "reload" | "burst_established" | "burst_syn" => {

@@ -20,12 +20,17 @@ impl Addr {
 
     /// An IPv4 address from its four octets.
     pub const fn v4(a: u8, b: u8, c: u8, d: u8) -> Addr {
-        Addr([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d])
+        Addr::from_v4_bytes([a, b, c, d])
     }
 
     /// An IPv4 address from its 4 network-order bytes.
-    pub fn from_v4_bytes(b: [u8; 4]) -> Addr {
-        Addr::v4(b[0], b[1], b[2], b[3])
+    ///
+    /// Built as one 128-bit value, so the address is written with whole-word stores: the
+    /// packet path reads it back in 8-byte words (hashes, comparisons), and a word read over
+    /// bytes stored one by one stalls the load until they all retire (no store forwarding).
+    #[inline]
+    pub const fn from_v4_bytes(b: [u8; 4]) -> Addr {
+        Addr(((0xffff_u128 << 32) | u32::from_be_bytes(b) as u128).to_be_bytes())
     }
 
     /// True for an IPv4 (v4-mapped) address.

@@ -10,10 +10,8 @@
 //!
 //! No allocation, no lock, no logging: one rule lookup, one or two hashes, one table probe.
 
-use crate::conntrack::{EntryValue, Shard};
-use crate::flow::{
-    is_new_connection_syn, selection_tuple, tracking_key, FlowHasher, FlowKey, PacketInfo,
-};
+use crate::conntrack::{self, EntryValue, Shard};
+use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowKey, PacketInfo};
 use crate::model::ZoneId;
 use crate::snapshot::{BackendRef, ServiceView, Snapshot};
 use crate::time::Time;
@@ -140,10 +138,6 @@ impl Decision {
     }
 }
 
-/// The conntrack bucket hash. It may differ between instances (conntrack is local), so it
-/// uses a fixed key rather than the deployment's.
-pub const CONNTRACK_HASHER: FlowHasher = FlowHasher::new(0x6374_5f73_6861_7264); // "ct_shard"
-
 /// The first half of [`decide`]: the matched service, the tracking key and its hash. A
 /// burst is prepared packet by packet first, so that the connection-table lines of all its
 /// packets can be fetched at once before any of them is decided ([`decide_prepared`]).
@@ -153,7 +147,7 @@ pub struct Prepared<'s> {
     pub service: Option<&'s ServiceView>,
     /// The tracking key (CT-1), meaningful when a service matched.
     pub key: FlowKey,
-    /// The key's [`CONNTRACK_HASHER`] hash.
+    /// The key's [`conntrack::key_hash`].
     pub key_hash: u64,
     /// True when the key must be looked up (not a new-connection SYN, CT-2 / CT-3).
     pub lookup: bool,
@@ -169,7 +163,7 @@ pub fn prepare<'s>(p: &PacketInfo, snap: &'s Snapshot) -> Prepared<'s> {
             Prepared {
                 service: Some(svc),
                 key,
-                key_hash: CONNTRACK_HASHER.hash(&key),
+                key_hash: conntrack::key_hash(&key),
                 lookup: !is_new_connection_syn(p, svc.tracking, svc.affinity),
             }
         }

@@ -3,8 +3,9 @@
 //! pieces as [`crate::decide::decide`] (rule match, [`judge`], [`select`]), so it cannot
 //! disagree with the workers.
 
+use crate::conntrack::key_hash;
 use crate::conntrack::Entry;
-use crate::decide::{judge, select, ForwardReason, CONNTRACK_HASHER};
+use crate::decide::{judge, select, ForwardReason};
 use crate::eligible::EligibleKind;
 use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowKey, PacketInfo};
 use crate::model::Endpoint;
@@ -70,7 +71,7 @@ pub fn explain(p: &PacketInfo, snap: &Snapshot, entry: Option<&Entry>, now: Time
     x.service = Some(svc.name.to_string());
     let key = tracking_key(p, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id);
     x.tracking_key = Some(key);
-    x.tracking_hash = CONNTRACK_HASHER.hash(&key);
+    x.tracking_hash = key_hash(&key);
     x.selection_hash = snap.hasher.hash(&selection_tuple(p, svc.affinity, svc.symmetric_hashing));
     let zone = snap.client_zone(p.src);
     x.client_zone = zone.and_then(|z| snap.zone_names.get(usize::from(z)).cloned());

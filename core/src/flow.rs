@@ -114,6 +114,7 @@ pub const FLOW_KEY_BYTES: usize = 40;
 
 impl FlowKey {
     /// Build a key of the given kind from a packet, keeping only that kind's fields.
+    #[inline]
     pub fn from_packet(p: &PacketInfo, kind: TupleKind) -> FlowKey {
         let mut k = FlowKey { src: p.src, kind: kind as u8, ..FlowKey::default() };
         if kind >= TupleKind::Two {
@@ -131,6 +132,7 @@ impl FlowKey {
 
     /// Put the two endpoints in canonical order (lower (address, port) first), SA-8.
     /// A 1-tuple has one endpoint and is returned unchanged.
+    #[inline]
     pub fn canonical(mut self) -> FlowKey {
         if self.kind >= TupleKind::Two as u8 && (self.dst, self.dport) < (self.src, self.sport) {
             std::mem::swap(&mut self.src, &mut self.dst);
@@ -140,6 +142,7 @@ impl FlowKey {
     }
 
     /// The key with its service id set.
+    #[inline]
     pub fn with_service(mut self, service: u16) -> FlowKey {
         self.service = service;
         self
@@ -180,6 +183,7 @@ pub fn selection_tuple(p: &PacketInfo, affinity: Affinity, symmetric: bool) -> F
 }
 
 /// The tracking key of CT-1a..CT-1e for `service`.
+#[inline]
 pub fn tracking_key(
     p: &PacketInfo,
     mode: TrackingMode,

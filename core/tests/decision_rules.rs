@@ -606,17 +606,14 @@ fn operator_drain_stops_new_connections_keeps_entries() {
 
 #[test]
 fn explain_tells_what_decide_then_does() {
-    use spillway_core::decide::CONNTRACK_HASHER;
+    use spillway_core::conntrack::key_hash;
     use spillway_core::explain::explain;
     let mut s = sim(three(|s| s.zonal = spillway_core::policy::ZonalAffinity::StayWithinZone));
     let x = backend(&s.packet(&syn("198.18.10.5", 7)));
     s.set_health_by_addr(a(&x), false);
     for p in [ack("198.18.10.5", 7), udp("198.18.10.5", 9), syn("198.18.10.5", 7)] {
         let key = explain(&p, s.snapshot(), None, s.now()).tracking_key.unwrap();
-        let entry = s
-            .shard()
-            .find(&key, CONNTRACK_HASHER.hash(&key))
-            .map(|slot| s.shard().get(slot, s.now()));
+        let entry = s.shard().find(&key, key_hash(&key)).map(|slot| s.shard().get(slot, s.now()));
         let ex = explain(&p, s.snapshot(), entry.as_ref(), s.now());
         assert_eq!(ex.service.as_deref(), Some("web"));
         assert_eq!(ex.client_zone.as_deref(), Some("zone-a"));

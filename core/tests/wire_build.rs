@@ -10,7 +10,7 @@ use spillway_core::flow::proto;
 use spillway_core::wire::build::{
     self, arp_reply, arp_request, encap_len, icmp_echo_reply, icmp_frag_needed,
     icmpv6_packet_too_big, neighbor_advertisement, neighbor_solicitation, set_macs, write_encap,
-    BuildError, EncapKind, EncapParams,
+    BuildError, EncapKind, EncapParams, OuterV4,
 };
 use spillway_core::wire::{classify, FrameKind, Ipv4Packet};
 use wire_fixtures::*;
@@ -177,6 +177,57 @@ fn encap_errors() {
     big[34] = 0x45;
     let p4 = params(EncapKind::Ipip, false);
     assert_eq!(write_encap(&mut big, &p4, 65535 - 10), Err(BuildError::TooLong));
+}
+
+/// The per-backend prebuilt headers give the reference frames too (IPIP with an IPv4 inner,
+/// GUE with an IPv6 inner, several DSCP values and lengths), and refuse what `write_encap`
+/// refuses.
+#[test]
+fn prebuilt_outer_v4_matches_the_reference() {
+    let p = params(EncapKind::Ipip, false);
+    let outer = OuterV4::new(p.dst_mac, p.src_mac, p.outer_src, p.outer_dst).unwrap();
+    let with = |kind: EncapKind, inner: &[u8]| {
+        let hdr = encap_len(kind, false);
+        let mut buf = vec![0xee; hdr];
+        buf.extend_from_slice(inner);
+        let n = outer.write(&mut buf, kind, inner.len(), FLOW_HASH, build::DEFAULT_GUE_PORT);
+        assert_eq!(n, Ok(buf.len()));
+        buf
+    };
+    assert_eq!(with(EncapKind::Ipip, &hex(INNER_V4)), hex(EXPECT_IPIP_V4));
+    assert_eq!(with(EncapKind::Gue, &hex(INNER_V6)), hex(EXPECT_GUE_V4_6IN4));
+    // Other DSCP/ECN values and lengths: the same bytes as the general builder, whose outer
+    // IPv4 checksum is recomputed here from the header.
+    for (tos, pad) in [(0u8, 0usize), (0xff, 1), (0x10, 333), (0xb8, 1400)] {
+        for kind in [EncapKind::Ipip, EncapKind::Gue] {
+            let mut inner = hex(INNER_V4);
+            inner[1] = tos;
+            inner.resize(inner.len() + pad, 0x5a);
+            let got = with(kind, &inner);
+            assert_eq!(got, encap(kind, false, &inner), "tos {tos:#x} pad {pad} {kind:?}");
+            let ip = &got[14..34];
+            assert_eq!(ip[1], tos);
+            let sum: u32 = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+            assert_eq!((sum % 0xffff) as u16, 0, "header checksum");
+        }
+    }
+    assert_eq!(OuterV4::new(p.dst_mac, p.src_mac, a("2001:db8:2::1"), p.outer_dst), None);
+    assert_eq!(OuterV4::new(p.dst_mac, p.src_mac, p.outer_src, a("fd00:1::7")), None);
+    let inner = hex(INNER_V4);
+    let mut short = vec![0u8; 34 + 10];
+    let w = outer.write(&mut short, EncapKind::Ipip, inner.len(), 0, 0);
+    assert_eq!(w, Err(BuildError::BufferTooSmall));
+    let mut buf = vec![0u8; 34 + inner.len()];
+    buf[34..].copy_from_slice(&inner);
+    buf[34] = 0x55;
+    assert_eq!(
+        outer.write(&mut buf, EncapKind::Ipip, inner.len(), 0, 0),
+        Err(BuildError::WrongKind)
+    );
+    let mut big = vec![0u8; 14 + 20 + 65535];
+    big[34] = 0x45;
+    let w = outer.write(&mut big, EncapKind::Ipip, 65535 - 10, 0, 0);
+    assert_eq!(w, Err(BuildError::TooLong));
 }
 
 #[test]

@@ -34,6 +34,7 @@ use hashbrown::HashMap;
 use spillway_core::addr::Addr;
 use spillway_core::counters::NeighbourCounters;
 use spillway_core::snapshot::Snapshot;
+use spillway_core::wire::build::OuterV4;
 use spillway_core::wire::{MacAddr, MacDisplay};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,7 +86,17 @@ impl NeighbourTable {
 #[derive(Debug, Default)]
 pub struct NextHopCache {
     built_for: (usize, usize),
-    macs: Vec<Option<MacAddr>>,
+    hops: Vec<Option<NextHop>>,
+}
+
+/// How packets leave for one backend: its next hop's MAC and, for an IPv4 backend, the outer
+/// Ethernet and IPv4 headers of its encapsulation, prebuilt ([`OuterV4`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NextHop {
+    /// The next hop's MAC.
+    pub mac: MacAddr,
+    /// The outer headers (an IPv4 backend, and the node has an IPv4 address).
+    pub outer_v4: Option<OuterV4>,
 }
 
 impl NextHopCache {
@@ -103,18 +114,26 @@ impl NextHopCache {
             return;
         }
         self.built_for = key;
-        self.macs.clear();
-        self.macs.extend(
-            snap.backends
-                .iter()
-                .map(|b| node.next_hop(&b.endpoint.addr).and_then(|hop| table.get(&hop))),
-        );
+        self.hops.clear();
+        self.hops.extend(snap.backends.iter().map(|b| {
+            let dst = b.endpoint.addr;
+            let mac = table.get(&node.next_hop(&dst)?)?;
+            let outer_v4 =
+                node.source_for(&dst).and_then(|src| OuterV4::new(mac, node.mac, src, dst));
+            Some(NextHop { mac, outer_v4 })
+        }));
     }
 
     /// The next hop's MAC for the backend in `slot`, when resolved.
     #[inline]
     pub fn get(&self, slot: u16) -> Option<MacAddr> {
-        self.macs.get(usize::from(slot)).copied().flatten()
+        self.hop(slot).map(|h| h.mac)
+    }
+
+    /// How packets leave for the backend in `slot`, when its next hop is resolved.
+    #[inline]
+    pub fn hop(&self, slot: u16) -> Option<&NextHop> {
+        self.hops.get(usize::from(slot)).and_then(Option::as_ref)
     }
 }
 

@@ -33,7 +33,7 @@ use spillway_core::model::Encap;
 use spillway_core::snapshot::Snapshot;
 use spillway_core::time::Time;
 use spillway_core::wire::build::{self, EncapKind, EncapParams};
-use spillway_core::wire::{self, arp, ethernet, Frame, FrameKind, IpMeta, MacAddr};
+use spillway_core::wire::{self, arp, ethernet, Frame, FrameKind, IpFrame, IpMeta, MacAddr};
 
 /// A packet buffer the path can rewrite: a DPDK mbuf, or a plain buffer in tests.
 pub trait PacketBuf {
@@ -136,7 +136,8 @@ pub const MAX_BURST: usize = 32;
 /// frees otherwise; every outcome is counted here.
 #[inline]
 pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
-    let staged = stage(buf, ctx);
+    let mut staged = Staged::EMPTY;
+    stage(buf, ctx, &mut staged);
     finish(buf, ctx, &staged)
 }
 
@@ -164,7 +165,7 @@ pub fn process_burst<B: PacketBuf>(
     }
     let mut staged = [Staged::EMPTY; MAX_BURST];
     for (b, st) in bufs.iter().zip(&mut staged) {
-        *st = stage(b, ctx);
+        stage(b, ctx, st);
         if let Staged::Decide { prep, .. } = st {
             if prep.service.is_some() {
                 dpdk::prefetch(ctx.shard.primary_line(prep.key_hash));
@@ -173,8 +174,13 @@ pub fn process_burst<B: PacketBuf>(
     }
     for st in &staged[..n] {
         if let Staged::Decide { prep, .. } = st {
-            if prep.lookup && prep.service.is_some() {
-                for line in ctx.shard.next_lines(prep.key_hash) {
+            if prep.service.is_some() {
+                let lines = if prep.lookup {
+                    ctx.shard.next_lines(prep.key_hash)
+                } else {
+                    ctx.shard.insert_lines(prep.key_hash)
+                };
+                for line in lines {
                     dpdk::prefetch(line);
                 }
             }
@@ -206,38 +212,60 @@ impl Staged<'_> {
 }
 
 /// Classify a frame and, when it is to be forwarded, match its rule and hash its key.
+///
+/// The record is written in place: returned by value, it was built on the stack and then
+/// copied in 16-byte loads over the narrower stores that built it, which stalled each load
+/// until those stores were done (no store forwarding).
 #[inline]
-fn stage<'s, B: PacketBuf>(buf: &B, ctx: &PathCtx<'s>) -> Staged<'s> {
+fn stage<'s, B: PacketBuf>(buf: &B, ctx: &PathCtx<'s>, out: &mut Staged<'s>) {
     if !buf.is_contiguous() {
-        return Staged::Done(drop_path(PathDrop::NoHeadroom));
+        *out = Staged::Done(drop_path(PathDrop::NoHeadroom));
+        return;
     }
     if !buf.is_writable() {
-        return Staged::Done(drop_path(PathDrop::SharedBuffer));
+        *out = Staged::Done(drop_path(PathDrop::SharedBuffer));
+        return;
     }
     let data = buf.data();
     // The port may be promiscuous: unicast frames for other hosts are not ours (checked on
     // the packet bytes, before any parsing).
     if let Some(dst) = data.get(..6) {
         if dst[0] & 1 == 0 && *dst != ctx.node.mac {
-            return Staged::Done(drop_path(PathDrop::NotForUs));
+            *out = Staged::Done(drop_path(PathDrop::NotForUs));
+            return;
         }
     }
-    let f = match wire::classify(data) {
-        Ok(f) => f,
-        Err(m) => return Staged::Done(Outcome::Drop(Reason::Malformed(m))),
-    };
-    let (info, ip, icmp_error) = match f.kind {
-        FrameKind::Ip { info, ip } => (info, ip, false),
-        FrameKind::IcmpError { info, ip, .. } => (info, ip, true),
-        FrameKind::IcmpEchoRequest { info, ip } if !ctx.is_local(&info.dst) => (info, ip, false),
-        _ => return Staged::Local,
+    // The common frame (untagged IPv4 TCP/UDP) without building a whole `Frame`; the rest
+    // through the full classifier.
+    let (IpFrame { src_mac, info, ip }, icmp_error) = match wire::classify_ip_fast(data) {
+        Some(f) => (f, false),
+        None => match wire::classify(data) {
+            Ok(f) => match f.kind {
+                FrameKind::Ip { info, ip } => (IpFrame { src_mac: f.src_mac, info, ip }, false),
+                FrameKind::IcmpError { info, ip, .. } => {
+                    (IpFrame { src_mac: f.src_mac, info, ip }, true)
+                }
+                FrameKind::IcmpEchoRequest { info, ip } if !ctx.is_local(&info.dst) => {
+                    (IpFrame { src_mac: f.src_mac, info, ip }, false)
+                }
+                _ => {
+                    *out = Staged::Local;
+                    return;
+                }
+            },
+            Err(m) => {
+                *out = Staged::Done(Outcome::Drop(Reason::Malformed(m)));
+                return;
+            }
+        },
     };
     // The node's own traffic (for an ICMP error, `info` is the quoted packet reversed: its
     // `dst` is the quoted packet's source, the node's address when the node sent it).
     if ctx.for_kernel(&info.dst) {
-        return Staged::Done(Outcome::ToKernel);
+        *out = Staged::Done(Outcome::ToKernel);
+        return;
     }
-    Staged::Decide { prep: prepare(&info, ctx.snap), info, ip, src_mac: f.src_mac, icmp_error }
+    *out = Staged::Decide { prep: prepare(&info, ctx.snap), info, ip, src_mac, icmp_error };
 }
 
 /// The last pass: answer, or decide and rewrite; count drops.
@@ -373,7 +401,8 @@ fn forward<B: PacketBuf>(
     };
     let dst = backend.endpoint.addr;
     let inner_len = ip.l3_len as usize;
-    let Some(mac) = ctx.next_hops.get(slot).or_else(|| resolve(ctx, &dst)) else {
+    let hop = ctx.next_hops.hop(slot);
+    let Some(mac) = hop.map(|h| h.mac).or_else(|| resolve(ctx, &dst)) else {
         return drop_path(PathDrop::NeighbourUnresolved);
     };
     let sent = match svc.encap {
@@ -390,8 +419,15 @@ fn forward<B: PacketBuf>(
                 Encap::Gue { port } => (EncapKind::Gue, port),
                 _ => (EncapKind::Ipip, 0),
             };
-            let Some(outer_src) = ctx.node.source_for(&dst) else {
-                return drop_path(PathDrop::NeighbourUnresolved);
+            // The outer headers prebuilt for this backend (an IPv4 one), else built below from
+            // the node's address of the backend's family.
+            let prebuilt = hop.and_then(|h| h.outer_v4.as_ref());
+            let outer_src = match prebuilt {
+                Some(_) => Addr::UNSPECIFIED,
+                None => match ctx.node.source_for(&dst) {
+                    Some(a) => a,
+                    None => return drop_path(PathDrop::NeighbourUnresolved),
+                },
             };
             let hdr = build::encap_len(kind, !dst.is_v4());
             let overhead = hdr - ethernet::HEADER_LEN;
@@ -406,20 +442,26 @@ fn forward<B: PacketBuf>(
                     drop_path(PathDrop::TooBig)
                 };
             }
-            let params = EncapParams {
-                kind,
-                dst_mac: mac,
-                src_mac: ctx.node.mac,
-                outer_src,
-                outer_dst: dst,
-                flow_hash: d.flow_hash,
-                gue_dport,
-            };
             if !buf.adj(usize::from(ip.l3_offset)) || !buf.truncate(inner_len) || !buf.prepend(hdr)
             {
                 return drop_path(PathDrop::NoHeadroom);
             }
-            if build::write_encap(buf.data_mut(), &params, inner_len).is_err() {
+            let written = match prebuilt {
+                Some(outer) => outer.write(buf.data_mut(), kind, inner_len, d.flow_hash, gue_dport),
+                None => {
+                    let params = EncapParams {
+                        kind,
+                        dst_mac: mac,
+                        src_mac: ctx.node.mac,
+                        outer_src,
+                        outer_dst: dst,
+                        flow_hash: d.flow_hash,
+                        gue_dport,
+                    };
+                    build::write_encap(buf.data_mut(), &params, inner_len)
+                }
+            };
+            if written.is_err() {
                 return drop_path(PathDrop::NoHeadroom);
             }
             Outcome::Transmit

@@ -205,12 +205,44 @@ pub fn classify(frame: &[u8]) -> Result<Frame, Malformed> {
     }
 }
 
+/// What the packet path needs of a frame it forwards: its flow fields, where the IP packet
+/// is, and the sender's MAC (for an ICMP error back). [`classify_ip_fast`] returns it for the
+/// common frame without building a whole [`Frame`] (about 100 bytes fewer to write and copy
+/// per packet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpFrame {
+    /// Source MAC.
+    pub src_mac: MacAddr,
+    /// The flow fields.
+    pub info: PacketInfo,
+    /// Where the IP packet is.
+    pub ip: IpMeta,
+}
+
 /// The fast path of [`classify`]: `Some` only for an untagged Ethernet frame with IPv4, IHL 5,
 /// a consistent total length, no fragment, and a complete TCP header (data offset 5..=15
 /// within the packet) or UDP header (length 8..=the packet's); `None` sends the frame to the
 /// general parser, which then also says what is wrong with a malformed one.
 #[inline(always)]
 pub fn classify_fast(frame: &[u8]) -> Option<Frame> {
+    let f = classify_ip_fast(frame)?;
+    let h = frame.get(..6)?;
+    Some(Frame {
+        dst_mac: [h[0], h[1], h[2], h[3], h[4], h[5]],
+        src_mac: f.src_mac,
+        vlan: None,
+        inner_vlan: None,
+        ethertype: ethertype::IPV4,
+        l3_offset: f.ip.l3_offset,
+        kind: FrameKind::Ip { info: f.info, ip: f.ip },
+    })
+}
+
+/// [`classify_fast`] without the parts of a [`Frame`] the forwarding path does not use: for
+/// the same frames it is `Some`, with the same flow fields and placement (the packet path
+/// calls this first, and [`classify`] for everything else).
+#[inline(always)]
+pub fn classify_ip_fast(frame: &[u8]) -> Option<IpFrame> {
     const L3: usize = ethernet::HEADER_LEN;
     const L4: usize = L3 + ipv4::HEADER_LEN;
     // Ethernet, IPv4 without options and a UDP header at least.
@@ -246,35 +278,27 @@ pub fn classify_fast(frame: &[u8]) -> Option<Frame> {
         }
         _ => return None,
     };
-    let addr = |at: usize| Addr::v4(h[at], h[at + 1], h[at + 2], h[at + 3]);
-    let mac = |at: usize| [h[at], h[at + 1], h[at + 2], h[at + 3], h[at + 4], h[at + 5]];
-    Some(Frame {
-        dst_mac: mac(0),
-        src_mac: mac(6),
-        vlan: None,
-        inner_vlan: None,
-        ethertype: ethertype::IPV4,
-        l3_offset: L3 as u16,
-        kind: FrameKind::Ip {
-            info: PacketInfo {
-                src: addr(L3 + 12),
-                dst: addr(L3 + 16),
-                proto,
-                sport,
-                dport,
-                fragment: false,
-                tcp_flags,
-                icmp_error: false,
-            },
-            ip: IpMeta {
-                l3_offset: L3 as u16,
-                l3_len: total as u32,
-                l4_offset: L4 as u32,
-                is_v4: true,
-                df: flags_offset & 0x4000 != 0,
-                ttl: h[L3 + 8],
-                tos: h[L3 + 1],
-            },
+    let addr = |at: usize| Addr::from_v4_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+    Some(IpFrame {
+        src_mac: [h[6], h[7], h[8], h[9], h[10], h[11]],
+        info: PacketInfo {
+            src: addr(L3 + 12),
+            dst: addr(L3 + 16),
+            proto,
+            sport,
+            dport,
+            fragment: false,
+            tcp_flags,
+            icmp_error: false,
+        },
+        ip: IpMeta {
+            l3_offset: L3 as u16,
+            l3_len: total as u32,
+            l4_offset: L4 as u32,
+            is_v4: true,
+            df: flags_offset & 0x4000 != 0,
+            ttl: h[L3 + 8],
+            tos: h[L3 + 1],
         },
     })
 }

@@ -103,7 +103,9 @@ mod view;
 
 pub use arp::ArpPacket;
 pub use build::BuildError;
-pub use classify::{classify, classify_fast, classify_general, Frame, FrameKind, IpMeta};
+pub use classify::{
+    classify, classify_fast, classify_general, classify_ip_fast, Frame, FrameKind, IpFrame, IpMeta,
+};
 pub use ethernet::{EthernetFrame, VlanHeader};
 pub use icmp::IcmpPacket;
 pub use icmpv6::{Icmpv6Packet, NdiscPacket};
