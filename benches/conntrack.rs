@@ -2,7 +2,7 @@
 //! batched, at 1K entries (cache-resident) and 1M entries (a 128 MiB table: bigger than the
 //! L1/L2 and the TLB reach, so nearly every lookup misses them).
 //!
-//! Keys are random IPv4 5-tuples, hashed once with `FlowHasher` before measuring; lookups
+//! Keys are random IPv4 5-tuples, hashed once with the table's `key_hash` before measuring; lookups
 //! walk a random permutation of them so that consecutive lookups touch unrelated buckets.
 //! The table is built once per size, outside the measurement. Throughput is reported in
 //! elements (lookups or inserts) per second.
@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use spillway_core::addr::Addr;
+use spillway_core::conntrack::key_hash;
 use spillway_core::conntrack::{EntryValue, Shard, Slot};
-use spillway_core::flow::{FlowHasher, FlowKey};
+use spillway_core::flow::FlowKey;
 use spillway_core::rng::SplitMix64;
 use spillway_core::time::Time;
 
@@ -39,7 +40,6 @@ fn random_key(rng: &mut SplitMix64) -> FlowKey {
 
 /// `n` distinct random keys with their hashes.
 fn keys(rng: &mut SplitMix64, n: usize) -> (Vec<FlowKey>, Vec<u64>) {
-    let hasher = FlowHasher::default();
     let mut seen = std::collections::HashSet::with_capacity(n);
     let mut ks = Vec::with_capacity(n);
     while ks.len() < n {
@@ -48,7 +48,7 @@ fn keys(rng: &mut SplitMix64, n: usize) -> (Vec<FlowKey>, Vec<u64>) {
             ks.push(k);
         }
     }
-    let hs = ks.iter().map(|k| hasher.hash(k)).collect();
+    let hs = ks.iter().map(key_hash).collect();
     (ks, hs)
 }
 

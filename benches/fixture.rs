@@ -6,14 +6,19 @@
 
 #![allow(dead_code)]
 
+use crossbeam::queue::ArrayQueue;
 use spillway_core::addr::{Addr, Prefix};
+use spillway_core::conntrack::Shard;
+use spillway_core::counters::WorkerCounters;
 use spillway_core::model::{
     Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
 };
 use spillway_core::snapshot::Snapshot;
 use spillway_core::state::PolicyState;
 use spillway_core::time::Time;
+use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache};
 use spillway_dataplane::node::Node;
+use spillway_dataplane::path::PathCtx;
 
 /// The balancer node's MAC.
 pub const NODE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
@@ -91,4 +96,28 @@ pub fn tcp_frame(src: [u8; 4], sport: u16, flags: u8) -> Vec<u8> {
     f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
     f.resize(64, 0);
     f
+}
+
+/// The packet path's context over these parts, at time zero, without an exception path (the
+/// in-memory benchmarks).
+pub fn path_ctx<'a>(
+    snap: &'a Snapshot,
+    shard: &'a mut Shard,
+    node: &'a Node,
+    neighbours: &'a NeighbourTable,
+    next_hops: &'a NextHopCache,
+    events: &'a ArrayQueue<NeighbourEvent>,
+    counters: &'a WorkerCounters,
+) -> PathCtx<'a> {
+    PathCtx {
+        snap,
+        shard,
+        now: Time::ZERO,
+        node,
+        neighbours,
+        next_hops,
+        events,
+        counters,
+        kernel: false,
+    }
 }

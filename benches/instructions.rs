@@ -31,7 +31,7 @@ use std::hint::black_box;
 use std::process::Command;
 
 use crossbeam::queue::ArrayQueue;
-use fixture::{model, node, service, snapshot, tcp_frame};
+use fixture::{model, node, path_ctx, service, snapshot, tcp_frame};
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::Shard;
 use spillway_core::counters::WorkerCounters;
@@ -41,7 +41,7 @@ use spillway_core::time::Time;
 use spillway_core::wire::build::{self, EncapKind, EncapParams, OuterV4};
 use spillway_core::wire::{self, FrameKind};
 use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
-use spillway_dataplane::path::{process_burst, Outcome, PacketBuf, PathCtx, MAX_BURST};
+use spillway_dataplane::path::{process_burst, Outcome, PacketBuf, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
 
 const CASES: [&str; 9] = [
@@ -90,17 +90,7 @@ fn run_case(case: &str, packets: usize) {
     // Room for every new connection of the insert cases; the same size whatever `packets` is,
     // so that its set-up cancels out.
     let mut shard = Shard::with_capacity(SHARD_CAPACITY);
-    let mut ctx = PathCtx {
-        snap: &snap,
-        shard: &mut shard,
-        now: Time::ZERO,
-        node: &node,
-        neighbours: &neighbours,
-        next_hops: &next_hops,
-        events: &events,
-        counters: &counters,
-        kernel: false,
-    };
+    let mut ctx = path_ctx(&snap, &mut shard, &node, &neighbours, &next_hops, &events, &counters);
     // The established flows have their entries.
     let mut bufs = vec![VecBuf::new(); MAX_BURST];
     let mut out = [Outcome::Consumed; MAX_BURST];

@@ -11,17 +11,29 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 // `std::hint::black_box`: criterion's own reads the value back byte by byte (a volatile read),
 // which for a classified frame cost more than classifying it.
 use crossbeam::queue::ArrayQueue;
-use fixture::{model, node, service, snapshot, tcp_frame};
+use fixture::{model, node, path_ctx, service, snapshot, tcp_frame};
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::Shard;
 use spillway_core::counters::WorkerCounters;
 use spillway_core::model::{Encap, RuleProtocol};
-use spillway_core::time::Time;
 use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
-use spillway_dataplane::path::{process, process_burst, Outcome, PathCtx, MAX_BURST};
+use spillway_dataplane::path::{process, process_burst, Outcome, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
+
+/// SYNs of `n` distinct flows: sources from 198.18.`third`.0 on, source ports from 1024.
+fn syn_frames(n: usize, third: u8) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            tcp_frame(
+                [198, 18, third + (i / 60000) as u8, (i % 250) as u8],
+                1024 + (i % 60000) as u16,
+                0x02,
+            )
+        })
+        .collect()
+}
 
 fn bench(c: &mut Criterion) {
     let backends = || (1..=16).map(|i| Addr::v4(198, 18, 1, i));
@@ -83,15 +95,7 @@ fn bench(c: &mut Criterion) {
         if only.is_some_and(|n| n != flows) {
             continue;
         }
-        let syns: Vec<Vec<u8>> = (0..flows)
-            .map(|i| {
-                tcp_frame(
-                    [198, 18, 10 + (i / 60000) as u8, (i % 250) as u8],
-                    1024 + (i % 60000) as u16,
-                    0x02,
-                )
-            })
-            .collect();
+        let syns = syn_frames(flows, 10);
         let acks: Vec<Vec<u8>> = syns
             .iter()
             .map(|f| {
@@ -108,17 +112,8 @@ fn bench(c: &mut Criterion) {
             } else {
                 Shard::with_capacity(flows * 2)
             };
-            let mut ctx = PathCtx {
-                snap: &snap,
-                shard: &mut shard,
-                now: Time::ZERO,
-                node: &node,
-                neighbours: &neighbours,
-                next_hops: &next_hops,
-                events: &events,
-                counters: &counters,
-                kernel: false,
-            };
+            let mut ctx =
+                path_ctx(&snap, &mut shard, &node, &neighbours, &next_hops, &events, &counters);
             let mut buf = VecBuf::new();
             for f in &syns {
                 buf.load(f);
@@ -156,15 +151,7 @@ fn bench(c: &mut Criterion) {
 
     // New connections that are new to the table: 65,536 SYNs of distinct flows, each inserted
     // into a table with room (256K entries, emptied before each round, outside the timing).
-    let fresh: Vec<Vec<u8>> = (0..65_536usize)
-        .map(|i| {
-            tcp_frame(
-                [198, 18, 20 + (i / 60000) as u8, (i % 250) as u8],
-                1024 + (i % 60000) as u16,
-                0x02,
-            )
-        })
-        .collect();
+    let fresh = syn_frames(65_536, 20);
     let mut shard = Shard::with_capacity_advised(fresh.len() * 4, |p, n| {
         spillway_dataplane::dpdk::advise_huge_pages(p, n);
     });
@@ -176,17 +163,8 @@ fn bench(c: &mut Criterion) {
             let mut timed = Duration::ZERO;
             for _ in 0..rounds {
                 shard.clear();
-                let mut ctx = PathCtx {
-                    snap: &snap,
-                    shard: &mut shard,
-                    now: Time::ZERO,
-                    node: &node,
-                    neighbours: &neighbours,
-                    next_hops: &next_hops,
-                    events: &events,
-                    counters: &counters,
-                    kernel: false,
-                };
+                let mut ctx =
+                    path_ctx(&snap, &mut shard, &node, &neighbours, &next_hops, &events, &counters);
                 let start = Instant::now();
                 for chunk in fresh.chunks(MAX_BURST) {
                     for (buf, f) in bufs.iter_mut().zip(chunk) {

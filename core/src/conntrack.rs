@@ -613,8 +613,8 @@ impl Shard {
         self.buckets[b].find_way(key, sig_of(hash)).map(|w| Slot::new(b, w))
     }
 
-    /// Where `key` is stored, if it is. `hash` must be the key's [`crate::flow::FlowHasher`]
-    /// hash (the same for every call with that key).
+    /// Where `key` is stored, if it is. `hash` must be the key's hash, the same for every call
+    /// with that key ([`key_hash`] in the product).
     #[inline]
     pub fn find(&self, key: &FlowKey, hash: u64) -> Option<Slot> {
         let b = self.bucket_index(hash);

@@ -4,9 +4,10 @@
 //! From it come the *selection tuple* (what the consistent hash chooses a backend with,
 //! SA-1..SA-8) and the *tracking key* (what the connection table is keyed by, CT-1). Both are a
 //! [`FlowKey`]: a fixed 40-byte layout, so hashing and key comparison are the same code for
-//! every affinity, mode and address family. Hashing is xxh3 keyed by a seed (CH-4) over an
-//! explicit little-endian byte image of the key, so every machine and architecture computes
-//! the same value.
+//! every affinity, mode and address family. The selection tuple is hashed with xxh3 keyed by a
+//! seed (CH-4) over an explicit little-endian byte image of the key, so every machine and
+//! architecture computes the same value (instances of a fleet must agree). The tracking key is
+//! hashed for the local connection table only ([`crate::conntrack::key_hash`]).
 
 use crate::addr::Addr;
 use crate::policy::{Affinity, TrackingMode};

@@ -1,6 +1,9 @@
-//! [`classify`]: the one function the worker calls per received frame.
+//! [`classify`]: the parser of every received frame.
 //!
-//! It parses the frame once, through the views, and returns a `Copy` [`Frame`] with
+//! The packet path first tries [`classify_ip_fast`], which reads the common frame (untagged
+//! IPv4 TCP/UDP, no options, not a fragment) at fixed offsets into an [`IpFrame`], just what
+//! forwarding needs; every other frame goes through [`classify`]. [`classify`] parses the
+//! frame once, through the views, and returns a `Copy` [`Frame`] with
 //! everything the decision core and the rewrite need: the L2 addresses and VLAN tags, the
 //! offsets of the L3 and L4 headers, and a [`FrameKind`]. It never allocates and never
 //! panics; everything it rejects is one [`Malformed`] reason (NX-2). The rules it applies
