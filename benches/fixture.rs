@@ -6,7 +6,6 @@
 
 #![allow(dead_code)]
 
-use crossbeam::queue::ArrayQueue;
 use spillway_core::addr::{Addr, Prefix};
 use spillway_core::conntrack::Shard;
 use spillway_core::counters::WorkerCounters;
@@ -16,7 +15,7 @@ use spillway_core::model::{
 use spillway_core::snapshot::Snapshot;
 use spillway_core::state::PolicyState;
 use spillway_core::time::Time;
-use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache};
+use spillway_dataplane::neighbour::{EventQueue, NeighbourTable, NextHopCache};
 use spillway_dataplane::node::Node;
 use spillway_dataplane::path::PathCtx;
 
@@ -106,7 +105,7 @@ pub fn path_ctx<'a>(
     node: &'a Node,
     neighbours: &'a NeighbourTable,
     next_hops: &'a NextHopCache,
-    events: &'a ArrayQueue<NeighbourEvent>,
+    events: &'a EventQueue,
     counters: &'a WorkerCounters,
 ) -> PathCtx<'a> {
     PathCtx {

@@ -149,7 +149,10 @@ pub enum NeighbourEvent {
 
 /// The events queue between workers and the resolver: bounded, lock-free; a full queue drops
 /// events (they are hints, repeated by the next packet).
-pub type NeighbourEvents = Arc<ArrayQueue<NeighbourEvent>>;
+pub type EventQueue = ArrayQueue<NeighbourEvent>;
+
+/// The events queue, shared.
+pub type NeighbourEvents = Arc<EventQueue>;
 
 /// Capacity of the events queue.
 pub const EVENTS_CAPACITY: usize = 4096;
