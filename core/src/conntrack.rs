@@ -324,6 +324,14 @@ impl Bucket {
         lanes_zero(word(0) ^ want) | lanes_zero(word(4) ^ want) << 4
     }
 
+    /// The lines of way `w`'s record, for prefetch: its first and last byte (a 56-byte record
+    /// may straddle two lines).
+    #[inline(always)]
+    fn record_lines(&self, w: usize) -> [*const u8; 2] {
+        let r = (&raw const self.records[w]).cast::<u8>();
+        [r, r.wrapping_add(size_of::<Record>() - 1)]
+    }
+
     /// The way holding `key` among the ways of mask `m` (from [`Bucket::match_mask`]).
     #[inline(always)]
     fn find_in_mask(&self, key: &FlowKey, mut m: u32) -> Option<usize> {
@@ -680,8 +688,7 @@ impl Shard {
         let bucket = &self.buckets[p];
         let m = bucket.match_mask(sig_of(hash));
         if m != 0 {
-            let r = (&raw const bucket.records[m.trailing_zeros() as usize]).cast::<u8>();
-            [r, r.wrapping_add(size_of::<Record>() - 1)]
+            bucket.record_lines(m.trailing_zeros() as usize)
         } else if bucket.overflow != 0 {
             let s = (&raw const self.buckets[self.secondary_index(p, hash)]).cast::<u8>();
             [s, std::ptr::null()]
@@ -706,10 +713,7 @@ impl Shard {
         let m = bucket.match_mask(sig_of(hash));
         let way = if m != 0 { Some(m.trailing_zeros() as usize) } else { bucket.empty_way() };
         match way {
-            Some(w) => {
-                let r = (&raw const bucket.records[w]).cast::<u8>();
-                [r, r.wrapping_add(size_of::<Record>() - 1)]
-            }
+            Some(w) => bucket.record_lines(w),
             None => {
                 let s = (&raw const self.buckets[self.secondary_index(p, hash)]).cast::<u8>();
                 [s, std::ptr::null()]
@@ -1357,13 +1361,6 @@ mod tests {
     /// The bounds leave a margin of 10× or more over the figures of this code.
     #[test]
     fn eviction_rate_by_load() {
-        struct KeyHash;
-        impl KeyHash {
-            fn hash(&self, k: &FlowKey) -> u64 {
-                key_hash(k)
-            }
-        }
-        let h = KeyHash;
         let cap = 1 << 14;
         let bounds =
             [(0.25, 0.0), (0.5, 0.0), (0.75, 0.0005), (0.9, 0.002), (0.95, 0.02), (1.0, 0.15)];
@@ -1371,7 +1368,7 @@ mod tests {
             let mut s = Shard::with_capacity(cap);
             let n = (cap as f64 * load) as u32;
             for i in 0..n {
-                s.insert(&key(i), h.hash(&key(i)), val(i), Time(u64::from(i)));
+                s.insert(&key(i), key_hash(&key(i)), val(i), Time(u64::from(i)));
             }
             let rate = s.stats().evictions as f64 / f64::from(n);
             let overflowed = s.buckets.iter().filter(|b| b.overflow != 0).count();

@@ -3,8 +3,7 @@
 //! pieces as [`crate::decide::decide`] (rule match, [`judge`], [`select`]), so it cannot
 //! disagree with the workers.
 
-use crate::conntrack::key_hash;
-use crate::conntrack::Entry;
+use crate::conntrack::{key_hash, Entry};
 use crate::decide::{judge, select, ForwardReason};
 use crate::eligible::EligibleKind;
 use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowKey, PacketInfo};

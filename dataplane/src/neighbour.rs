@@ -124,12 +124,6 @@ impl NextHopCache {
         }));
     }
 
-    /// The next hop's MAC for the backend in `slot`, when resolved.
-    #[inline]
-    pub fn get(&self, slot: u16) -> Option<MacAddr> {
-        self.hop(slot).map(|h| h.mac)
-    }
-
     /// How packets leave for the backend in `slot`, when its next hop is resolved.
     #[inline]
     pub fn hop(&self, slot: u16) -> Option<&NextHop> {

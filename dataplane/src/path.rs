@@ -32,7 +32,7 @@ use spillway_core::flow::PacketInfo;
 use spillway_core::model::Encap;
 use spillway_core::snapshot::Snapshot;
 use spillway_core::time::Time;
-use spillway_core::wire::build::{self, EncapKind, EncapParams};
+use spillway_core::wire::build::{self, EncapKind, EncapParams, OuterV4};
 use spillway_core::wire::{self, arp, ethernet, Frame, FrameKind, IpFrame, IpMeta, MacAddr};
 
 /// A packet buffer the path can rewrite: a DPDK mbuf, or a plain buffer in tests.
@@ -419,13 +419,20 @@ fn forward<B: PacketBuf>(
                 Encap::Gue { port } => (EncapKind::Gue, port),
                 _ => (EncapKind::Ipip, 0),
             };
-            // The outer headers prebuilt for this backend (an IPv4 one), else built below from
-            // the node's address of the backend's family.
-            let prebuilt = hop.and_then(|h| h.outer_v4.as_ref());
-            let outer_src = match prebuilt {
-                Some(_) => Addr::UNSPECIFIED,
+            // The outer headers prebuilt for this backend (an IPv4 one), else what to build
+            // them from: the node's address of the backend's family.
+            let outer = match hop.and_then(|h| h.outer_v4.as_ref()) {
+                Some(prebuilt) => Outer::Prebuilt(prebuilt),
                 None => match ctx.node.source_for(&dst) {
-                    Some(a) => a,
+                    Some(outer_src) => Outer::Build(EncapParams {
+                        kind,
+                        dst_mac: mac,
+                        src_mac: ctx.node.mac,
+                        outer_src,
+                        outer_dst: dst,
+                        flow_hash: d.flow_hash,
+                        gue_dport,
+                    }),
                     None => return drop_path(PathDrop::NeighbourUnresolved),
                 },
             };
@@ -446,20 +453,11 @@ fn forward<B: PacketBuf>(
             {
                 return drop_path(PathDrop::NoHeadroom);
             }
-            let written = match prebuilt {
-                Some(outer) => outer.write(buf.data_mut(), kind, inner_len, d.flow_hash, gue_dport),
-                None => {
-                    let params = EncapParams {
-                        kind,
-                        dst_mac: mac,
-                        src_mac: ctx.node.mac,
-                        outer_src,
-                        outer_dst: dst,
-                        flow_hash: d.flow_hash,
-                        gue_dport,
-                    };
-                    build::write_encap(buf.data_mut(), &params, inner_len)
+            let written = match &outer {
+                Outer::Prebuilt(o) => {
+                    o.write(buf.data_mut(), kind, inner_len, d.flow_hash, gue_dport)
                 }
+                Outer::Build(params) => build::write_encap(buf.data_mut(), params, inner_len),
             };
             if written.is_err() {
                 return drop_path(PathDrop::NoHeadroom);
@@ -485,6 +483,12 @@ fn forward<B: PacketBuf>(
         }
     }
     sent
+}
+
+/// The outer headers of an encapsulation: prebuilt for the backend, or built per packet.
+enum Outer<'h> {
+    Prebuilt(&'h OuterV4),
+    Build(EncapParams),
 }
 
 /// The slow way to a backend's next-hop MAC, when the per-slot cache has none: look it up,

@@ -352,8 +352,7 @@ impl OuterV4 {
         let (inner_proto, tos) = match frame.get(hdr..hdr + 2) {
             Some([v, b1]) if v >> 4 == 4 => (ip_proto::IPIP, *b1),
             Some([v, b1]) if v >> 4 == 6 => (ip_proto::IPV6, (v << 4) | (b1 >> 4)),
-            Some(_) => return Err(BuildError::WrongKind),
-            None => return Err(BuildError::WrongKind),
+            _ => return Err(BuildError::WrongKind),
         };
         let (udp_len, proto) = match kind {
             EncapKind::Ipip => (0, inner_proto),
