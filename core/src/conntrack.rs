@@ -16,24 +16,32 @@
 //!
 //! # Layout
 //!
-//! Set-associative: a power-of-two number of 8-way buckets. A bucket is 512 bytes aligned
-//! to 64 (one cache line of header, then eight 56-byte records):
+//! Set-associative: a power-of-two number of 8-way buckets, kept in two arrays. A bucket's
+//! *header* (32 bytes, two per cache line) holds what a lookup scans; its eight *records*
+//! (64 bytes each, one cache line each) hold the entries:
 //!
 //! ```text
-//! offset   0  sig: [u16; 8]        16-bit signature per way, 0 = empty way
-//! offset  16  last_seen: [u32; 8]  milliseconds, wrapping u32
-//! offset  48  overflow: u32        entries whose primary is this bucket, stored in their secondary
-//! offset  52  reserved: [u8; 12]   zero
-//! offset  64  records: [Record; 8] 56 B each, below
+//! Header: sig [u16; 8]    16-bit signature per way, 0 = empty way
+//!         overflow u32    entries whose primary is this bucket, stored in their secondary
+//!         reserved 12 B   zero
 //!
 //! Record: key FlowKey (40) | backend u32 | epoch u32 | flags u8 | in_secondary u8 | pad 2
-//!         | other u32 (the key's other candidate bucket)
+//!         | other u32 (the key's other candidate bucket) | last_seen u32 (ms, wrapping)
+//!         | reserved 4
 //! ```
 //!
-//! That is exactly [`BYTES_PER_ENTRY`] = 64 bytes per tracked connection: 1M connections at
-//! 100% load are 64 MiB. The key's hash ([`key_hash`]; the shard takes any well-mixed 64-bit
-//! hash) picks the signature with its top 16 bits (0 is mapped to 1) and two candidate buckets
-//! (below).
+//! That is [`BYTES_PER_ENTRY`] = 68 bytes per tracked connection (64 for the record, 4 for
+//! its share of the header): 1M connections at 100% load are 68 MiB. A lookup that hits reads
+//! one header and *one* record line, and writes only that record line (`last_seen`): the
+//! headers, 1/17 of the table, stay clean and small enough to stay in the caches far longer
+//! than the records. (The layout before kept the header inline, with the records at a 56-byte
+//! stride, for 64 bytes per connection: a hit read the header line and one or two record lines,
+//! 2.75 lines on average, and with a million flows cost 25-30% more per packet;
+//! docs/performance.md has the A/B. One line per hit needs a whole line per record, so the
+//! headers cannot fit in 64 bytes per entry as well.)
+//!
+//! The key's hash ([`key_hash`]; the shard takes any well-mixed 64-bit hash) picks the
+//! signature with its top 16 bits (0 is mapped to 1) and two candidate buckets (below).
 //!
 //! # Two choices (Cuckoo++-style, without displacement chains)
 //!
@@ -47,24 +55,24 @@
 //! Each bucket's `overflow` counts the entries whose *primary* it is and that are stored in
 //! their secondary. A lookup scans the primary's signatures; only if the key is not there **and**
 //! the primary's `overflow` is non-zero does it scan the secondary. The counter lives in the
-//! header line already read, so a miss on a table whose buckets have not overflowed touches one
-//! line, as with one choice, and a hit in the primary costs exactly what it did before. Every
+//! header already read, so a miss on a table whose buckets have not overflowed touches one
+//! header, as with one choice, and a hit in the primary costs exactly what it did before. Every
 //! record says whether it is in its secondary and names the key's *other* candidate bucket
 //! (`other`: the primary for an entry in its secondary, else the secondary), so removing,
 //! evicting, sweeping or moving an entry keeps the counters exact without the key's hash.
 //!
-//! A lookup reads the header line, compares the eight signatures at once, and compares the
-//! full 40-byte key only on a signature match (a false signature match costs one key compare
-//! and is rare: 8/65536 per full bucket). A hit touches the header line plus the record, which
-//! straddles two lines for six ways out of eight (56-byte stride); a miss usually touches the
-//! header line only, plus the secondary's header line when the primary has overflowed.
+//! A lookup reads the header, compares the eight signatures at once, and compares the full
+//! 40-byte key only on a signature match (a false signature match costs one key compare and
+//! is rare: 8/65536 per full bucket). A hit touches the header plus the record's line; a miss
+//! usually touches the header only, plus the secondary's header when the primary has
+//! overflowed.
 //!
 //! # Eviction and sizing
 //!
 //! An insert of a new key takes an empty way of its primary bucket, else an empty way of its
 //! secondary (incrementing the primary's `overflow`). If both are full, it moves *one* entry of
 //! the two buckets to that entry's other candidate bucket, if one has an empty way there (the
-//! first found, primary's ways first; at most 16 header lines read, and never a chain of
+//! first found, primary's ways first; at most 16 records and 16 headers read, and never a chain of
 //! moves), and takes the way it left. Only if none can move does it evict the entry with the
 //! oldest `last_seen` among the 16 ways of *both* buckets (ties go to the primary, then to the
 //! lowest way), report it ([`InsertOutcome::evicted`], [`ShardStats::evictions`]) and take its
@@ -76,7 +84,7 @@
 //! figures). The evicted entry is the oldest of the two sets, so an expired entry not yet swept
 //! goes first; only sixteen live entries with no room elsewhere lose a live connection. About
 //! 40% of the buckets have a non-zero `overflow` at 90% load (2% at 50%), so misses on a loaded
-//! table often read a second header line. Size the capacity at about 1.25× the connections a
+//! table often read a second header. Size the capacity at about 1.25× the connections a
 //! worker must hold; [`Shard::with_capacity`] rounds up to a power of two buckets, so it often
 //! gives more.
 //!
@@ -103,8 +111,8 @@
 //! # Prefetch
 //!
 //! This crate forbids `unsafe`, and the prefetch intrinsics take raw pointers, so the shard
-//! only says *where* a lookup will read: [`Shard::primary_line`] (the primary bucket's header
-//! line) and, once that line is in cache, [`Shard::next_lines`] (the matching record, or the
+//! only says *where* a lookup will read: [`Shard::primary_line`] (the primary bucket's header)
+//! and, once that is in cache, [`Shard::next_line`] (the matching record, or the
 //! secondary's header). The data plane issues the prefetch instructions for a whole burst
 //! before deciding any of its packets (`path::process_burst`). [`Shard::find_batch`] is the same
 //! idea with plain loads, kept as the comparison in `benches/conntrack.rs`.
@@ -118,13 +126,14 @@ use crate::time::Time;
 /// Ways (entries) per bucket.
 pub const WAYS: usize = 8;
 
-/// Size of one bucket in bytes: a 64-byte header line and eight 56-byte records.
-pub const BUCKET_BYTES: usize = size_of::<Bucket>();
+/// Size of one bucket in bytes: its 32-byte header (signatures and overflow counter) and its
+/// eight 64-byte records.
+pub const BUCKET_BYTES: usize = size_of::<Head>() + size_of::<Ways>();
 
-/// Alignment of a bucket: a cache line.
-pub const BUCKET_ALIGN: usize = align_of::<Bucket>();
+/// Alignment of a record: a cache line.
+pub const RECORD_ALIGN: usize = align_of::<Record>();
 
-/// Memory per tracked connection: [`BUCKET_BYTES`] / [`WAYS`] = 64 bytes.
+/// Memory per tracked connection: [`BUCKET_BYTES`] / [`WAYS`] = 68 bytes.
 pub const BYTES_PER_ENTRY: usize = BUCKET_BYTES / WAYS;
 
 /// Largest capacity [`Shard::with_capacity`] accepts (a [`Slot`] is a `u32`).
@@ -227,9 +236,10 @@ struct FloodGuard {
     last: Option<Time>,
 }
 
-/// One stored entry: 56 bytes.
+/// One stored entry: 64 bytes, one cache line (aligned), so that a hit reads one line of
+/// records.
 #[derive(Clone, Copy)]
-#[repr(C)]
+#[repr(C, align(64))]
 struct Record {
     key: FlowKey,
     backend: u32,
@@ -241,6 +251,11 @@ struct Record {
     _pad: [u8; 2],
     /// The key's other candidate bucket: its primary when `in_secondary`, else its secondary.
     other: u32,
+    /// When the entry was inserted, touched or replaced: milliseconds, wrapping `u32`. In the
+    /// record's line, which a hit has just read, so that the per-packet write leaves the
+    /// signature line clean.
+    last_seen: u32,
+    _reserved: [u8; 4],
 }
 
 impl Record {
@@ -260,6 +275,8 @@ impl Record {
         in_secondary: 0,
         _pad: [0; 2],
         other: 0,
+        last_seen: 0,
+        _reserved: [0; 4],
     };
 
     fn value(&self) -> EntryValue {
@@ -276,35 +293,35 @@ impl Record {
     fn overflowed_from(&self) -> Option<usize> {
         (self.in_secondary != 0).then_some(self.other as usize)
     }
+
+    fn entry(&self, now32: u32) -> Entry {
+        Entry { key: self.key, value: self.value(), idle_ms: idle_ms(now32, self.last_seen) }
+    }
 }
 
-/// One 8-way set: a 64-byte header line and eight records; 512 bytes, 64-byte aligned.
+/// One bucket's header: the signatures of its eight ways and its overflow counter. 32 bytes,
+/// two buckets per cache line, in an array apart from the records.
 #[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Bucket {
+#[repr(C, align(32))]
+struct Head {
     sig: [u16; WAYS],
-    last_seen: [u32; WAYS],
     /// Entries whose primary is this bucket and that are stored in their secondary. A `u32`
     /// cannot overflow: it is at most the number of entries, at most [`MAX_CAPACITY`].
     overflow: u32,
     _reserved: [u8; 12],
-    records: [Record; WAYS],
 }
 
-const _: () = assert!(size_of::<Record>() == 56);
-const _: () = assert!(size_of::<Bucket>() == 512);
-const _: () = assert!(align_of::<Bucket>() == 64);
-const _: () = assert!(std::mem::offset_of!(Bucket, overflow) == 48);
-const _: () = assert!(std::mem::offset_of!(Bucket, records) == 64);
+/// The records of one bucket's eight ways: 512 bytes, eight lines.
+type Ways = [Record; WAYS];
 
-impl Bucket {
-    const EMPTY: Bucket = Bucket {
-        sig: [0; WAYS],
-        last_seen: [0; WAYS],
-        overflow: 0,
-        _reserved: [0; 12],
-        records: [Record::EMPTY; WAYS],
-    };
+const _: () = assert!(size_of::<Record>() == 64);
+const _: () = assert!(align_of::<Record>() == 64);
+const _: () = assert!(size_of::<Head>() == 32);
+const _: () = assert!(align_of::<Head>() == 32);
+const _: () = assert!(std::mem::offset_of!(Record, last_seen) == 56);
+
+impl Head {
+    const EMPTY: Head = Head { sig: [0; WAYS], overflow: 0, _reserved: [0; 12] };
 
     /// Bit `w` set when way `w` has signature `sig` (`sig` 0 gives the empty ways).
     ///
@@ -324,64 +341,39 @@ impl Bucket {
         lanes_zero(word(0) ^ want) | lanes_zero(word(4) ^ want) << 4
     }
 
-    /// The lines of way `w`'s record, for prefetch: its first and last byte (a 56-byte record
-    /// may straddle two lines).
-    #[inline(always)]
-    fn record_lines(&self, w: usize) -> [*const u8; 2] {
-        let r = (&raw const self.records[w]).cast::<u8>();
-        [r, r.wrapping_add(size_of::<Record>() - 1)]
-    }
-
-    /// The way holding `key` among the ways of mask `m` (from [`Bucket::match_mask`]).
-    #[inline(always)]
-    fn find_in_mask(&self, key: &FlowKey, mut m: u32) -> Option<usize> {
-        while m != 0 {
-            let w = m.trailing_zeros() as usize;
-            if self.records[w].key == *key {
-                return Some(w);
-            }
-            m &= m - 1;
-        }
-        None
-    }
-
-    /// The way holding `key` among the ways whose signature is `sig`.
-    #[inline(always)]
-    fn find_way(&self, key: &FlowKey, sig: u16) -> Option<usize> {
-        self.find_in_mask(key, self.match_mask(sig))
-    }
-
     /// The lowest empty way, if any.
     #[inline(always)]
     fn empty_way(&self) -> Option<usize> {
         let m = self.match_mask(0);
         (m != 0).then(|| m.trailing_zeros() as usize)
     }
+}
 
-    /// The way seen longest ago (lowest index on ties), with its idle time.
-    fn lru_way(&self, now32: u32) -> (usize, u32) {
-        let mut best = 0;
-        let mut best_idle = 0u32;
-        for (w, &seen) in self.last_seen.iter().enumerate() {
-            let idle = now32.wrapping_sub(seen);
-            if w == 0 || idle > best_idle {
-                best = w;
-                best_idle = idle;
-            }
+/// The way holding `key` among the ways of mask `m` (from [`Head::match_mask`]).
+#[inline(always)]
+fn find_in_mask(ways: &Ways, key: &FlowKey, mut m: u32) -> Option<usize> {
+    while m != 0 {
+        let w = m.trailing_zeros() as usize;
+        if ways[w].key == *key {
+            return Some(w);
         }
-        (best, best_idle)
+        m &= m - 1;
     }
+    None
+}
 
-    fn entry(&self, w: usize, now32: u32) -> Entry {
-        let r = &self.records[w];
-        Entry { key: r.key, value: r.value(), idle_ms: idle_ms(now32, self.last_seen[w]) }
+/// The way seen longest ago (lowest index on ties), with its idle time.
+fn lru_way(ways: &Ways, now32: u32) -> (usize, u32) {
+    let mut best = 0;
+    let mut best_idle = 0u32;
+    for (w, r) in ways.iter().enumerate() {
+        let idle = now32.wrapping_sub(r.last_seen);
+        if w == 0 || idle > best_idle {
+            best = w;
+            best_idle = idle;
+        }
     }
-
-    fn clear(&mut self, w: usize) {
-        self.sig[w] = 0;
-        self.last_seen[w] = 0;
-        self.records[w] = Record::EMPTY;
-    }
+    (best, best_idle)
 }
 
 /// The hash of a tracking key that places it in this table: its signature (top 16 bits) and
@@ -462,7 +454,10 @@ fn idle_ms(now32: u32, seen: u32) -> u64 {
 
 /// One worker's connection-tracking table. See the module doc.
 pub struct Shard {
-    buckets: Box<[Bucket]>,
+    /// Bucket headers: signatures and overflow counters, 32 bytes each.
+    heads: Box<[Head]>,
+    /// Bucket `b`'s records are `records[b]`.
+    records: Box<[Ways]>,
     len: usize,
     guard: Option<FloodGuard>,
     cursor: usize,
@@ -472,7 +467,7 @@ pub struct Shard {
 impl fmt::Debug for Shard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Shard")
-            .field("buckets", &self.buckets.len())
+            .field("buckets", &self.heads.len())
             .field("len", &self.len)
             .field("cursor", &self.cursor)
             .field("stats", &self.stats)
@@ -492,8 +487,8 @@ impl Shard {
         Shard::with_capacity_advised(entries, |_, _| {})
     }
 
-    /// [`Shard::with_capacity`], calling `advise(start, bytes)` on the table's memory after it
-    /// is reserved and before it is first written. The data plane uses it to ask the kernel
+    /// [`Shard::with_capacity`], calling `advise(start, bytes)` on each of the table's two
+    /// arrays after it is reserved and before it is first written. The data plane uses it to ask the kernel
     /// for transparent huge pages (`madvise(MADV_HUGEPAGE)`): a table much larger than the
     /// caches is then also much larger than what the TLB covers with 4 KiB pages, and a page
     /// walk per lookup costs as much as the lookup itself.
@@ -501,16 +496,22 @@ impl Shard {
     /// # Panics
     ///
     /// If `entries` exceeds [`MAX_CAPACITY`].
-    pub fn with_capacity_advised(entries: usize, advise: impl FnOnce(*const u8, usize)) -> Shard {
+    pub fn with_capacity_advised(
+        entries: usize,
+        mut advise: impl FnMut(*const u8, usize),
+    ) -> Shard {
         assert!(entries <= MAX_CAPACITY, "conntrack capacity {entries} > {MAX_CAPACITY}");
         let n = entries.max(WAYS).div_ceil(WAYS).next_power_of_two();
-        let mut buckets: Vec<Bucket> = Vec::with_capacity(n);
-        advise(buckets.as_ptr().cast::<u8>(), n * BUCKET_BYTES);
-        buckets.resize(n, Bucket::EMPTY);
-        let buckets = buckets.into_boxed_slice();
-        let capacity = (buckets.len() * WAYS) as u64;
+        let mut heads: Vec<Head> = Vec::with_capacity(n);
+        advise(heads.as_ptr().cast::<u8>(), n * size_of::<Head>());
+        heads.resize(n, Head::EMPTY);
+        let mut records: Vec<Ways> = Vec::with_capacity(n);
+        advise(records.as_ptr().cast::<u8>(), n * size_of::<Ways>());
+        records.resize(n, [Record::EMPTY; WAYS]);
+        let capacity = (n * WAYS) as u64;
         Shard {
-            buckets,
+            heads: heads.into_boxed_slice(),
+            records: records.into_boxed_slice(),
             len: 0,
             guard: None,
             cursor: 0,
@@ -534,7 +535,7 @@ impl Shard {
     /// May a new connection get an entry now? Always true without a flood guard; with one,
     /// false when the table is full or the rate is spent (counted in `bypassed`).
     pub fn admit_new(&mut self, now: Time) -> bool {
-        let full = self.len >= self.buckets.len() * WAYS;
+        let full = self.len >= self.capacity();
         let Some(g) = &mut self.guard else { return true };
         let cap = g.per_sec * 1000;
         let elapsed = g.last.map_or(0, |t| now.as_millis().saturating_sub(t.as_millis()));
@@ -553,19 +554,20 @@ impl Shard {
     /// happened before). Benchmarks of fresh inserts start each round from an empty table
     /// this way without the page faults of a new one.
     pub fn clear(&mut self) {
-        self.buckets.fill(Bucket::EMPTY);
+        self.heads.fill(Head::EMPTY);
+        self.records.fill([Record::EMPTY; WAYS]);
         self.len = 0;
         self.cursor = 0;
     }
 
     /// Entries the table can hold.
     pub fn capacity(&self) -> usize {
-        self.buckets.len() * WAYS
+        self.heads.len() * WAYS
     }
 
     /// Number of buckets (a power of two).
     pub fn bucket_count(&self) -> usize {
-        self.buckets.len()
+        self.heads.len()
     }
 
     /// Entries stored.
@@ -580,7 +582,7 @@ impl Shard {
 
     /// Memory of the table in bytes: [`BYTES_PER_ENTRY`] × [`Shard::capacity`].
     pub fn bytes(&self) -> usize {
-        size_of_val(&*self.buckets)
+        size_of_val(&*self.heads) + size_of_val(&*self.records)
     }
 
     /// The counters.
@@ -602,7 +604,7 @@ impl Shard {
 
     #[inline(always)]
     fn bucket_index(&self, hash: u64) -> usize {
-        (hash as usize) & (self.buckets.len() - 1)
+        (hash as usize) & (self.heads.len() - 1)
     }
 
     /// The secondary bucket of a key whose primary is `primary`: `primary` XOR an odd number
@@ -610,7 +612,7 @@ impl Shard {
     /// more and is independent of the primary's (low) bits.
     #[inline(always)]
     fn secondary_index(&self, primary: usize, hash: u64) -> usize {
-        (primary ^ ((hash >> 32) as u32 | 1) as usize) & (self.buckets.len() - 1)
+        (primary ^ ((hash >> 32) as u32 | 1) as usize) & (self.heads.len() - 1)
     }
 
     /// The rare half of a lookup: `key` is not in its primary bucket `primary`, whose
@@ -618,7 +620,7 @@ impl Shard {
     #[inline(never)]
     fn find_secondary(&self, key: &FlowKey, hash: u64, primary: usize) -> Option<Slot> {
         let b = self.secondary_index(primary, hash);
-        self.buckets[b].find_way(key, sig_of(hash)).map(|w| Slot::new(b, w))
+        self.find_way(b, key, sig_of(hash)).map(|w| Slot::new(b, w))
     }
 
     /// Where `key` is stored, if it is. `hash` must be the key's hash, the same for every call
@@ -626,10 +628,9 @@ impl Shard {
     #[inline]
     pub fn find(&self, key: &FlowKey, hash: u64) -> Option<Slot> {
         let b = self.bucket_index(hash);
-        let bucket = &self.buckets[b];
-        match bucket.find_way(key, sig_of(hash)) {
+        match self.find_way(b, key, sig_of(hash)) {
             Some(w) => Some(Slot::new(b, w)),
-            None if bucket.overflow != 0 => self.find_secondary(key, hash, b),
+            None if self.heads[b].overflow != 0 => self.find_secondary(key, hash, b),
             None => None,
         }
     }
@@ -654,13 +655,13 @@ impl Shard {
         let mut masks = [0u32; N];
         let mut overflowed = [false; N];
         for i in 0..N {
-            let bucket = &self.buckets[self.bucket_index(hashes[i])];
-            masks[i] = bucket.match_mask(sig_of(hashes[i]));
-            overflowed[i] = bucket.overflow != 0;
+            let head = &self.heads[self.bucket_index(hashes[i])];
+            masks[i] = head.match_mask(sig_of(hashes[i]));
+            overflowed[i] = head.overflow != 0;
         }
         for i in 0..N {
             let b = self.bucket_index(hashes[i]);
-            out[i] = match self.buckets[b].find_in_mask(&keys[i], masks[i]) {
+            out[i] = match find_in_mask(&self.records[b], &keys[i], masks[i]) {
                 Some(w) => Some(Slot::new(b, w)),
                 None if overflowed[i] => self.find_secondary(&keys[i], hashes[i], b),
                 None => None,
@@ -668,56 +669,63 @@ impl Shard {
         }
     }
 
-    /// The address of the header line of `hash`'s primary bucket: the first line any lookup
+    /// The address of the header of `hash`'s primary bucket: the first line any lookup
     /// or insert of that key reads. The data plane prefetches it for a whole burst before
     /// deciding any packet of it (this crate has no `unsafe`, so it does not issue the
     /// prefetch instruction itself).
     #[inline]
     pub fn primary_line(&self, hash: u64) -> *const u8 {
-        (&raw const self.buckets[self.bucket_index(hash)]).cast::<u8>()
+        (&raw const self.heads[self.bucket_index(hash)]).cast::<u8>()
     }
 
-    /// Once the primary header line is in cache: the lines a [`Shard::find`] of this key reads
+    /// The way holding `key` in bucket `b` among the ways whose signature is `sig`.
+    #[inline(always)]
+    fn find_way(&self, b: usize, key: &FlowKey, sig: u16) -> Option<usize> {
+        find_in_mask(&self.records[b], key, self.heads[b].match_mask(sig))
+    }
+
+    /// The line of way `w` of bucket `b`, for prefetch.
+    #[inline(always)]
+    fn record_line(&self, b: usize, w: usize) -> *const u8 {
+        (&raw const self.records[b][w]).cast::<u8>()
+    }
+
+    /// Once the primary's header is in cache: the line a [`Shard::find`] of this key reads
     /// next, to prefetch in a second pass over the burst. The record of the first way whose
-    /// signature matches (its first and last byte: a 56-byte record may straddle two lines),
-    /// else the secondary bucket's header line when the primary has overflowed, else nothing
-    /// (null pointers).
+    /// signature matches, else the secondary bucket's header when the primary has overflowed,
+    /// else nothing (a null pointer).
     #[inline]
-    pub fn next_lines(&self, hash: u64) -> [*const u8; 2] {
+    pub fn next_line(&self, hash: u64) -> *const u8 {
         let p = self.bucket_index(hash);
-        let bucket = &self.buckets[p];
-        let m = bucket.match_mask(sig_of(hash));
+        let head = &self.heads[p];
+        let m = head.match_mask(sig_of(hash));
         if m != 0 {
-            bucket.record_lines(m.trailing_zeros() as usize)
-        } else if bucket.overflow != 0 {
-            let s = (&raw const self.buckets[self.secondary_index(p, hash)]).cast::<u8>();
-            [s, std::ptr::null()]
+            self.record_line(p, m.trailing_zeros() as usize)
+        } else if head.overflow != 0 {
+            (&raw const self.heads[self.secondary_index(p, hash)]).cast::<u8>()
         } else {
-            [std::ptr::null(); 2]
+            std::ptr::null()
         }
     }
 
-    /// Once the primary header line is in cache: the lines an insert of the key touches, to
-    /// prefetch like [`Shard::next_lines`] (a new connection's SYN is not looked up first). The
-    /// record of the first way whose signature matches (the key may be there: a SYN reusing a
-    /// tracked flow's ports), else that of the primary's first empty way (its first and last
-    /// byte), else the secondary bucket's header line, where the insert looks next.
+    /// Once the primary's header is in cache: the line an insert of the key writes or reads
+    /// next, to prefetch like [`Shard::next_line`] (a new connection's SYN is not looked up
+    /// first). The record of the first way whose signature matches (the key may be there: a
+    /// SYN reusing a tracked flow's ports), else that of the primary's first empty way, else
+    /// the secondary bucket's header, where the insert looks next.
     ///
     /// Without it the insert's record store misses, and the next load that must wait for the
     /// stores before it (one that cannot be forwarded from the store buffer) waits for that
     /// miss: in a table larger than the caches that was most of the time of a new connection.
     #[inline]
-    pub fn insert_lines(&self, hash: u64) -> [*const u8; 2] {
+    pub fn insert_line(&self, hash: u64) -> *const u8 {
         let p = self.bucket_index(hash);
-        let bucket = &self.buckets[p];
-        let m = bucket.match_mask(sig_of(hash));
-        let way = if m != 0 { Some(m.trailing_zeros() as usize) } else { bucket.empty_way() };
+        let head = &self.heads[p];
+        let m = head.match_mask(sig_of(hash));
+        let way = if m != 0 { Some(m.trailing_zeros() as usize) } else { head.empty_way() };
         match way {
-            Some(w) => bucket.record_lines(w),
-            None => {
-                let s = (&raw const self.buckets[self.secondary_index(p, hash)]).cast::<u8>();
-                [s, std::ptr::null()]
-            }
+            Some(w) => self.record_line(p, w),
+            None => (&raw const self.heads[self.secondary_index(p, hash)]).cast::<u8>(),
         }
     }
 
@@ -725,50 +733,62 @@ impl Shard {
     /// empty slot panics, in release it reads as an all-zero entry.
     #[inline]
     pub fn get(&self, slot: Slot, now: Time) -> Entry {
-        let bucket = &self.buckets[slot.bucket()];
-        debug_assert!(bucket.sig[slot.way()] != 0, "conntrack get on an empty slot");
-        bucket.entry(slot.way(), stamp(now))
+        debug_assert!(self.occupied(slot), "conntrack get on an empty slot");
+        self.record(slot).entry(stamp(now))
     }
 
     /// [`Shard::find`] then [`Shard::get`].
     #[inline]
     pub fn lookup(&self, key: &FlowKey, hash: u64, now: Time) -> Option<(Slot, Entry)> {
         let slot = self.find(key, hash)?;
-        Some((slot, self.buckets[slot.bucket()].entry(slot.way(), stamp(now))))
+        Some((slot, self.record(slot).entry(stamp(now))))
     }
 
     /// Restart the entry's idle clock at `now` (CT-8: every packet that hits it).
     #[inline]
     pub fn touch(&mut self, slot: Slot, now: Time) {
-        let bucket = &mut self.buckets[slot.bucket()];
-        debug_assert!(bucket.sig[slot.way()] != 0, "conntrack touch on an empty slot");
-        bucket.last_seen[slot.way()] = stamp(now);
+        debug_assert!(self.occupied(slot), "conntrack touch on an empty slot");
+        self.record_mut(slot).last_seen = stamp(now);
     }
 
     /// Overwrite the entry's value in place and restart its idle clock: the replacement entry of
     /// CT-12 for the same key.
     #[inline]
     pub fn replace(&mut self, slot: Slot, value: EntryValue, now: Time) {
-        let bucket = &mut self.buckets[slot.bucket()];
-        debug_assert!(bucket.sig[slot.way()] != 0, "conntrack replace on an empty slot");
-        bucket.records[slot.way()].set_value(value);
-        bucket.last_seen[slot.way()] = stamp(now);
+        debug_assert!(self.occupied(slot), "conntrack replace on an empty slot");
+        let r = self.record_mut(slot);
+        r.set_value(value);
+        r.last_seen = stamp(now);
         self.stats.updates += 1;
+    }
+
+    #[inline(always)]
+    fn record(&self, slot: Slot) -> &Record {
+        &self.records[slot.bucket()][slot.way()]
+    }
+
+    #[inline(always)]
+    fn record_mut(&mut self, slot: Slot) -> &mut Record {
+        &mut self.records[slot.bucket()][slot.way()]
+    }
+
+    fn occupied(&self, slot: Slot) -> bool {
+        self.heads[slot.bucket()].sig[slot.way()] != 0
     }
 
     /// Empty way `w` of bucket `b` (occupied), keeping its primary's `overflow` exact.
     fn clear_way(&mut self, b: usize, w: usize) {
-        let bucket = &mut self.buckets[b];
-        let home = bucket.records[w].overflowed_from();
-        bucket.clear(w);
+        let home = self.records[b][w].overflowed_from();
+        self.heads[b].sig[w] = 0;
+        self.records[b][w] = Record::EMPTY;
         if let Some(home) = home {
-            self.buckets[home].overflow -= 1;
+            self.heads[home].overflow -= 1;
         }
     }
 
     /// Remove the entry in `slot`. Removing an empty way does nothing.
     pub fn remove(&mut self, slot: Slot) {
-        if self.buckets[slot.bucket()].sig[slot.way()] != 0 {
+        if self.occupied(slot) {
             self.clear_way(slot.bucket(), slot.way());
             self.len -= 1;
             self.stats.removals += 1;
@@ -833,18 +853,18 @@ impl Shard {
     ) -> Option<InsertOutcome> {
         let now32 = stamp(now);
         if let Some(slot) = self.find(key, hash) {
-            let bucket = &mut self.buckets[slot.bucket()];
-            let previous = bucket.records[slot.way()].value();
-            bucket.records[slot.way()].set_value(value);
-            bucket.last_seen[slot.way()] = now32;
+            let r = self.record_mut(slot);
+            let previous = r.value();
+            r.set_value(value);
+            r.last_seen = now32;
             self.stats.updates += 1;
             return Some(InsertOutcome { slot, overwritten: Some(previous), evicted: None });
         }
         let (p, s) = self.candidate_buckets(hash);
         let mut evicted = None;
-        let (b, w) = if let Some(w) = self.buckets[p].empty_way() {
+        let (b, w) = if let Some(w) = self.heads[p].empty_way() {
             (p, w)
-        } else if let Some(w) = self.buckets[s].empty_way().filter(|_| s != p) {
+        } else if let Some(w) = self.heads[s].empty_way().filter(|_| s != p) {
             (s, w)
         } else if let Some(bw) = self.relocate_one(p, s) {
             bw
@@ -852,25 +872,26 @@ impl Shard {
             return None;
         } else {
             let (b, w) = self.lru_of(p, s, now32);
-            evicted = Some(self.buckets[b].entry(w, now32));
+            evicted = Some(self.records[b][w].entry(now32));
             self.clear_way(b, w);
             (b, w)
         };
         let in_secondary = b != p;
         if in_secondary {
-            self.buckets[p].overflow += 1;
+            self.heads[p].overflow += 1;
         }
-        let bucket = &mut self.buckets[b];
-        bucket.sig[w] = sig_of(hash);
-        bucket.last_seen[w] = now32;
-        bucket.records[w] = Record {
+        self.heads[b].sig[w] = sig_of(hash);
+        self.records[b][w] = Record {
             key: *key,
+            backend: value.backend,
+            epoch: value.epoch,
+            flags: value.flags,
             in_secondary: u8::from(in_secondary),
             // Below 2^28 buckets (MAX_CAPACITY / WAYS), so it fits.
             other: if in_secondary { p } else { s } as u32,
+            last_seen: now32,
             ..Record::EMPTY
         };
-        bucket.records[w].set_value(value);
         self.stats.inserts += 1;
         if evicted.is_some() {
             self.stats.evictions += 1;
@@ -887,9 +908,9 @@ impl Shard {
     fn relocate_one(&mut self, p: usize, s: usize) -> Option<(usize, usize)> {
         for b in [p, s] {
             for w in 0..WAYS {
-                let to = self.buckets[b].records[w].other as usize;
+                let to = self.records[b][w].other as usize;
                 // `to == b` only in a one-bucket table, which is full.
-                if let Some(to_w) = self.buckets[to].empty_way().filter(|_| to != b) {
+                if let Some(to_w) = self.heads[to].empty_way().filter(|_| to != b) {
                     self.move_way(b, w, to, to_w);
                     return Some((b, w));
                 }
@@ -904,28 +925,26 @@ impl Shard {
     /// Move the entry in way `w` of bucket `b` to the empty way `to_w` of its other candidate
     /// bucket `to`, keeping the `overflow` counters exact.
     fn move_way(&mut self, b: usize, w: usize, to: usize, to_w: usize) {
-        let from = &self.buckets[b];
-        let (sig, seen, mut rec) = (from.sig[w], from.last_seen[w], from.records[w]);
+        let (sig, mut rec) = (self.heads[b].sig[w], self.records[b][w]);
         if rec.in_secondary != 0 {
             // Back to its primary, `to`.
-            self.buckets[to].overflow -= 1;
+            self.heads[to].overflow -= 1;
         } else {
             // Out to its secondary; `b` is its primary.
-            self.buckets[b].overflow += 1;
+            self.heads[b].overflow += 1;
         }
         rec.in_secondary ^= 1;
         rec.other = b as u32;
-        self.buckets[b].clear(w);
-        let dest = &mut self.buckets[to];
-        dest.sig[to_w] = sig;
-        dest.last_seen[to_w] = seen;
-        dest.records[to_w] = rec;
+        self.heads[b].sig[w] = 0;
+        self.records[b][w] = Record::EMPTY;
+        self.heads[to].sig[to_w] = sig;
+        self.records[to][to_w] = rec;
     }
 
     /// The least recently seen way of buckets `p` and `s` (`p` first on ties).
     fn lru_of(&self, p: usize, s: usize, now32: u32) -> (usize, usize) {
-        let (wp, idle_p) = self.buckets[p].lru_way(now32);
-        let (ws, idle_s) = self.buckets[s].lru_way(now32);
+        let (wp, idle_p) = lru_way(&self.records[p], now32);
+        let (ws, idle_s) = lru_way(&self.records[s], now32);
         if idle_s > idle_p {
             (s, ws)
         } else {
@@ -945,17 +964,17 @@ impl Shard {
         now: Time,
         mut dead: impl FnMut(&Entry) -> bool,
     ) -> usize {
-        let n = self.buckets.len();
+        let n = self.heads.len();
         let now32 = stamp(now);
         let mut removed = 0;
         for _ in 0..buckets.min(n) {
             let b = self.cursor;
             self.cursor = (self.cursor + 1) & (n - 1);
-            let mut occupied = !self.buckets[b].match_mask(0) & ((1 << WAYS) - 1);
+            let mut occupied = !self.heads[b].match_mask(0) & ((1 << WAYS) - 1);
             while occupied != 0 {
                 let w = occupied.trailing_zeros() as usize;
                 occupied &= occupied - 1;
-                if dead(&self.buckets[b].entry(w, now32)) {
+                if dead(&self.records[b][w].entry(now32)) {
                     self.clear_way(b, w);
                     removed += 1;
                 }
@@ -970,10 +989,10 @@ impl Shard {
     /// admin API and `explain`, never per packet.
     pub fn iter(&self, now: Time) -> impl Iterator<Item = (Slot, Entry)> + '_ {
         let now32 = stamp(now);
-        self.buckets.iter().enumerate().flat_map(move |(b, bucket)| {
+        self.heads.iter().zip(self.records.iter()).enumerate().flat_map(move |(b, (head, ways))| {
             (0..WAYS)
-                .filter(move |&w| bucket.sig[w] != 0)
-                .map(move |w| (Slot::new(b, w), bucket.entry(w, now32)))
+                .filter(move |&w| head.sig[w] != 0)
+                .map(move |w| (Slot::new(b, w), ways[w].entry(now32)))
         })
     }
 }
@@ -1008,7 +1027,7 @@ mod tests {
         // 0xffff, and values that differ from the wanted one in a single bit.
         let values = [0u16, 1, 2, 0x7fff, 0x8000, 0x8001, 0xfffe, 0xffff, 0x1234, 0x1235, 0x9234];
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut bucket = Bucket::EMPTY;
+        let mut bucket = Head::EMPTY;
         for _ in 0..20_000 {
             for w in 0..WAYS {
                 rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -1047,23 +1066,23 @@ mod tests {
     }
 
     #[test]
-    fn layout_is_64_bytes_per_entry() {
+    fn layout_is_68_bytes_per_entry() {
         assert_eq!(size_of::<FlowKey>(), 40);
-        assert_eq!(size_of::<Record>(), 56);
-        assert_eq!(size_of::<Bucket>(), 512);
-        assert_eq!(align_of::<Bucket>(), 64);
-        assert_eq!(std::mem::offset_of!(Bucket, sig), 0);
-        assert_eq!(std::mem::offset_of!(Bucket, last_seen), 16);
-        assert_eq!(std::mem::offset_of!(Bucket, overflow), 48);
-        assert_eq!(std::mem::offset_of!(Bucket, records), 64);
+        assert_eq!(size_of::<Record>(), 64);
+        assert_eq!(align_of::<Record>(), 64);
         assert_eq!(std::mem::offset_of!(Record, flags), 48);
         assert_eq!(std::mem::offset_of!(Record, in_secondary), 49);
         assert_eq!(std::mem::offset_of!(Record, other), 52);
-        assert_eq!(BYTES_PER_ENTRY, 64);
+        assert_eq!(std::mem::offset_of!(Record, last_seen), 56);
+        assert_eq!(size_of::<Head>(), 32);
+        assert_eq!(align_of::<Head>(), 32);
+        assert_eq!(std::mem::offset_of!(Head, sig), 0);
+        assert_eq!(std::mem::offset_of!(Head, overflow), 16);
+        assert_eq!(BYTES_PER_ENTRY, 68);
         let s = Shard::with_capacity(1000);
         assert_eq!(s.bucket_count(), 128);
         assert_eq!(s.capacity(), 1024);
-        assert_eq!(s.bytes(), 1024 * 64);
+        assert_eq!(s.bytes(), 1024 * 68);
     }
 
     #[test]
@@ -1156,7 +1175,7 @@ mod tests {
             (0..16).map(|i| s.insert(&key(i), 0, val(i), Time(u64::from(i))).slot).collect();
         assert!(slots[..8].iter().all(|sl| sl.bucket() == 0));
         assert!(slots[8..].iter().all(|sl| sl.bucket() == 1));
-        assert_eq!((s.buckets[0].overflow, s.buckets[1].overflow), (8, 0));
+        assert_eq!((s.heads[0].overflow, s.heads[1].overflow), (8, 0));
         for (i, &slot) in slots.iter().enumerate() {
             assert_eq!(s.find(&key(i as u32), 0), Some(slot));
             assert_eq!(s.get(slot, Time(20)).value, val(i as u32));
@@ -1164,17 +1183,17 @@ mod tests {
         // Freeing a way of the primary does not move anything; the next key takes it.
         s.remove(slots[3]);
         s.remove(slots[12]);
-        assert_eq!(s.buckets[0].overflow, 7);
+        assert_eq!(s.heads[0].overflow, 7);
         assert_eq!(s.insert(&key(3), 0, val(3), Time(30)).slot, slots[3]);
         assert_eq!(s.insert(&key(12), 0, val(12), Time(30)).slot, slots[12]);
-        assert_eq!(s.buckets[0].overflow, 8);
+        assert_eq!(s.heads[0].overflow, 8);
         // Overwriting a key in its secondary stays in place and does not count it twice.
         let out = s.insert(&key(9), 0, val(99), Time(40));
         assert!(out.overwritten.is_some() && out.slot == slots[9]);
-        assert_eq!(s.buckets[0].overflow, 8);
+        assert_eq!(s.heads[0].overflow, 8);
         // A sweep of everything brings the counters back to zero.
         assert_eq!(s.sweep(s.bucket_count(), Time(50), |_| true), 16);
-        assert_eq!((s.buckets[0].overflow, s.len()), (0, 0));
+        assert_eq!((s.heads[0].overflow, s.len()), (0, 0));
     }
 
     #[test]
@@ -1199,7 +1218,7 @@ mod tests {
         let ev = out.evicted.unwrap();
         assert_eq!((ev.key, ev.idle_ms), (key(8), 230));
         assert_eq!(out.slot.bucket(), 1);
-        assert_eq!(s.buckets[0].overflow, 8);
+        assert_eq!(s.heads[0].overflow, 8);
         assert!((0..16)
             .filter(|&i| i != 1 && i != 8)
             .chain([100, 101])
@@ -1243,7 +1262,7 @@ mod tests {
         assert_eq!((ev.key, ev.idle_ms), (key(1), 100));
         assert_eq!(s.find(&key(1), 0), None);
         assert!((0..8).filter(|&i| i != 1).all(|i| s.find(&key(i), 0).is_some()));
-        assert_eq!((s.stats().evictions, s.len(), s.buckets[0].overflow), (1, 8, 0));
+        assert_eq!((s.stats().evictions, s.len(), s.heads[0].overflow), (1, 8, 0));
     }
 
     /// Every bucket's `overflow` equals the number of entries stored in their secondary with
@@ -1252,9 +1271,9 @@ mod tests {
     fn check_bookkeeping(s: &Shard, hash: impl Fn(&FlowKey) -> u64) {
         let mut counts = vec![0u32; s.bucket_count()];
         for (slot, e) in s.iter(Time(0)) {
-            let r = &s.buckets[slot.bucket()].records[slot.way()];
+            let r = s.record(slot);
             let (p, q) = s.candidate_buckets(hash(&e.key));
-            assert_eq!(s.buckets[slot.bucket()].sig[slot.way()], sig_of(hash(&e.key)));
+            assert_eq!(s.heads[slot.bucket()].sig[slot.way()], sig_of(hash(&e.key)));
             if r.in_secondary != 0 {
                 assert!(slot.bucket() == q && q != p && r.other as usize == p);
                 counts[p] += 1;
@@ -1262,8 +1281,8 @@ mod tests {
                 assert!(slot.bucket() == p && r.other as usize == q);
             }
         }
-        for (b, bucket) in s.buckets.iter().enumerate() {
-            assert_eq!(bucket.overflow, counts[b], "bucket {b}");
+        for (b, head) in s.heads.iter().enumerate() {
+            assert_eq!(head.overflow, counts[b], "bucket {b}");
         }
     }
 
@@ -1371,7 +1390,7 @@ mod tests {
                 s.insert(&key(i), key_hash(&key(i)), val(i), Time(u64::from(i)));
             }
             let rate = s.stats().evictions as f64 / f64::from(n);
-            let overflowed = s.buckets.iter().filter(|b| b.overflow != 0).count();
+            let overflowed = s.heads.iter().filter(|b| b.overflow != 0).count();
             println!(
                 "load {load}: {:.3}% of inserts evicted, {:.1}% of buckets overflowed",
                 rate * 100.0,

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use proptest::prelude::*;
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::{
-    EntryValue, Shard, BUCKET_ALIGN, BUCKET_BYTES, BYTES_PER_ENTRY, WAYS,
+    EntryValue, Shard, BUCKET_BYTES, BYTES_PER_ENTRY, RECORD_ALIGN, WAYS,
 };
 use spillway_core::flow::{FlowHasher, FlowKey};
 use spillway_core::time::Time;
@@ -79,14 +79,14 @@ fn value(backend: u32) -> EntryValue {
 }
 
 #[test]
-fn layout_is_512_byte_buckets_and_64_bytes_per_entry() {
-    assert_eq!(BUCKET_BYTES, 512);
-    assert_eq!(BUCKET_ALIGN, 64);
-    assert_eq!(BYTES_PER_ENTRY, 64);
+fn layout_is_544_byte_buckets_and_68_bytes_per_entry() {
+    assert_eq!(BUCKET_BYTES, 544);
+    assert_eq!(RECORD_ALIGN, 64);
+    assert_eq!(BYTES_PER_ENTRY, 68);
     assert_eq!(WAYS, 8);
     let s = Shard::with_capacity(1 << 20);
     assert_eq!(s.capacity(), 1 << 20);
-    assert_eq!(s.bytes(), 64 << 20);
+    assert_eq!(s.bytes(), 68 << 20);
 }
 
 proptest! {

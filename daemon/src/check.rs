@@ -21,7 +21,7 @@
 //! descriptors, plus a fixed 64 MiB for EAL. Less than the mbufs and descriptors is a FAIL,
 //! less than the whole estimate a WARN. Connection tables are not DPDK memory but ordinary
 //! (THP-backed) allocations: `conntrack_capacity` (rounded up to a power of two buckets of 8
-//! entries) x 64 B per worker.
+//! entries) x 68 B per worker.
 
 mod admin;
 mod fleet;

@@ -212,7 +212,7 @@ fn a_clean_host_passes_everything() {
     out.has("PASS", "hugepages", "2 MiB: 1024 reserved, 1024 free");
     out.has("PASS", "hugepages", "hugetlbfs serves the 2 MiB pages at /dev/hugepages");
     out.has("PASS", "memory", "2048 MiB free in usable hugepages");
-    out.has("PASS", "conntrack", "1048576 entries x 64 B x 2 workers = 128 MiB of ordinary memory");
+    out.has("PASS", "conntrack", "1048576 entries x 68 B x 2 workers = 136 MiB of ordinary memory");
     out.has(
         "PASS",
         "port",

@@ -175,14 +175,11 @@ pub fn process_burst<B: PacketBuf>(
     for st in &staged[..n] {
         if let Staged::Decide { prep, .. } = st {
             if prep.service.is_some() {
-                let lines = if prep.lookup {
-                    ctx.shard.next_lines(prep.key_hash)
+                dpdk::prefetch(if prep.lookup {
+                    ctx.shard.next_line(prep.key_hash)
                 } else {
-                    ctx.shard.insert_lines(prep.key_hash)
-                };
-                for line in lines {
-                    dpdk::prefetch(line);
-                }
+                    ctx.shard.insert_line(prep.key_hash)
+                });
             }
         }
     }
