@@ -606,7 +606,7 @@ fn replay<'p>(
             let len = factory.next_frame(data, now);
             m.trim((max - len) as u16).expect("trim");
         }
-        worker.process(0, burst);
+        worker.process(0, &mut burst);
     }
     worker.drain();
 }

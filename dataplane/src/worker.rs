@@ -202,6 +202,8 @@ impl<'p, 'c> Worker<'p, 'c> {
         let sweep_every = (self.params.tsc_hz * SWEEP_PERIOD_SECS / buckets).max(1);
         let mut next_sweep = last_drain;
         let gate = self.gate;
+        // Every poll receives into this one burst, which `process` leaves empty.
+        let mut rx = MbufBurst::new();
         while !stop.load(Ordering::Relaxed) {
             if gate.as_ref().is_some_and(|g| !g.enter()) {
                 // A memif port is being connected or disconnected: touch no queue.
@@ -212,9 +214,8 @@ impl<'p, 'c> Worker<'p, 'c> {
                 continue;
             }
             for port in 0..self.ports.len() {
-                let burst = self.ports[port].rx.rx_burst(self.params.burst_size);
-                if !burst.is_empty() {
-                    self.process(port, burst);
+                if self.ports[port].rx.rx_burst_into(&mut rx, self.params.burst_size) > 0 {
+                    self.process(port, &mut rx);
                 }
             }
             // One TSC read per poll serves the sweep pace and the TX drain deadline.
@@ -249,17 +250,17 @@ impl<'p, 'c> Worker<'p, 'c> {
         }
     }
 
-    /// Handles one received burst from port index `port`; what goes out leaves by the same
-    /// port, through the TX buffer.
+    /// Handles one received burst from port index `port` and leaves it empty; what goes out
+    /// leaves by the same port, through the TX buffer.
     #[inline]
-    pub fn process(&mut self, port: usize, mut burst: MbufBurst<'p>) {
+    pub fn process(&mut self, port: usize, burst: &mut MbufBurst<'p>) {
         let c = self.counters;
         c.rx_packets.add(burst.len() as u64);
         c.rx_bytes.add(burst.iter().map(|m| m.pkt_len() as u64).sum());
         let tx = &mut self.ports[port].tx;
         let mut tally = TxTally::default();
         let Some(b) = &mut self.balancer else {
-            for m in burst {
+            for m in burst.drain() {
                 tally.add(tx.push(m));
             }
             publish_tx(c, tally);
@@ -290,7 +291,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         path::process_burst(burst.as_mut_slice(), &mut ctx, &mut outcomes);
         // What is not sent is freed in bulk when `spent` goes out of scope.
         let mut spent = MbufBurst::new();
-        for (m, o) in burst.into_iter().zip(outcomes) {
+        for (m, &o) in burst.drain().zip(&outcomes) {
             match o {
                 Outcome::Transmit => tally.add(tx.push(m)),
                 Outcome::ToKernel => match kernel.as_ref().map(|k| k.to_kernel.push(m)) {

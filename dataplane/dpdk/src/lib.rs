@@ -23,7 +23,7 @@ pub use cpu::{advise_huge_pages, prefetch, tsc};
 pub use eal::{Eal, LcoreId};
 pub use error::DpdkError;
 pub use lcore::LaunchScope;
-pub use mbuf::{BurstIntoIter, Mbuf, MbufBurst, WriteError, MAX_BURST};
+pub use mbuf::{BurstIntoIter, Drain, Mbuf, MbufBurst, WriteError, MAX_BURST};
 pub use memif::{GateSlot, PollGate};
 pub use memory::{HugepagePolicy, Hugepages, MemoryArea, MemoryPlan};
 pub use mempool::Mempool;

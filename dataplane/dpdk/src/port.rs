@@ -365,6 +365,15 @@ impl<'p> RxQueue<'p> {
     #[inline]
     pub fn rx_burst(&mut self, max: u16) -> MbufBurst<'p> {
         let mut burst = MbufBurst::new();
+        self.rx_burst_into(&mut burst, max);
+        burst
+    }
+
+    /// Receives up to `max` packets into `burst`, after those it holds (up to [`MAX_BURST`]
+    /// in all); returns how many arrived. The worker's loop receives into one burst that it
+    /// empties with [`MbufBurst::drain`], so that no burst is moved per poll.
+    #[inline]
+    pub fn rx_burst_into(&mut self, burst: &mut MbufBurst<'p>, max: u16) -> usize {
         let (port, queue) = (self.port, self.queue);
         // SAFETY: rx_burst writes at most `room` (<= MAX_BURST) received mbufs to `free` and
         // returns how many; each is a valid mbuf now owned by nobody else, from the port's
@@ -374,9 +383,8 @@ impl<'p> RxQueue<'p> {
             burst.fill(usize::from(max), |free, room| {
                 let room = u16::try_from(room).unwrap_or(u16::MAX);
                 usize::from(dpdk_sys::rte_eth_rx_burst(port, queue, free, room))
-            });
+            })
         }
-        burst
     }
 }
 
