@@ -12,7 +12,14 @@ scaling run, one worker vs two.
 import json
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit(
+        "perf_chart.py: matplotlib is not installed (Debian: apt-get install -y "
+        "python3-matplotlib); the chart was not drawn, the benchmark's results are in the JSON "
+        "file given"
+    )
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -625,7 +625,7 @@ impl Shard {
 
     /// Where `key` is stored, if it is. `hash` must be the key's hash, the same for every call
     /// with that key ([`key_hash`] in the product).
-    #[inline]
+    #[inline(always)]
     pub fn find(&self, key: &FlowKey, hash: u64) -> Option<Slot> {
         let b = self.bucket_index(hash);
         match self.find_way(b, key, sig_of(hash)) {
