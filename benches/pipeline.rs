@@ -266,9 +266,12 @@ fn main() {
         ..lb("syn_flood_guarded", TrafficSpec { syn_share: 0.95, ..spec(1024) }, 1 << 16, 300)
     });
 
-    // --only NAME: the baseline and that scenario, nothing else (for profiling).
-    if let Some(only) = flag("--only") {
-        scenarios.retain(|s| s.name == "io_forward" || s.name == only.as_str());
+    // --only NAME: the baseline and that scenario, nothing else (for profiling); `--only
+    // scaling`: the replay-source scaling run alone (one worker on its own core, no
+    // cross-core traffic: the steadiest measure of the worker on this machine).
+    let only = flag("--only").map(String::as_str);
+    if let Some(only) = only {
+        scenarios.retain(|s| only != "scaling" && (s.name == "io_forward" || s.name == only));
     }
     let mut baseline = 0.0;
     for sc in &scenarios {
@@ -363,7 +366,7 @@ fn main() {
 
     // SYN floods against 10,000 established flows, with the flood guard on: a table with
     // room for the whole flood, then a small table filled to the brim before the flood.
-    if flag("--only").is_none_or(|o| o == "flood") {
+    if only.is_none_or(|o| o == "flood") {
         for (name, capacity, prefill) in
             [("flood_room", 1usize << 22, false), ("flood_full", 1 << 16, true)]
         {
@@ -396,103 +399,106 @@ fn main() {
         }
     }
 
-    if flag("--only").is_some() {
+    if only.is_some_and(|o| o != "scaling") {
         write_json(json.as_deref(), &rows);
         return;
     }
-    // Latency at a low rate: generator -> ring0 -> worker -> ring1 -> main thread.
-    let mut latency = Vec::new();
-    for balance in [false, true] {
-        let counters = WorkerCounters::new();
-        let b = balance.then(|| balancer(4096, None));
-        let queues = vec![PortQueues { rx: ring0_rx.remove(0), tx: ring1_tx.remove(0) }];
-        let low = WorkerParams { drain_ticks: 1, ..params };
-        let mut worker = Worker::new(0, worker_lcore, queues, low, &counters, b);
-        let mut factory =
-            FrameFactory::new(&TrafficSpec { stamp: true, ..spec(1024) }).expect("traffic spec");
-        let stop = AtomicBool::new(false);
-        let samples = std::sync::Mutex::new(Vec::new());
-        let out = &samples;
-        eal.scope(|scope| {
-            let stop = &stop;
-            let worker = &mut worker;
-            scope.launch(worker_lcore, move || worker.run(stop)).expect("launch worker");
-            // The generator lcore both sends (paced, one frame at a time) and receives, so that
-            // the main thread, which shares its core, sleeps.
-            let (tx, rx, pool, factory) = (&mut ring0_tx[0], &mut ring1_rx[0], &pool, &mut factory);
-            scope
-                .launch(gen_lcore, move || {
-                    let mut v: Vec<u64> = Vec::with_capacity(1 << 20);
-                    let gap = tsc_hz / 100_000;
-                    let end = dpdk::tsc() + (measure.as_secs_f64() * tsc_hz as f64) as u64;
-                    let mut next = dpdk::tsc();
-                    let max = factory.max_frame_len();
-                    while dpdk::tsc() < end {
-                        let now = dpdk::tsc();
-                        if now >= next {
-                            next += gap;
-                            let mut burst = MbufBurst::new();
-                            if pool.alloc_bulk(&mut burst, 1) {
-                                for m in burst.iter_mut() {
-                                    let data = m.reset(max as u16).expect("room");
-                                    let len = factory.next_frame(data, dpdk::tsc());
-                                    m.trim((max - len) as u16).expect("trim");
+    if only.is_none() {
+        // Latency at a low rate: generator -> ring0 -> worker -> ring1 -> main thread.
+        let mut latency = Vec::new();
+        for balance in [false, true] {
+            let counters = WorkerCounters::new();
+            let b = balance.then(|| balancer(4096, None));
+            let queues = vec![PortQueues { rx: ring0_rx.remove(0), tx: ring1_tx.remove(0) }];
+            let low = WorkerParams { drain_ticks: 1, ..params };
+            let mut worker = Worker::new(0, worker_lcore, queues, low, &counters, b);
+            let mut factory = FrameFactory::new(&TrafficSpec { stamp: true, ..spec(1024) })
+                .expect("traffic spec");
+            let stop = AtomicBool::new(false);
+            let samples = std::sync::Mutex::new(Vec::new());
+            let out = &samples;
+            eal.scope(|scope| {
+                let stop = &stop;
+                let worker = &mut worker;
+                scope.launch(worker_lcore, move || worker.run(stop)).expect("launch worker");
+                // The generator lcore both sends (paced, one frame at a time) and receives, so that
+                // the main thread, which shares its core, sleeps.
+                let (tx, rx, pool, factory) =
+                    (&mut ring0_tx[0], &mut ring1_rx[0], &pool, &mut factory);
+                scope
+                    .launch(gen_lcore, move || {
+                        let mut v: Vec<u64> = Vec::with_capacity(1 << 20);
+                        let gap = tsc_hz / 100_000;
+                        let end = dpdk::tsc() + (measure.as_secs_f64() * tsc_hz as f64) as u64;
+                        let mut next = dpdk::tsc();
+                        let max = factory.max_frame_len();
+                        while dpdk::tsc() < end {
+                            let now = dpdk::tsc();
+                            if now >= next {
+                                next += gap;
+                                let mut burst = MbufBurst::new();
+                                if pool.alloc_bulk(&mut burst, 1) {
+                                    for m in burst.iter_mut() {
+                                        let data = m.reset(max as u16).expect("room");
+                                        let len = factory.next_frame(data, dpdk::tsc());
+                                        m.trim((max - len) as u16).expect("trim");
+                                    }
+                                    tx.send(burst);
                                 }
-                                tx.send(burst);
+                            }
+                            let burst = rx.rx_burst(32);
+                            let now = dpdk::tsc();
+                            for m in &burst {
+                                let d = m.data();
+                                if d.len() >= 8 {
+                                    let stamp =
+                                        u64::from_le_bytes(d[d.len() - 8..].try_into().expect("8"));
+                                    v.push(now.wrapping_sub(stamp));
+                                }
                             }
                         }
-                        let burst = rx.rx_burst(32);
-                        let now = dpdk::tsc();
-                        for m in &burst {
-                            let d = m.data();
-                            if d.len() >= 8 {
-                                let stamp =
-                                    u64::from_le_bytes(d[d.len() - 8..].try_into().expect("8"));
-                                v.push(now.wrapping_sub(stamp));
-                            }
-                        }
-                    }
-                    *out.lock().expect("samples") = v;
-                })
-                .expect("launch generator");
-            std::thread::sleep(measure + Duration::from_millis(100));
-            stop.store(true, Ordering::Relaxed);
-        })
-        .expect("the benchmark runs on the main lcore");
-        let samples = samples.into_inner().expect("samples");
-        let mut q = worker.into_queues();
-        let PortQueues { rx, tx } = q.remove(0);
-        ring0_rx.insert(0, rx);
-        ring1_tx.insert(0, tx);
-        drain(&mut ring1_rx[0]);
-        drain(&mut ring0_rx[0]);
-        latency.push(percentiles(samples));
-    }
-    let (io, lb) = (&latency[0], &latency[1]);
-    println!(
-        "latency cycles (p50/p99) at 100 kpps: io_forward {}/{}, balancer {}/{}, added p50 {} \
-         cycles = {:.0} ns",
-        io.0,
-        io.1,
-        lb.0,
-        lb.1,
-        lb.0 as i64 - io.0 as i64,
-        (lb.0 as f64 - io.0 as f64) / tsc_hz as f64 * 1e9
-    );
-    rows.push(Row {
-        name: "latency".into(),
-        workers: 1,
-        extra: format!(
-            "\"io_p50_cycles\":{},\"io_p99_cycles\":{},\"lb_p50_cycles\":{},\"lb_p99_cycles\":{},\
-             \"added_p50_ns\":{:.1},\"tsc_hz\":{tsc_hz}",
+                        *out.lock().expect("samples") = v;
+                    })
+                    .expect("launch generator");
+                std::thread::sleep(measure + Duration::from_millis(100));
+                stop.store(true, Ordering::Relaxed);
+            })
+            .expect("the benchmark runs on the main lcore");
+            let samples = samples.into_inner().expect("samples");
+            let mut q = worker.into_queues();
+            let PortQueues { rx, tx } = q.remove(0);
+            ring0_rx.insert(0, rx);
+            ring1_tx.insert(0, tx);
+            drain(&mut ring1_rx[0]);
+            drain(&mut ring0_rx[0]);
+            latency.push(percentiles(samples));
+        }
+        let (io, lb) = (&latency[0], &latency[1]);
+        println!(
+            "latency cycles (p50/p99) at 100 kpps: io_forward {}/{}, balancer {}/{}, added p50 {} \
+             cycles = {:.0} ns",
             io.0,
             io.1,
             lb.0,
             lb.1,
+            lb.0 as i64 - io.0 as i64,
             (lb.0 as f64 - io.0 as f64) / tsc_hz as f64 * 1e9
-        ),
-        ..Row::default()
-    });
+        );
+        rows.push(Row {
+            name: "latency".into(),
+            workers: 1,
+            extra: format!(
+                "\"io_p50_cycles\":{},\"io_p99_cycles\":{},\"lb_p50_cycles\":{},\"lb_p99_cycles\":{},\
+                 \"added_p50_ns\":{:.1},\"tsc_hz\":{tsc_hz}",
+                io.0,
+                io.1,
+                lb.0,
+                lb.1,
+                (lb.0 as f64 - io.0 as f64) / tsc_hz as f64 * 1e9
+            ),
+            ..Row::default()
+        });
+    }
 
     // Scaling: replay sources on the workers' own cores, one worker then two.
     let mut null_rx = _null_rx;

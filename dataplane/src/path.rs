@@ -147,9 +147,12 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// The work is done in stages over the whole burst, so that the cache misses of different
 /// packets overlap instead of following one another (the DPDK l3fwd / VPP way): the
 /// descriptors and first data lines of all packets are prefetched; then every frame is
-/// classified, its forwarding rule matched and its tracking key hashed, and the header line of
-/// its conntrack bucket prefetched; then the record that line points to is prefetched; then
-/// each packet is decided and rewritten.
+/// classified, its forwarding rule matched and its tracking key hashed, and the header of its
+/// conntrack bucket prefetched; [`RECORD_LAG`] packets behind, once that header has arrived,
+/// the record it points to is prefetched; then each packet is decided and rewritten. (A
+/// separate pass for the records, as before, began by waiting for the first packet's header;
+/// with the lag the one-worker replay benchmark at 1M flows gained about 7%, median of 11
+/// alternating runs.)
 pub fn process_burst<B: PacketBuf>(
     bufs: &mut [B],
     ctx: &mut PathCtx<'_>,
@@ -164,27 +167,41 @@ pub fn process_burst<B: PacketBuf>(
         b.prefetch_data();
     }
     let mut staged = [Staged::EMPTY; MAX_BURST];
-    for (b, st) in bufs.iter().zip(&mut staged) {
-        stage(b, ctx, st);
-        if let Staged::Decide { prep, .. } = st {
+    for i in 0..n {
+        stage(&bufs[i], ctx, &mut staged[i]);
+        if let Staged::Decide { prep, .. } = &staged[i] {
             if prep.service.is_some() {
                 dpdk::prefetch(ctx.shard.primary_line(prep.key_hash));
             }
         }
-    }
-    for st in &staged[..n] {
-        if let Staged::Decide { prep, .. } = st {
-            if prep.service.is_some() {
-                dpdk::prefetch(if prep.lookup {
-                    ctx.shard.next_line(prep.key_hash)
-                } else {
-                    ctx.shard.insert_line(prep.key_hash)
-                });
-            }
+        if i >= RECORD_LAG {
+            prefetch_record(&staged[i - RECORD_LAG], ctx);
         }
+    }
+    for st in &staged[n.saturating_sub(RECORD_LAG)..n] {
+        prefetch_record(st, ctx);
     }
     for ((b, st), o) in bufs.iter_mut().zip(&staged).zip(out.iter_mut()) {
         *o = finish(b, ctx, st);
+    }
+}
+
+/// How many packets behind the first pass the record prefetch runs: by then the bucket's
+/// header, prefetched when that packet was staged, has arrived.
+const RECORD_LAG: usize = 8;
+
+/// Once its bucket header is in cache: prefetch the record a packet's decision will read
+/// (or write, for a new connection's SYN).
+#[inline(always)]
+fn prefetch_record(st: &Staged<'_>, ctx: &PathCtx<'_>) {
+    if let Staged::Decide { prep, .. } = st {
+        if prep.service.is_some() {
+            dpdk::prefetch(if prep.lookup {
+                ctx.shard.next_line(prep.key_hash)
+            } else {
+                ctx.shard.insert_line(prep.key_hash)
+            });
+        }
     }
 }
 
