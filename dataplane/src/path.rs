@@ -148,7 +148,7 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// packets overlap instead of following one another (the DPDK l3fwd / VPP way): the
 /// descriptors and first data lines of all packets are prefetched; then every frame is
 /// classified, its forwarding rule matched and its tracking key hashed, and the header of its
-/// conntrack bucket prefetched; [`RECORD_LAG`] packets behind, once that header has arrived,
+/// conntrack bucket prefetched; `RECORD_LAG` packets behind, once that header has arrived,
 /// the record it points to is prefetched; then each packet is decided and rewritten. (A
 /// separate pass for the records, as before, began by waiting for the first packet's header;
 /// with the lag the one-worker replay benchmark at 1M flows gained about 7%, median of 11
