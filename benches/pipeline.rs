@@ -7,8 +7,11 @@
 //!
 //! ```text
 //! cargo bench -p spillway-gen --bench pipeline -- [--seconds S] [--quick] [--json FILE]
-//!     [--hugepages required|preferred|off]
+//!     [--hugepages required|preferred|off] [--only SCENARIO|flood|scaling]
 //! ```
+//!
+//! `--only` runs the io-forward baseline and one scenario (for profiling and A/B runs), or the
+//! flood experiments, or the replay-source scaling run alone.
 //!
 //! DPDK's memory is on hugepages when enough are free and mounted (`--hugepages preferred`, the
 //! default), else on ordinary memory; the first line and the `memory` row say which.
