@@ -72,8 +72,8 @@
 //! An insert of a new key takes an empty way of its primary bucket, else an empty way of its
 //! secondary (incrementing the primary's `overflow`). If both are full, it moves *one* entry of
 //! the two buckets to that entry's other candidate bucket, if one has an empty way there (the
-//! first found, primary's ways first; at most 16 records and 16 headers read, and never a chain of
-//! moves), and takes the way it left. Only if none can move does it evict the entry with the
+//! first found, primary's ways first; at most 16 records and 16 headers read, and never a
+//! chain of moves), and takes the way it left. Only if none can move does it evict the entry with the
 //! oldest `last_seen` among the 16 ways of *both* buckets (ties go to the primary, then to the
 //! lowest way), report it ([`InsertOutcome::evicted`], [`ShardStats::evictions`]) and take its
 //! way. An eviction therefore means both candidate buckets and every other candidate of their
@@ -488,10 +488,10 @@ impl Shard {
     }
 
     /// [`Shard::with_capacity`], calling `advise(start, bytes)` on each of the table's two
-    /// arrays after it is reserved and before it is first written. The data plane uses it to ask the kernel
-    /// for transparent huge pages (`madvise(MADV_HUGEPAGE)`): a table much larger than the
-    /// caches is then also much larger than what the TLB covers with 4 KiB pages, and a page
-    /// walk per lookup costs as much as the lookup itself.
+    /// arrays after it is reserved and before it is first written. The data plane uses it to
+    /// ask the kernel for transparent huge pages (`madvise(MADV_HUGEPAGE)`): a table much
+    /// larger than the caches is then also much larger than what the TLB covers with 4 KiB
+    /// pages, and a page walk per lookup costs as much as the lookup itself.
     ///
     /// # Panics
     ///
@@ -691,7 +691,7 @@ impl Shard {
     }
 
     /// Once the primary's header is in cache: the line a [`Shard::find`] of this key reads
-    /// next, to prefetch in a second pass over the burst. The record of the first way whose
+    /// next, to prefetch a few packets after the header (`path::process_burst`). The record of the first way whose
     /// signature matches, else the secondary bucket's header when the primary has overflowed,
     /// else nothing (a null pointer).
     #[inline]
@@ -779,11 +779,16 @@ impl Shard {
     /// Empty way `w` of bucket `b` (occupied), keeping its primary's `overflow` exact.
     fn clear_way(&mut self, b: usize, w: usize) {
         let home = self.records[b][w].overflowed_from();
-        self.heads[b].sig[w] = 0;
-        self.records[b][w] = Record::EMPTY;
+        self.vacate(b, w);
         if let Some(home) = home {
             self.heads[home].overflow -= 1;
         }
+    }
+
+    /// Empty way `w` of bucket `b`, without any bookkeeping.
+    fn vacate(&mut self, b: usize, w: usize) {
+        self.heads[b].sig[w] = 0;
+        self.records[b][w] = Record::EMPTY;
     }
 
     /// Remove the entry in `slot`. Removing an empty way does nothing.
@@ -935,8 +940,7 @@ impl Shard {
         }
         rec.in_secondary ^= 1;
         rec.other = b as u32;
-        self.heads[b].sig[w] = 0;
-        self.records[b][w] = Record::EMPTY;
+        self.vacate(b, w);
         self.heads[to].sig[to_w] = sig;
         self.records[to][to_w] = rec;
     }

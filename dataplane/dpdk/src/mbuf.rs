@@ -507,14 +507,11 @@ impl ExactSizeIterator for Drain<'_, '_> {}
 
 impl Drop for Drain<'_, '_> {
     fn drop(&mut self) {
-        if self.next < self.end {
-            let n = u32::try_from(self.end - self.next).expect("burst is at most 32");
-            // SAFETY: entries next..end are valid mbufs not handed out (see next()); after
-            // this they are forgotten: the burst's length is already zero.
-            unsafe {
-                dpdk_sys::rte_pktmbuf_free_bulk(self.burst.pkts.as_mut_ptr().add(self.next), n)
-            };
-        }
+        // The burst owns `next..end` again just long enough to free them; the entries before
+        // `next` belong to the callers, and the burst ends empty.
+        self.burst.len = self.end;
+        self.burst.free_from(self.next);
+        self.burst.len = 0;
     }
 }
 
