@@ -11,7 +11,8 @@
 //! ```
 //!
 //! `--only` runs the io-forward baseline and one scenario (for profiling and A/B runs), or the
-//! flood experiments, or the replay-source scaling run alone.
+//! flood experiments, or the replay-source scaling run alone; `--only floor` runs the baseline,
+//! the two floor loops and the established 1M-flow scenario.
 //!
 //! DPDK's memory is on hugepages when enough are free and mounted (`--hugepages preferred`, the
 //! default), else on ordinary memory; the first line and the `memory` row say which.
@@ -22,6 +23,11 @@
 //!   larger than the caches); the same for GUE and for IPv6 (IP6IP6) with 1K flows;
 //! - `syn_100`: every packet a SYN from a fresh random source (eligible set, hash, insert);
 //! - `mix`: 1M flows, 5% new connections, 20% UDP, 20% IPv6;
+//! - `floor_touch`, `floor_table_1m`: not Spillway but the least any encapsulating balancer
+//!   does per packet, a loop of a few lines in place of the worker (`floor_loop`): receive,
+//!   read the frame, write a 34-byte outer header, transmit; the second also reads and writes
+//!   one random line of a table as large as the 1M-flow scenario's (one cache miss per
+//!   packet). What the machine and the generator leave for a balancer's own work;
 //! - `syn_flood_guarded`: 1K established flows carry on while 95% of the packets are a SYN flood
 //!   from random sources, with the flood guard at 200k new entries/s: how many flood packets
 //!   were forwarded untracked, and whether the established flows kept their entries;
@@ -43,7 +49,7 @@
 mod fixture;
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,7 +63,9 @@ use spillway_core::mailbox::Mailbox;
 use spillway_core::model::{Encap, RuleProtocol};
 use spillway_core::publish::Publisher;
 use spillway_core::snapshot::Snapshot;
-use spillway_dataplane::dpdk::{self, Eal, MbufBurst, Mempool, Port, PortSetup, RxQueue, TxQueue};
+use spillway_dataplane::dpdk::{
+    self, Eal, LcoreId, MbufBurst, Mempool, Port, PortSetup, RxQueue, TxQueue,
+};
 use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
 use spillway_dataplane::worker::{
     Balancer, CounterValues, PortQueues, Worker, WorkerCounters, WorkerParams,
@@ -98,6 +106,9 @@ fn backend(v6: bool, i: u8) -> Addr {
 struct Scenario {
     name: &'static str,
     balance: bool,
+    /// Instead of the worker, the floor loop ([`floor_loop`]) over a table of this many
+    /// lines (0: no table).
+    floor: Option<usize>,
     spec: TrafficSpec,
     /// Conntrack capacity of the worker.
     capacity: usize,
@@ -228,6 +239,7 @@ fn main() {
     let mut scenarios = vec![Scenario {
         name: "io_forward",
         balance: false,
+        floor: None,
         spec: spec(1024),
         capacity: 0,
         guard: None,
@@ -236,6 +248,7 @@ fn main() {
     let lb = |name, spec: TrafficSpec, capacity: usize, warm_ms| Scenario {
         name,
         balance: true,
+        floor: None,
         spec,
         capacity,
         guard: None,
@@ -264,6 +277,20 @@ fn main() {
         big as usize * 2,
         3000,
     ));
+    // The floor (`floor_loop`): what any encapsulating balancer must do per packet, without
+    // Spillway's code: touch each frame and write its outer header; then the same with one
+    // cache line of a table the size of the 1M-flow scenario's read and written per packet.
+    let floor = |name, lines: usize| Scenario {
+        name,
+        balance: false,
+        floor: Some(lines),
+        spec: spec(big),
+        capacity: 0,
+        guard: None,
+        warm: Duration::from_millis(300),
+    };
+    scenarios.push(floor("floor_touch", 0));
+    scenarios.push(floor("floor_table_1m", (big as usize * 2).next_power_of_two()));
     scenarios.push(Scenario {
         guard: Some(200_000),
         ..lb("syn_flood_guarded", TrafficSpec { syn_share: 0.95, ..spec(1024) }, 1 << 16, 300)
@@ -274,10 +301,43 @@ fn main() {
     // cross-core traffic: the steadiest measure of the worker on this machine).
     let only = flag("--only").map(String::as_str);
     if let Some(only) = only {
-        scenarios.retain(|s| only != "scaling" && (s.name == "io_forward" || s.name == only));
+        scenarios.retain(|s| {
+            only != "scaling"
+                && (s.name == "io_forward"
+                    || s.name == only
+                    || (only == "floor" && (s.floor.is_some() || s.name == "established_ipip_1m")))
+        });
     }
     let mut baseline = 0.0;
     for sc in &scenarios {
+        if let Some(lines) = sc.floor {
+            let mut factory = FrameFactory::new(&sc.spec).expect("traffic spec");
+            let mut table = vec![Line([0; 8]); lines];
+            dpdk::advise_huge_pages(table.as_ptr().cast(), size_of_val(&*table));
+            table.fill(Line([1; 8]));
+            let (mpps, report) = floor_run(
+                &eal,
+                (worker_lcore, gen_lcore),
+                (&mut ring0_rx[0], &mut null_tx[0]),
+                (&mut ring0_tx[0], &pool),
+                &mut factory,
+                &mut table,
+                (sc.warm, measure),
+                tsc_hz,
+            );
+            let row = Row {
+                name: sc.name.to_owned(),
+                workers: 1,
+                mpps,
+                baseline_mpps: baseline,
+                refused_share: report.refused as f64 / (report.sent + report.refused).max(1) as f64,
+                ..Row::default()
+            };
+            print_row(&row);
+            rows.push(row);
+            drain(&mut ring0_rx[0]);
+            continue;
+        }
         let counters = WorkerCounters::new();
         let b = sc.balance.then(|| balancer(sc.capacity, sc.guard));
         let queues = vec![PortQueues { rx: ring0_rx.remove(0), tx: null_tx.remove(0) }];
@@ -796,6 +856,113 @@ fn print_flood(r: &Row, f: &Flood) {
         f.fill.map_or(String::new(), |p| format!(" (table filled first: {} entries)", p.d.entries)),
         f.after.hit_share() * 100.0,
     );
+}
+
+/// One line of the floor loop's table.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u64; 8]);
+
+/// The generator on its lcore and [`floor_loop`] on the worker's, for `warm` then `measure`:
+/// the floor loop's rate in Mpps and the generator's report.
+#[allow(clippy::too_many_arguments)]
+fn floor_run<'p>(
+    eal: &Eal,
+    (worker_lcore, gen_lcore): (LcoreId, LcoreId),
+    (rx, tx): (&mut RxQueue<'p>, &mut TxQueue<'p>),
+    (gen_tx, pool): (&mut TxQueue<'p>, &Mempool<'p>),
+    factory: &mut FrameFactory,
+    table: &mut [Line],
+    (warm, measure): (Duration, Duration),
+    tsc_hz: u64,
+) -> (f64, gen::SendReport) {
+    let stop = AtomicBool::new(false);
+    let count = AtomicU64::new(0);
+    let report = std::sync::Mutex::new(None);
+    let mpps = eal
+        .scope(|scope| {
+            let (stop, count, report) = (&stop, &count, &report);
+            scope
+                .launch(worker_lcore, move || floor_loop(rx, tx, table, stop, count))
+                .expect("launch floor loop");
+            scope
+                .launch(gen_lcore, move || {
+                    let r = gen::send(gen_tx, pool, factory, Limit::default(), stop, tsc_hz);
+                    *report.lock().expect("report") = Some(r);
+                })
+                .expect("launch generator");
+            std::thread::sleep(warm);
+            let before = count.load(Ordering::Relaxed);
+            let t0 = Instant::now();
+            std::thread::sleep(measure);
+            let after = count.load(Ordering::Relaxed);
+            let elapsed = t0.elapsed().as_secs_f64();
+            stop.store(true, Ordering::Relaxed);
+            (after - before) as f64 / elapsed / 1e6
+        })
+        .expect("the benchmark runs on the main lcore");
+    (mpps, report.into_inner().expect("report").expect("generator reported"))
+}
+
+/// The least an encapsulating balancer does per packet, in place of the worker: what this
+/// machine leaves for any balancer's own work. Receive a burst; prefetch each frame; with a
+/// table, hash each frame's addresses and ports to one 64-byte line and prefetch it (one
+/// cache miss per packet: the least a flow table far larger than the caches costs), then read
+/// and write that line; prepend 20 bytes and write a 34-byte Ethernet + IPv4 outer header;
+/// transmit. No classification, no checks, no counters but the packet count.
+fn floor_loop<'p>(
+    rx: &mut RxQueue<'p>,
+    tx: &mut TxQueue<'p>,
+    table: &mut [Line],
+    stop: &AtomicBool,
+    count: &AtomicU64,
+) {
+    const OUTER: [u8; 34] = [
+        2, 0, 0, 0, 1, 1, 2, 0, 0, 0, 0, 1, 0x08, 0x00, 0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 4, 0, 0,
+        198, 18, 0, 1, 198, 18, 1, 1,
+    ];
+    let mask = table.len().saturating_sub(1);
+    let mut burst = MbufBurst::new();
+    let mut line = [0usize; dpdk::MAX_BURST];
+    let mut total = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let n = rx.rx_burst_into(&mut burst, dpdk::MAX_BURST as u16);
+        if n == 0 {
+            continue;
+        }
+        for m in burst.iter() {
+            m.prefetch_data();
+        }
+        if !table.is_empty() {
+            for (m, l) in burst.iter().zip(&mut line) {
+                let d = m.data();
+                let (a, p) = match (d.get(26..34), d.get(34..38)) {
+                    (Some(a), Some(p)) => (a, p),
+                    _ => (&[0u8; 8][..], &[0u8; 4][..]),
+                };
+                let k = u64::from_le_bytes(a.try_into().expect("8 bytes"))
+                    ^ u64::from(u32::from_le_bytes(p.try_into().expect("4 bytes"))) << 17;
+                *l = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20) as usize & mask;
+                dpdk::prefetch(table[*l].0.as_ptr().cast());
+            }
+        }
+        for (i, mut m) in burst.drain().enumerate() {
+            if let Some(t) = table.get_mut(line[i]) {
+                t.0[1] = t.0[1].wrapping_add(t.0[0]);
+            }
+            let len = m.data().len();
+            if m.prepend(20).is_ok() {
+                if let Some(h) = m.data_mut().ok().and_then(|d| d.get_mut(..34)) {
+                    h.copy_from_slice(&OUTER);
+                    h[16..18].copy_from_slice(&((len + 6) as u16).to_be_bytes());
+                }
+            }
+            tx.push(m);
+        }
+        total += n as u64;
+        count.store(total, Ordering::Relaxed);
+    }
+    tx.flush();
 }
 
 fn drain(rx: &mut RxQueue<'_>) {
