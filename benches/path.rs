@@ -145,6 +145,11 @@ fn bench(c: &mut Criterion) {
                         BatchSize::LargeInput,
                     )
                 });
+                // With `--features phase-clock`: where the burst path's time went.
+                let phases = spillway_dataplane::path::phase_clock::take();
+                if phases.packets > 0 {
+                    println!("{what}_{flows}_flows_{how}: {phases}");
+                }
             }
         }
     }

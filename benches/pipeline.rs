@@ -677,6 +677,11 @@ fn replay<'p>(
         }
         worker.process(0, &mut burst);
     }
+    // With `--features phase-clock`: where the worker's burst path spent its time.
+    let phases = spillway_dataplane::path::phase_clock::take();
+    if phases.packets > 0 {
+        println!("replay worker {}: {phases}", worker.index());
+    }
     worker.drain();
 }
 

@@ -34,7 +34,11 @@ LABELS = {
     "syn_100": "100% SYN",
     "mix": "mix\n1M flows",
     "syn_flood_guarded": "SYN flood\n(guarded)",
+    "floor_touch": "floor:\ntouch only",
+    "floor_table_1m": "floor: touch\n+ 1M table",
 }
+# Not Spillway: the bench's floor loops (the least any balancer does), drawn in light grey.
+FLOORS = {"floor_touch", "floor_table_1m"}
 
 
 def main(src: str, dst: str) -> None:
@@ -45,7 +49,10 @@ def main(src: str, dst: str) -> None:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [4, 1]})
     names = [LABELS[r["name"]] for r in bars]
     values = [r["mpps"] for r in bars]
-    colors = ["#9e9e9e" if r["name"] == "io_forward" else "#1f77b4" for r in bars]
+    colors = [
+        "#9e9e9e" if r["name"] == "io_forward" else "#d9d9d9" if r["name"] in FLOORS else "#1f77b4"
+        for r in bars
+    ]
     ax.bar(names, values, color=colors)
     for i, r in enumerate(bars):
         ratio = r["mpps"] / r["baseline_mpps"] * 100 if r["baseline_mpps"] else 0

@@ -166,6 +166,7 @@ pub fn process_burst<B: PacketBuf>(
     for b in bufs.iter() {
         b.prefetch_data();
     }
+    let t0 = phase_clock::tick();
     let mut staged = [Staged::EMPTY; MAX_BURST];
     for i in 0..n {
         stage(&bufs[i], ctx, &mut staged[i]);
@@ -178,12 +179,15 @@ pub fn process_burst<B: PacketBuf>(
             prefetch_record(&staged[i - RECORD_LAG], ctx);
         }
     }
+    let t1 = phase_clock::tick();
     for st in &staged[n.saturating_sub(RECORD_LAG)..n] {
         prefetch_record(st, ctx);
     }
+    let t2 = phase_clock::tick();
     for ((b, st), o) in bufs.iter_mut().zip(&staged).zip(out.iter_mut()) {
         *o = finish(b, ctx, st);
     }
+    phase_clock::add([t0, t1, t2, phase_clock::tick()], n);
 }
 
 /// How many packets behind the first pass the record prefetch runs: by then the bucket's
@@ -551,5 +555,78 @@ fn too_big<B: PacketBuf>(
         Ok(len) if buf.truncate(len) => Outcome::Transmit,
         // Counted above as too_big; nothing to send back (e.g. a multicast source).
         _ => Outcome::Consumed,
+    }
+}
+
+/// Where [`process_burst`]'s time goes: TSC cycles in its first pass (classify, rule, key
+/// hash, the header prefetch and the lagged record prefetch), in the record prefetch of the
+/// burst's last packets, and in its last pass (decide and rewrite), summed per thread. Only
+/// with the `phase-clock` feature, for the benchmarks (docs/performance.md); without it,
+/// [`phase_clock::tick`] is a constant and nothing is recorded.
+pub mod phase_clock {
+    /// Sums of cycles per pass, and the packets they were spent on.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Phases {
+        /// Cycles in the first pass.
+        pub first: u64,
+        /// Cycles prefetching the records of the burst's last packets.
+        pub tail: u64,
+        /// Cycles in the last pass.
+        pub last: u64,
+        /// Packets.
+        pub packets: u64,
+    }
+
+    impl std::fmt::Display for Phases {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let n = self.packets.max(1) as f64;
+            write!(
+                f,
+                "cycles per packet: first pass {:.1}, tail {:.1}, last pass {:.1} ({} packets)",
+                self.first as f64 / n,
+                self.tail as f64 / n,
+                self.last as f64 / n,
+                self.packets
+            )
+        }
+    }
+
+    #[cfg(feature = "phase-clock")]
+    thread_local! {
+        static SUMS: std::cell::Cell<Phases> = const {
+            std::cell::Cell::new(Phases { first: 0, tail: 0, last: 0, packets: 0 })
+        };
+    }
+
+    /// The TSC with the feature, 0 without.
+    #[inline(always)]
+    pub(crate) fn tick() -> u64 {
+        #[cfg(feature = "phase-clock")]
+        return crate::dpdk::tsc();
+        #[cfg(not(feature = "phase-clock"))]
+        0
+    }
+
+    #[inline(always)]
+    pub(crate) fn add([t0, t1, t2, t3]: [u64; 4], packets: usize) {
+        #[cfg(feature = "phase-clock")]
+        SUMS.with(|s| {
+            let mut p = s.get();
+            p.first += t1.wrapping_sub(t0);
+            p.tail += t2.wrapping_sub(t1);
+            p.last += t3.wrapping_sub(t2);
+            p.packets += packets as u64;
+            s.set(p);
+        });
+        #[cfg(not(feature = "phase-clock"))]
+        let _ = (t0, t1, t2, t3, packets);
+    }
+
+    /// This thread's sums since the last call (all zero without the feature), and restart.
+    pub fn take() -> Phases {
+        #[cfg(feature = "phase-clock")]
+        return SUMS.with(|s| s.replace(Phases::default()));
+        #[cfg(not(feature = "phase-clock"))]
+        Phases::default()
     }
 }
