@@ -470,6 +470,33 @@ fn a_burst_is_decided_in_order_exactly_like_frame_by_frame() {
     assert_eq!(r.shard.len(), 3);
 }
 
+/// The phase clock (a benchmark diagnostic) records every burst's packets and cycles when
+/// the data plane is built with `phase-clock`, and nothing at all without it (the default,
+/// what the daemon runs): `cargo test -p spillway-dataplane --features phase-clock` runs the
+/// first half.
+#[test]
+fn the_phase_clock_counts_bursts_only_when_built_in() {
+    use spillway_dataplane::path::phase_clock::{self, Phases};
+    let mut r = Rig::new(Encap::Ipip);
+    let (frame, _) = syn_to_vip();
+    let mut ctx = r.ctx();
+    let _ = phase_clock::take();
+    let mut out = [Outcome::Consumed; MAX_BURST];
+    for n in [3, 5] {
+        let mut burst: Vec<VecBuf> = (0..n).map(|_| VecBuf::with_frame(&frame)).collect();
+        process_burst(&mut burst, &mut ctx, &mut out);
+        assert_eq!(&out[..n], &vec![Outcome::Transmit; n][..]);
+    }
+    let p = phase_clock::take();
+    if cfg!(feature = "phase-clock") {
+        assert_eq!(p.packets, 8);
+        assert!(p.first > 0 && p.last > 0, "{p:?}");
+        assert_eq!(phase_clock::take(), Phases::default(), "take() starts the sums again");
+    } else {
+        assert_eq!(p, Phases::default());
+    }
+}
+
 /// A driver may hand over a buffer shared with another owner (reference count above one,
 /// indirect or external mbuf). Rewriting it would change the other owner's packet, and the
 /// old code asserted exclusivity, which aborts the process: the path drops it, counted as
