@@ -149,6 +149,21 @@ struct Row {
     extra: String,
 }
 
+impl Row {
+    /// A one-worker scenario's rate, its baseline, and how much of the generator's output the
+    /// ring refused.
+    fn one_worker(name: &str, mpps: f64, baseline_mpps: f64, report: &gen::SendReport) -> Row {
+        Row {
+            name: name.to_owned(),
+            workers: 1,
+            mpps,
+            baseline_mpps,
+            refused_share: report.refused as f64 / (report.sent + report.refused).max(1) as f64,
+            ..Row::default()
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
@@ -330,14 +345,7 @@ fn main() {
                 (sc.warm, measure),
                 tsc_hz,
             );
-            let row = Row {
-                name: sc.name.to_owned(),
-                workers: 1,
-                mpps,
-                baseline_mpps: baseline,
-                refused_share: report.refused as f64 / (report.sent + report.refused).max(1) as f64,
-                ..Row::default()
-            };
+            let row = Row::one_worker(sc.name, mpps, baseline, &report);
             print_row(&row);
             rows.push(row);
             drain(&mut ring0_rx[0]);
@@ -404,11 +412,6 @@ fn main() {
         let hits = counters.reason(Reason::Forward(ForwardReason::ConntrackHit)).get();
         let new = counters.reason(Reason::Forward(ForwardReason::NewConnection)).get();
         let row = Row {
-            name: sc.name.to_owned(),
-            workers: 1,
-            mpps,
-            baseline_mpps: baseline,
-            refused_share: report.refused as f64 / (report.sent + report.refused).max(1) as f64,
             hits,
             new,
             bypassed: counters.ct_bypassed.get(),
@@ -422,6 +425,7 @@ fn main() {
             } else {
                 String::new()
             },
+            ..Row::one_worker(sc.name, mpps, baseline, &report)
         };
         print_row(&row);
         if sc.name == "io_forward_end" && baseline > 0.0 {
