@@ -36,6 +36,7 @@ LABELS = {
     "syn_flood_guarded": "SYN flood\n(guarded)",
     "floor_touch": "floor:\ntouch only",
     "floor_table_1m": "floor: touch\n+ 1M table",
+    "io_forward_end": "io-forward\nagain, last",
 }
 # Not Spillway: the bench's floor loops (the least any balancer does), drawn in light grey.
 FLOORS = {"floor_touch", "floor_table_1m"}
@@ -50,7 +51,7 @@ def main(src: str, dst: str) -> None:
     names = [LABELS[r["name"]] for r in bars]
     values = [r["mpps"] for r in bars]
     colors = [
-        "#9e9e9e" if r["name"] == "io_forward" else "#d9d9d9" if r["name"] in FLOORS else "#1f77b4"
+        "#9e9e9e" if r["name"].startswith("io_forward") else "#d9d9d9" if r["name"] in FLOORS else "#1f77b4"
         for r in bars
     ]
     ax.bar(names, values, color=colors)
