@@ -10,9 +10,9 @@
 //!     [--hugepages required|preferred|off] [--only SCENARIO|flood|scaling]
 //! ```
 //!
-//! `--only` runs the io-forward baseline and one scenario (for profiling and A/B runs), or the
-//! flood experiments, or the replay-source scaling run alone; `--only floor` runs the baseline,
-//! the two floor loops and the established 1M-flow scenario.
+//! `--only` runs one scenario between the two io-forward baselines (for profiling and A/B runs),
+//! or the flood experiments, or the replay-source scaling run alone; `--only floor` runs the
+//! baselines, the two floor loops and the established 1M-flow scenario.
 //!
 //! DPDK's memory is on hugepages when enough are free and mounted (`--hugepages preferred`, the
 //! default), else on ordinary memory; the first line and the `memory` row say which.
@@ -315,7 +315,7 @@ fn main() {
     // agree (`baseline drift` below).
     scenarios.push(Scenario { name: "io_forward_end", ..scenarios[0].clone() });
 
-    // --only NAME: the baseline and that scenario, nothing else (for profiling); `--only
+    // --only NAME: that scenario between the baselines, nothing else (for profiling); `--only
     // scaling`: the replay-source scaling run alone (one worker on its own core, no
     // cross-core traffic: the steadiest measure of the worker on this machine).
     let only = flag("--only").map(String::as_str);

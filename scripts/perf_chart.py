@@ -42,6 +42,13 @@ LABELS = {
 FLOORS = {"floor_touch", "floor_table_1m"}
 
 
+def color(name: str) -> str:
+    """Grey for the baselines, light grey for the floors, blue for Spillway."""
+    if name.startswith("io_forward"):
+        return "#9e9e9e"
+    return "#d9d9d9" if name in FLOORS else "#1f77b4"
+
+
 def main(src: str, dst: str) -> None:
     rows = [json.loads(line) for line in open(src) if line.strip()]
     bars = [r for r in rows if r["name"] in LABELS]
@@ -50,10 +57,7 @@ def main(src: str, dst: str) -> None:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [4, 1]})
     names = [LABELS[r["name"]] for r in bars]
     values = [r["mpps"] for r in bars]
-    colors = [
-        "#9e9e9e" if r["name"].startswith("io_forward") else "#d9d9d9" if r["name"] in FLOORS else "#1f77b4"
-        for r in bars
-    ]
+    colors = [color(r["name"]) for r in bars]
     ax.bar(names, values, color=colors)
     for i, r in enumerate(bars):
         ratio = r["mpps"] / r["baseline_mpps"] * 100 if r["baseline_mpps"] else 0
