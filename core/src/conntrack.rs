@@ -190,6 +190,16 @@ impl Slot {
     }
 }
 
+/// Where a key's record probably is ([`Shard::probe`]), for [`Shard::find_hinted`]: a slot,
+/// or none. Four bytes, so that it fits in the padding of a lookup's prepared half.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hint(u32);
+
+impl Hint {
+    /// No hint: the lookup scans the signatures.
+    pub const NONE: Hint = Hint(u32::MAX);
+}
+
 /// What [`Shard::insert`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InsertOutcome {
@@ -706,6 +716,44 @@ impl Shard {
         } else {
             std::ptr::null()
         }
+    }
+
+    /// [`Shard::next_line`], and the slot of the record it points at (the first way of the
+    /// primary whose signature matches), for [`Shard::find_hinted`] to check first: the
+    /// signature scan is then done once per packet, when the header arrives, instead of again
+    /// at the lookup.
+    #[inline]
+    pub fn probe(&self, hash: u64) -> (Hint, *const u8) {
+        let p = self.bucket_index(hash);
+        let head = &self.heads[p];
+        let m = head.match_mask(sig_of(hash));
+        if m != 0 {
+            let w = m.trailing_zeros() as usize;
+            (Hint(Slot::new(p, w).0), self.record_line(p, w))
+        } else if head.overflow != 0 {
+            (Hint::NONE, (&raw const self.heads[self.secondary_index(p, hash)]).cast::<u8>())
+        } else {
+            (Hint::NONE, std::ptr::null())
+        }
+    }
+
+    /// [`Shard::find`], trying first the slot `hint` ([`Shard::probe`] of the same hash, at
+    /// any time before: a hint that no longer holds the key, after inserts, removals or
+    /// moves, only costs the check). Exact whatever the hint: a key is stored at most once,
+    /// and the slot is taken only if its way is occupied with the key's signature and holds
+    /// the key.
+    #[inline(always)]
+    pub fn find_hinted(&self, key: &FlowKey, hash: u64, hint: Hint) -> Option<Slot> {
+        if hint != Hint::NONE {
+            let s = Slot(hint.0);
+            let (b, w) = (s.bucket(), s.way());
+            if let (Some(head), Some(ways)) = (self.heads.get(b), self.records.get(b)) {
+                if head.sig[w] == sig_of(hash) && ways[w].key == *key {
+                    return Some(s);
+                }
+            }
+        }
+        self.find(key, hash)
     }
 
     /// Once the primary's header is in cache: the line an insert of the key writes or reads

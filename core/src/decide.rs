@@ -151,13 +151,29 @@ pub struct Prepared<'s> {
     pub key_hash: u64,
     /// True when the key must be looked up (not a new-connection SYN, CT-2 / CT-3).
     pub lookup: bool,
+    /// Where the key's entry probably is ([`Shard::probe`]), if the caller probed; `None`
+    /// costs nothing but the full lookup.
+    pub hint: conntrack::Hint,
 }
 
 /// Match the forwarding rule and build the tracking key and its hash.
 #[inline]
 pub fn prepare<'s>(p: &PacketInfo, snap: &'s Snapshot) -> Prepared<'s> {
-    match snap.service_for(p) {
-        None => Prepared { service: None, key: FlowKey::default(), key_hash: 0, lookup: false },
+    prepare_for(p, snap.service_for(p))
+}
+
+/// [`prepare`] with the rule already matched: `service` is `snap.service_for(p)` (or its
+/// cached answer, [`Snapshot::service_for_cached`]).
+#[inline]
+pub fn prepare_for<'s>(p: &PacketInfo, service: Option<&'s ServiceView>) -> Prepared<'s> {
+    match service {
+        None => Prepared {
+            service: None,
+            key: FlowKey::default(),
+            key_hash: 0,
+            lookup: false,
+            hint: conntrack::Hint::NONE,
+        },
         Some(svc) => {
             let key = tracking_key(p, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id);
             Prepared {
@@ -165,6 +181,7 @@ pub fn prepare<'s>(p: &PacketInfo, snap: &'s Snapshot) -> Prepared<'s> {
                 key,
                 key_hash: conntrack::key_hash(&key),
                 lookup: !is_new_connection_syn(p, svc.tracking, svc.affinity),
+                hint: conntrack::Hint::NONE,
             }
         }
     }
@@ -207,7 +224,7 @@ pub fn decide_prepared(
     // CT-2 / CT-3: look up unless this is a new-connection SYN.
     let mut stale = None;
     if prep.lookup {
-        if let Some(slot) = shard.find(key, key_hash) {
+        if let Some(slot) = shard.find_hinted(key, key_hash, prep.hint) {
             let entry = shard.get(slot, now);
             match judge(&entry.value, entry.idle_ms, svc, snap, p, now) {
                 Ok(backend) => {

@@ -253,6 +253,25 @@ impl Choice {
     }
 }
 
+/// The last rule match ([`Snapshot::service_for_cached`]): a burst's packets mostly go to a
+/// few VIPs, and a packet like the one before skips the rule table's hash lookup.
+#[derive(Clone, Copy, Debug)]
+pub struct RuleCache<'s> {
+    dst: Addr,
+    proto: u8,
+    /// The destination port, [`RuleCache::NO_PORT`] for a packet without one, or
+    /// [`RuleCache::EMPTY`]'s value, which no packet has.
+    port: u32,
+    service: Option<&'s ServiceView>,
+}
+
+impl RuleCache<'_> {
+    const NO_PORT: u32 = 1 << 16;
+    /// Remembers nothing.
+    pub const EMPTY: RuleCache<'static> =
+        RuleCache { dst: Addr::UNSPECIFIED, proto: 0, port: u32::MAX, service: None };
+}
+
 /// Forwarding rules, most specific first (FR-1).
 #[derive(Clone, Debug, Default)]
 pub struct RuleTable {
@@ -338,6 +357,23 @@ impl Snapshot {
     #[inline]
     pub fn service_for(&self, p: &PacketInfo) -> Option<&ServiceView> {
         self.rules.lookup(p).and_then(|id| self.service(id))
+    }
+
+    /// [`Snapshot::service_for`], answered from `last` when `p` has the same destination,
+    /// protocol and destination port as the packet `last` remembers (all a rule match
+    /// depends on), else looked up and remembered. `last` must only ever be used with this
+    /// snapshot: the data plane keeps one per burst.
+    #[inline]
+    pub fn service_for_cached<'s>(
+        &'s self,
+        p: &PacketInfo,
+        last: &mut RuleCache<'s>,
+    ) -> Option<&'s ServiceView> {
+        let port = if p.has_ports() { u32::from(p.dport) } else { RuleCache::NO_PORT };
+        if last.port != port || last.proto != p.proto || last.dst != p.dst {
+            *last = RuleCache { dst: p.dst, proto: p.proto, port, service: self.service_for(p) };
+        }
+        last.service
     }
 
     /// The service with id `id`.

@@ -28,10 +28,10 @@ use crossbeam::queue::ArrayQueue;
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::Shard;
 use spillway_core::counters::{PathDrop, Reason, WorkerCounters};
-use spillway_core::decide::{decide_prepared, prepare, Prepared, Verdict};
+use spillway_core::decide::{decide_prepared, prepare_for, Prepared, Verdict};
 use spillway_core::flow::PacketInfo;
 use spillway_core::model::Encap;
-use spillway_core::snapshot::Snapshot;
+use spillway_core::snapshot::{RuleCache, Snapshot};
 use spillway_core::time::Time;
 use spillway_core::wire::build::{self, EncapKind, EncapParams, OuterV4};
 use spillway_core::wire::{self, arp, ethernet, Frame, FrameKind, IpFrame, IpMeta, MacAddr};
@@ -138,7 +138,7 @@ pub const MAX_BURST: usize = 32;
 #[inline]
 pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
     let mut staged = Staged::EMPTY;
-    stage(buf, ctx, &mut staged);
+    stage(buf, ctx, &mut RuleCache::EMPTY, &mut staged);
     finish(buf, ctx, &staged)
 }
 
@@ -169,19 +169,20 @@ pub fn process_burst<B: PacketBuf>(
     }
     let t0 = phase_clock::tick();
     let mut staged = [Staged::EMPTY; MAX_BURST];
+    let mut last_rule = RuleCache::EMPTY;
     for i in 0..n {
-        stage(&bufs[i], ctx, &mut staged[i]);
+        stage(&bufs[i], ctx, &mut last_rule, &mut staged[i]);
         if let Staged::Decide { prep, .. } = &staged[i] {
             if prep.service.is_some() {
                 dpdk::prefetch(ctx.shard.primary_line(prep.key_hash));
             }
         }
         if i >= RECORD_LAG {
-            prefetch_record(&staged[i - RECORD_LAG], ctx);
+            prefetch_record(&mut staged[i - RECORD_LAG], ctx);
         }
     }
     let t1 = phase_clock::tick();
-    for st in &staged[n.saturating_sub(RECORD_LAG)..n] {
+    for st in &mut staged[n.saturating_sub(RECORD_LAG)..n] {
         prefetch_record(st, ctx);
     }
     let t2 = phase_clock::tick();
@@ -198,14 +199,16 @@ const RECORD_LAG: usize = 8;
 /// Once its bucket header is in cache: prefetch the record a packet's decision will read
 /// (or write, for a new connection's SYN).
 #[inline(always)]
-fn prefetch_record(st: &Staged<'_>, ctx: &PathCtx<'_>) {
+fn prefetch_record(st: &mut Staged<'_>, ctx: &PathCtx<'_>) {
     if let Staged::Decide { prep, .. } = st {
         if prep.service.is_some() {
-            dpdk::prefetch(if prep.lookup {
-                ctx.shard.next_line(prep.key_hash)
+            if prep.lookup {
+                let (hint, line) = ctx.shard.probe(prep.key_hash);
+                prep.hint = hint;
+                dpdk::prefetch(line);
             } else {
-                ctx.shard.insert_line(prep.key_hash)
-            });
+                dpdk::prefetch(ctx.shard.insert_line(prep.key_hash));
+            }
         }
     }
 }
@@ -236,7 +239,12 @@ impl Staged<'_> {
 /// copied in 16-byte loads over the narrower stores that built it, which stalled each load
 /// until those stores were done (no store forwarding).
 #[inline]
-fn stage<'s, B: PacketBuf>(buf: &B, ctx: &PathCtx<'s>, out: &mut Staged<'s>) {
+fn stage<'s, B: PacketBuf>(
+    buf: &B,
+    ctx: &PathCtx<'s>,
+    last_rule: &mut RuleCache<'s>,
+    out: &mut Staged<'s>,
+) {
     if !buf.is_contiguous() {
         *out = Staged::Done(drop_path(PathDrop::NoHeadroom));
         return;
@@ -284,7 +292,8 @@ fn stage<'s, B: PacketBuf>(buf: &B, ctx: &PathCtx<'s>, out: &mut Staged<'s>) {
         *out = Staged::Done(Outcome::ToKernel);
         return;
     }
-    *out = Staged::Decide { prep: prepare(&info, ctx.snap), info, ip, src_mac, icmp_error };
+    let prep = prepare_for(&info, ctx.snap.service_for_cached(&info, last_rule));
+    *out = Staged::Decide { prep, info, ip, src_mac, icmp_error };
 }
 
 /// The last pass: answer, or decide and rewrite; count drops.
