@@ -137,8 +137,8 @@ pub const MAX_BURST: usize = 32;
 /// frees otherwise; every outcome is counted here.
 #[inline]
 pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
-    let mut staged = Staged::EMPTY;
-    stage(buf, ctx, &mut RuleCache::EMPTY, &mut staged);
+    let (mut staged, mut last_rule) = (Staged::EMPTY, RuleCache::EMPTY);
+    stage(buf, ctx, &mut last_rule, &mut staged);
     finish(buf, ctx, &staged)
 }
 
