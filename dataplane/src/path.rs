@@ -48,6 +48,12 @@ pub trait PacketBuf {
     fn adj(&mut self, n: usize) -> bool;
     /// Drop bytes from the end so that `len` remain.
     fn truncate(&mut self, len: usize) -> bool;
+    /// Make the frame `hdr` new bytes followed by the `len` bytes found `front` bytes into
+    /// it (dropping the `front` bytes before them and any after), and return it for writing
+    /// the new headers: [`PacketBuf::adj`], [`PacketBuf::truncate`] and
+    /// [`PacketBuf::prepend`] in one step. `None` when it cannot (the packet is then
+    /// dropped): a shared buffer, fewer than `front + len` bytes, too little headroom.
+    fn reframe(&mut self, front: usize, len: usize, hdr: usize) -> Option<&mut [u8]>;
     /// Grow at the end so that the data is `len` bytes; false when there is no tailroom.
     fn extend_to(&mut self, len: usize) -> bool;
     /// Replace the contents with `len` fresh bytes (for building a new packet in place).
@@ -424,7 +430,8 @@ fn forward<B: PacketBuf>(
         Verdict::Drop(_) if icmp_error => return drop_path(PathDrop::IcmpUnroutable),
         Verdict::Drop(r) => return Outcome::Drop(Reason::Decision(r)),
     };
-    let (Some(backend), Some(svc)) = (ctx.snap.backend(slot), ctx.snap.service(d.service)) else {
+    // `prep.service` is the decision's service (`d.service`), already looked up.
+    let (Some(backend), Some(svc)) = (ctx.snap.backend(slot), prep.service) else {
         return drop_path(PathDrop::IcmpUnroutable);
     };
     let dst = backend.endpoint.addr;
@@ -449,22 +456,24 @@ fn forward<B: PacketBuf>(
             };
             // The outer headers prebuilt for this backend (an IPv4 one), else what to build
             // them from: the node's address of the backend's family.
-            let outer = match hop.and_then(|h| h.outer_v4.as_ref()) {
-                Some(prebuilt) => Outer::Prebuilt(prebuilt),
+            let (outer, hdr) = match hop.and_then(|h| h.outer_v4.as_ref()) {
+                Some(prebuilt) => (Outer::Prebuilt(prebuilt), build::encap_len(kind, false)),
                 None => match ctx.node.source_for(&dst) {
-                    Some(outer_src) => Outer::Build(EncapParams {
-                        kind,
-                        dst_mac: mac,
-                        src_mac: ctx.node.mac,
-                        outer_src,
-                        outer_dst: dst,
-                        flow_hash: d.flow_hash,
-                        gue_dport,
-                    }),
+                    Some(outer_src) => (
+                        Outer::Build(EncapParams {
+                            kind,
+                            dst_mac: mac,
+                            src_mac: ctx.node.mac,
+                            outer_src,
+                            outer_dst: dst,
+                            flow_hash: d.flow_hash,
+                            gue_dport,
+                        }),
+                        build::encap_len(kind, !dst.is_v4()),
+                    ),
                     None => return drop_path(PathDrop::NeighbourUnresolved),
                 },
             };
-            let hdr = build::encap_len(kind, !dst.is_v4());
             let overhead = hdr - ethernet::HEADER_LEN;
             if (inner_len + overhead) as u64 > u64::from(ctx.node.mtu) {
                 // DF set (always, for IPv6): tell the client the MTU that fits. DF clear (IPv4
@@ -477,15 +486,12 @@ fn forward<B: PacketBuf>(
                     drop_path(PathDrop::TooBig)
                 };
             }
-            if !buf.adj(usize::from(ip.l3_offset)) || !buf.truncate(inner_len) || !buf.prepend(hdr)
-            {
+            let Some(frame) = buf.reframe(usize::from(ip.l3_offset), inner_len, hdr) else {
                 return drop_path(PathDrop::NoHeadroom);
-            }
+            };
             let written = match &outer {
-                Outer::Prebuilt(o) => {
-                    o.write(buf.data_mut(), kind, inner_len, d.flow_hash, gue_dport)
-                }
-                Outer::Build(params) => build::write_encap(buf.data_mut(), params, inner_len),
+                Outer::Prebuilt(o) => o.write(frame, kind, inner_len, d.flow_hash, gue_dport),
+                Outer::Build(params) => build::write_encap(frame, params, inner_len),
             };
             if written.is_err() {
                 return drop_path(PathDrop::NoHeadroom);

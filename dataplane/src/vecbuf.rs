@@ -85,6 +85,15 @@ impl PacketBuf for VecBuf {
         self.end = self.start + len;
         true
     }
+    fn reframe(&mut self, front: usize, len: usize, hdr: usize) -> Option<&mut [u8]> {
+        let start = self.start + front;
+        if self.shared || front + len > self.end - self.start || hdr > start {
+            return None;
+        }
+        self.start = start - hdr;
+        self.end = start + len;
+        Some(&mut self.buf[self.start..self.end])
+    }
     fn extend_to(&mut self, len: usize) -> bool {
         if self.start + len > self.buf.len() {
             return false;

@@ -414,6 +414,12 @@ impl PacketBuf for Mbuf<'_> {
     }
 
     #[inline]
+    fn reframe(&mut self, front: usize, len: usize, hdr: usize) -> Option<&mut [u8]> {
+        let n = |v: usize| u16::try_from(v).ok();
+        Mbuf::reframe(self, n(front)?, n(len)?, n(hdr)?).ok()
+    }
+
+    #[inline]
     fn extend_to(&mut self, len: usize) -> bool {
         let have = self.data_len();
         len <= have || u16::try_from(len - have).is_ok_and(|n| self.append(n).is_ok())

@@ -213,6 +213,37 @@ impl<'p> Mbuf<'p> {
         Ok(())
     }
 
+    /// Makes the data `hdr` new bytes followed by the `len` bytes that start `front` bytes
+    /// into it, dropping the `front` bytes before them and whatever follows them, and returns
+    /// it all for writing the new headers: `rte_pktmbuf_adj`, `rte_pktmbuf_trim` and
+    /// `rte_pktmbuf_prepend` in one step (one writability check, one descriptor update), for
+    /// a single-segment mbuf. Refused, with nothing changed, when the buffer is shared, has
+    /// several segments, holds fewer than `front + len` bytes or has too little headroom.
+    #[inline]
+    pub fn reframe(&mut self, front: u16, len: u16, hdr: u16) -> Result<&mut [u8], WriteError> {
+        if !self.is_writable() {
+            return Err(WriteError::Shared);
+        }
+        let m = self.m_mut();
+        let (front, len, hdr) = (u32::from(front), u32::from(len), u32::from(hdr));
+        let start = u32::from(m.data_off) + front;
+        if m.nb_segs != 1 || front + len > u32::from(m.data_len) || hdr > start {
+            return Err(WriteError::NoRoom);
+        }
+        // Both fit in u16: off + new_len = data_off + front + len <= data_off + data_len.
+        let (off, new_len) = ((start - hdr) as u16, (hdr + len) as u16);
+        m.data_off = off;
+        m.data_len = new_len;
+        m.pkt_len = u32::from(new_len);
+        let addr = m.buf_addr.cast::<u8>();
+        // SAFETY: the new data lies inside the old first segment's data plus its headroom,
+        // inside the mbuf's buffer (checked above); the buffer is not shared and &mut self
+        // makes the borrow exclusive.
+        Ok(unsafe {
+            std::slice::from_raw_parts_mut(addr.add(usize::from(off)), usize::from(new_len))
+        })
+    }
+
     /// Makes the data `len` fresh bytes starting at the default headroom (for writing a new
     /// packet into a received single-segment mbuf) and returns them.
     #[inline]
