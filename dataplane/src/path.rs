@@ -229,10 +229,11 @@ enum Staged<'s> {
     /// A frame for the node itself (ARP, neighbour discovery, echo, other): rare, classified
     /// again in the last pass (the buffer is untouched until then).
     Local,
-    /// A packet to decide and forward: its flow fields and placement, its sender's MAC (for an
-    /// ICMP error back), its decision's first half, and whether it is an ICMP error (routed
-    /// by its inner tuple).
-    Decide { info: PacketInfo, ip: IpMeta, src_mac: MacAddr, prep: Prepared<'s>, icmp_error: bool },
+    /// A packet to decide and forward: its flow fields and placement, its decision's first
+    /// half, and whether it is an ICMP error (routed by its inner tuple). (Its sender's MAC,
+    /// for the rare ICMP error back, is read from the frame then: it is unchanged until the
+    /// packet is rewritten.)
+    Decide { info: PacketInfo, ip: IpMeta, prep: Prepared<'s>, icmp_error: bool },
 }
 
 impl Staged<'_> {
@@ -270,7 +271,7 @@ fn stage<'s, B: PacketBuf>(
     }
     // The common frame (untagged IPv4 TCP/UDP) without building a whole `Frame`; the rest
     // through the full classifier.
-    let (IpFrame { src_mac, info, ip }, icmp_error) = match wire::classify_ip_fast(data) {
+    let (IpFrame { info, ip, .. }, icmp_error) = match wire::classify_ip_fast(data) {
         Some(f) => (f, false),
         None => match wire::classify(data) {
             Ok(f) => match f.kind {
@@ -299,7 +300,7 @@ fn stage<'s, B: PacketBuf>(
         return;
     }
     let prep = prepare_for(&info, ctx.snap.service_for_cached(&info, last_rule));
-    *out = Staged::Decide { prep, info, ip, src_mac, icmp_error };
+    *out = Staged::Decide { prep, info, ip, icmp_error };
 }
 
 /// The last pass: answer, or decide and rewrite; count drops.
@@ -312,8 +313,8 @@ fn finish<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, staged: &Staged<'_>)
             // It was classified as for the node in the first pass: unreachable, never a panic.
             Err(m) => Outcome::Drop(Reason::Malformed(m)),
         },
-        Staged::Decide { info, ip, src_mac, prep, icmp_error } => {
-            forward(buf, ctx, *src_mac, info, ip, prep, *icmp_error)
+        Staged::Decide { info, ip, prep, icmp_error } => {
+            forward(buf, ctx, info, ip, prep, *icmp_error)
         }
     };
     if let Outcome::Drop(r) = out {
@@ -408,7 +409,6 @@ const ICMP_ERROR_FRAME_ROOM: usize = 64;
 fn forward<B: PacketBuf>(
     buf: &mut B,
     ctx: &mut PathCtx<'_>,
-    src_mac: MacAddr,
     info: &PacketInfo,
     ip: &IpMeta,
     prep: &Prepared<'_>,
@@ -481,7 +481,7 @@ fn forward<B: PacketBuf>(
                 // so it cannot be sent; the fabric towards the backends needs an MTU that
                 // leaves room for the encapsulation (docs/configuration.md, `node.mtu`).
                 return if ip.df && !icmp_error {
-                    too_big(buf, ctx, src_mac, ip, overhead)
+                    too_big(buf, ctx, ip, overhead)
                 } else {
                     drop_path(PathDrop::TooBig)
                 };
@@ -541,7 +541,6 @@ fn resolve(ctx: &PathCtx<'_>, dst: &Addr) -> Option<MacAddr> {
 fn too_big<B: PacketBuf>(
     buf: &mut B,
     ctx: &mut PathCtx<'_>,
-    src_mac: MacAddr,
     ip: &IpMeta,
     overhead: usize,
 ) -> Outcome {
@@ -550,6 +549,11 @@ fn too_big<B: PacketBuf>(
     let family = if ip.is_v4 { ctx.node.ipv4 } else { ctx.node.ipv6 };
     let Some((src, _)) = family else {
         return drop_path(PathDrop::TooBig);
+    };
+    // The frame is as received: its sender's MAC is the reply's destination.
+    let src_mac: MacAddr = match buf.data().get(6..12).and_then(|m| m.try_into().ok()) {
+        Some(mac) => mac,
+        None => return drop_path(PathDrop::TooBig),
     };
     // Quote the offending packet from a copy: the reply is built in the same buffer.
     let mut quote = [0u8; build::ICMP_ERROR_MAX_V6];
