@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use proptest::prelude::*;
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::{
-    EntryValue, Shard, BUCKET_BYTES, BYTES_PER_ENTRY, RECORD_ALIGN, WAYS,
+    EntryValue, Hint, Shard, BUCKET_BYTES, BYTES_PER_ENTRY, RECORD_ALIGN, WAYS,
 };
 use spillway_core::flow::{FlowHasher, FlowKey};
 use spillway_core::time::Time;
@@ -414,5 +414,54 @@ proptest! {
         prop_assert_eq!(s.stats().swept, removed as u64);
         prop_assert_eq!(left_after, &stored - &named);
         prop_assert_eq!(s.len(), stored.len() - named.len());
+    }
+
+    /// A hint (`Shard::probe`, which the data plane takes when a bucket's header arrives and
+    /// uses at the lookup a few packets later) never changes what a lookup finds: after any
+    /// inserts (with moves and evictions in a small table), removals and sweeps since, and
+    /// also when it was taken for another key, `find_hinted` answers exactly what `find` does,
+    /// and what it finds is the key's entry.
+    #[test]
+    fn a_stale_or_foreign_hint_never_changes_what_a_lookup_finds(
+        mode in hash_mode(),
+        ops in prop::collection::vec((0u16..40, 0u8..4), 1..200),
+    ) {
+        // Four buckets: inserts move and evict.
+        let mut s = Shard::with_capacity(32);
+        let mut hints: HashMap<u16, Hint> = HashMap::new();
+        for (step, (k, what)) in ops.into_iter().enumerate() {
+            let kk = key(k);
+            let h = mode.hash(&kk);
+            match what {
+                0 => {
+                    s.insert(&kk, h, value(u32::from(k)), Time(step as u64));
+                }
+                1 => {
+                    if let Some(slot) = s.find(&kk, h) {
+                        s.remove(slot);
+                    }
+                }
+                2 => {
+                    s.sweep(1, Time(step as u64), |e| e.value.backend % 3 == u32::from(k % 3));
+                }
+                _ => {
+                    hints.insert(k, s.probe(h).0);
+                }
+            }
+            for i in 0..40u16 {
+                let ki = key(i);
+                let hi = mode.hash(&ki);
+                let want = s.find(&ki, hi);
+                let own = hints.get(&i).copied().unwrap_or(Hint::NONE);
+                let other = hints.get(&((i + 1) % 40)).copied().unwrap_or(Hint::NONE);
+                for hint in [own, other, Hint::NONE] {
+                    let got = s.find_hinted(&ki, hi, hint);
+                    prop_assert_eq!(got, want, "key {} at step {}", i, step);
+                    if let Some(slot) = got {
+                        prop_assert_eq!(s.get(slot, Time(step as u64)).key, ki);
+                    }
+                }
+            }
+        }
     }
 }

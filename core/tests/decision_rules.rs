@@ -9,6 +9,7 @@ use spillway_core::flow::{proto, tcp_flags, PacketInfo};
 use spillway_core::model::{Endpoint, Model, Ports, Rule, RuleDest, RuleProtocol, Service};
 use spillway_core::policy::{Affinity, Persistence, TrackingMode};
 use spillway_core::simulator::Simulator;
+use spillway_core::snapshot::RuleCache;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -30,8 +31,9 @@ fn rule(dest: RuleDest, protocol: RuleProtocol, ports: Ports) -> Rule {
     Rule { dest, protocol, ports }
 }
 
-#[test]
-fn fr_1_most_specific_rule_wins() {
+/// The FR-1 rule set: on the VIP, TCP port 80, TCP all ports and L3_DEFAULT; a /32 of the
+/// VIP, a /24 and a UDP /16 around it.
+fn fr_1_model() -> Model {
     let mut m = topology();
     let vip = a(VIP);
     let mk = |name: &str, r: Rule, e: &str, m: &Model| {
@@ -77,7 +79,12 @@ fn fr_1_most_specific_rule_wins() {
         ),
     ];
     m.services = svcs;
-    let mut sim = sim(m);
+    m
+}
+
+#[test]
+fn fr_1_most_specific_rule_wins() {
+    let mut sim = sim(fr_1_model());
     let svc = |sim: &mut Simulator, p: PacketInfo| sim.packet(&p).service.unwrap_or_default();
     // Listed ports over ALL, named protocol over L3_DEFAULT, exact VIP over a /32.
     assert_eq!(svc(&mut sim, syn("198.18.10.5", 1)), "tcp80");
@@ -95,6 +102,41 @@ fn fr_1_most_specific_rule_wins() {
     t.dst = a("198.18.5.7");
     let o = sim.packet(&t);
     assert_eq!((o.service.clone(), reason(&o)), (None, "no_matching_rule"));
+}
+
+/// The data plane remembers a burst's last rule match (`Snapshot::service_for_cached`): a
+/// packet that differs from the one before in its destination, protocol, destination port or
+/// in having a port at all (a fragment) is matched afresh, so every packet of a burst gets
+/// the most specific rule, whatever came before it.
+#[test]
+fn fr_1_holds_through_the_per_burst_rule_cache() {
+    let sim = sim(fr_1_model());
+    let snap = sim.snapshot();
+    let mut last = RuleCache::EMPTY;
+    let tcp = |dst: &str, dport: u16| PacketInfo { dst: a(dst), dport, ..syn("198.18.10.5", 1) };
+    let udp = |dst: &str| PacketInfo { dst: a(dst), ..udp("198.18.10.5", 1) };
+    let fragment = PacketInfo { fragment: true, ..tcp(VIP, 80) };
+    let burst = [
+        (tcp(VIP, 80), Some("tcp80")),
+        (tcp(VIP, 80), Some("tcp80")),
+        (tcp(VIP, 443), Some("tcpall")),
+        (tcp(VIP, 80), Some("tcp80")),
+        // Same destination and port, another protocol.
+        (PacketInfo { proto: proto::UDP, ..tcp(VIP, 80) }, Some("l3")),
+        // A fragment has no port: port 80's rule does not apply.
+        (fragment, Some("tcpall")),
+        (tcp(VIP, 80), Some("tcp80")),
+        // Another destination, same protocol and port.
+        (tcp("198.18.0.7", 80), Some("p24")),
+        (tcp("198.18.5.7", 80), None),
+        (udp("198.18.5.7"), Some("p16")),
+        (udp("198.18.5.7"), Some("p16")),
+        (udp(VIP), Some("l3")),
+    ];
+    for (i, (p, want)) in burst.iter().enumerate() {
+        let got = snap.service_for_cached(p, &mut last).map(|s| &*s.name);
+        assert_eq!(got, *want, "packet {i} of the burst");
+    }
 }
 
 #[test]
