@@ -777,6 +777,27 @@ impl Shard {
         self.find(key, hash)
     }
 
+    /// The entry in the hinted slot as of `now`, if that slot holds `key` (`hash` is the key's
+    /// hash): [`Shard::lookup`] when the hint holds, else `None`, with no search (the
+    /// caller then looks up in full, e.g. with [`Shard::find_hinted`]).
+    #[inline(always)]
+    pub fn hinted_entry(
+        &self,
+        key: &FlowKey,
+        hash: u64,
+        hint: Hint,
+        now: Time,
+    ) -> Option<(Slot, EntryValue, u64)> {
+        if hint == Hint::NONE {
+            return None;
+        }
+        let s = Slot(hint.0);
+        let (b, w) = (s.bucket(), s.way());
+        let (head, r) = (self.heads.get(b)?, &self.records.get(b)?[w]);
+        (head.sig[w] == sig_of(hash) && r.key == *key)
+            .then(|| (s, r.value(), idle_ms(stamp(now), r.last_seen)))
+    }
+
     /// Once the primary's header is in cache: the line an insert of the key writes or reads
     /// next, to prefetch like [`Shard::next_line`] (a new connection's SYN is not looked up
     /// first). The record of the first way whose signature matches (the key may be there: a

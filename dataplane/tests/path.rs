@@ -43,6 +43,7 @@ struct Rig {
     next_hops: NextHopCache,
     counters: WorkerCounters,
     kernel: bool,
+    now: Time,
 }
 
 impl Rig {
@@ -59,6 +60,7 @@ impl Rig {
             next_hops: NextHopCache::new(),
             counters: WorkerCounters::new(),
             kernel: false,
+            now: Time::ZERO,
         }
     }
 
@@ -67,13 +69,14 @@ impl Rig {
         Rig { kernel: true, ..Rig::new(encap) }
     }
 
-    /// The path's context over this rig, at time 0, with the next hops refreshed.
+    /// The path's context over this rig, at its time (0 unless a test moves it), with the
+    /// next hops refreshed.
     fn ctx(&mut self) -> PathCtx<'_> {
         self.next_hops.refresh(&self.snap, &self.neighbours, &self.node);
         PathCtx {
             snap: &self.snap,
             shard: &mut self.shard,
-            now: Time::ZERO,
+            now: self.now,
             node: &self.node,
             neighbours: &self.neighbours,
             next_hops: &self.next_hops,
@@ -89,8 +92,25 @@ impl Rig {
         (o, b.data().to_vec())
     }
 
+    /// The frames as one burst ([`process_burst`]): what each became.
+    fn run_burst(&mut self, frames: &[Vec<u8>]) -> Vec<(Outcome, Vec<u8>)> {
+        let mut bufs: Vec<VecBuf> = frames.iter().map(|f| VecBuf::with_frame(f)).collect();
+        let mut out = [Outcome::Consumed; MAX_BURST];
+        process_burst(&mut bufs, &mut self.ctx(), &mut out);
+        out.iter().zip(&bufs).map(|(o, b)| (*o, b.data().to_vec())).collect()
+    }
+
     fn count(&self, r: Reason) -> u64 {
         self.counters.reason(r).get()
+    }
+
+    /// Every reason's count, then every service's and backend's traffic counters.
+    fn all_counters(&self) -> Vec<u64> {
+        let c = &self.counters;
+        let traffic = c.services.iter().chain(c.backends.iter()).flat_map(|t| {
+            [t.packets.get(), t.bytes.get(), t.new_connections.get(), t.tracked.get()]
+        });
+        Reason::all().map(|r| self.count(r)).chain(traffic).collect()
     }
 }
 
@@ -468,6 +488,58 @@ fn a_burst_is_decided_in_order_exactly_like_frame_by_frame() {
     assert_eq!(r.count(Reason::Forward(ForwardReason::ConntrackHit)), 1);
     assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), 3);
     assert_eq!(r.shard.len(), 3);
+}
+
+/// Packets of flows tracked in an earlier burst take the burst's short way (the entry where
+/// its bucket's hint says, still valid, prebuilt outer headers); all others, and those whose
+/// entry has expired, take the full decision. Either way, every packet leaves with the bytes,
+/// outcome and counts that deciding it alone gives: over IPIP, GUE and L2, for IPv4 and IPv6
+/// flows, TCP and UDP, a DF packet too big once encapsulated, and entries past their idle
+/// timeout.
+#[test]
+fn a_later_burst_of_tracked_flows_is_decided_exactly_like_frame_by_frame() {
+    let v4 = |src: &str, proto, l4: &[u8]| {
+        eth(NODE_MAC, CLIENT_MAC, 0x0800, &ipv4(src, "198.18.0.100", proto, true, l4))
+    };
+    let v6 = |l4: &[u8]| eth(NODE_MAC, CLIENT_MAC, 0x86dd, &ipv6("fd00::5", "fd00::200", 6, l4));
+    let clients = ["198.18.10.5", "198.18.10.6", "198.18.20.7", "198.18.30.8"];
+    let packets = |flags: u8, big: bool| -> Vec<Vec<u8>> {
+        let mut f: Vec<Vec<u8>> =
+            clients.iter().map(|c| v4(c, 6, &tcp(40000, 80, flags, b"x"))).collect();
+        f.push(v4("198.18.10.9", 17, &udp(5353, 53, b"query")));
+        f.push(v6(&tcp(41000, 80, flags, b"y")));
+        if big {
+            // 1,481 bytes of IP with DF: over the 1,500-byte MTU once encapsulated.
+            f.push(v4(clients[0], 6, &tcp(40000, 80, flags, &[7u8; 1481 - 20 - 20])));
+        }
+        f
+    };
+    for encap in [Encap::Ipip, Encap::Gue { port: 6080 }, Encap::L2] {
+        let mut one_by_one = Rig::new(encap);
+        let mut burst = Rig::new(encap);
+        let idle = burst.snap.services().map(|s| s.idle_timeout_ms).max().expect("a service");
+        let bursts = [
+            (Time::ZERO, packets(0x02, false)),
+            (Time(1_000), packets(0x10, true)),
+            // A millisecond short of the timeout since burst 1, which restarted the clocks.
+            (Time(1_000 + idle - 1), packets(0x10, false)),
+            // Every entry idle for its whole timeout: replaced.
+            (Time(1_000 + 2 * idle - 1), packets(0x10, false)),
+        ];
+        for (n, (now, frames)) in bursts.iter().enumerate() {
+            one_by_one.now = *now;
+            burst.now = *now;
+            let want: Vec<_> = frames.iter().map(|f| one_by_one.run(f)).collect();
+            assert_eq!(burst.run_burst(frames), want, "{encap:?}, burst {n}");
+            assert_eq!(burst.all_counters(), one_by_one.all_counters(), "{encap:?}, burst {n}");
+        }
+        // Not vacuous: bursts 1 and 2 hit the entries burst 0 made; burst 3 replaced them.
+        let hits = burst.count(Reason::Forward(ForwardReason::ConntrackHit));
+        assert_eq!(hits, if encap == Encap::L2 { 2 * 6 + 1 } else { 2 * 6 }, "{encap:?}");
+        assert_eq!(burst.count(Reason::Forward(ForwardReason::ReplacedExpired)), 6);
+        let too_big = burst.count(Reason::Path(PathDrop::TooBig));
+        assert_eq!(too_big, if encap == Encap::L2 { 0 } else { 1 }, "{encap:?}");
+    }
 }
 
 /// The phase clock (a benchmark diagnostic) records every burst's packets and cycles when
