@@ -433,11 +433,7 @@ pub fn key_hash(key: &FlowKey) -> u64 {
         let b = &a.0[half * 8..half * 8 + 8];
         u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
     };
-    let tail = u64::from(key.sport)
-        | u64::from(key.dport) << 16
-        | u64::from(key.proto) << 32
-        | u64::from(key.kind) << 40
-        | u64::from(key.service) << 48;
+    let tail = key.tail();
     let src = fold(word(&key.src, 0) ^ K[0], word(&key.src, 1) ^ K[1]);
     let dst = fold(word(&key.dst, 0) ^ K[2], word(&key.dst, 1) ^ K[3]);
     let h = fold(src ^ K[4], dst ^ tail ^ K[5]);

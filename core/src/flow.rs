@@ -91,7 +91,9 @@ pub enum TupleKind {
 ///
 /// `service` is 0 in selection tuples (the hash must not depend on this instance's local
 /// ids, CH-1) and the service's id in tracking keys (two services never share an entry).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+// `eq` (below) compares exactly the fields `Hash` hashes.
+#[allow(clippy::derived_hash_with_manual_eq)]
+#[derive(Clone, Copy, Eq, Hash, Debug, Default)]
 #[repr(C)]
 pub struct FlowKey {
     /// Source address (or the lower endpoint, with symmetric hashing).
@@ -113,7 +115,27 @@ pub struct FlowKey {
 /// Size of [`FlowKey`] and of its byte image.
 pub const FLOW_KEY_BYTES: usize = 40;
 
+/// Every field equal. The five small fields are compared as one 64-bit word (they are the
+/// key's last eight bytes, which the compiler then loads at once): the connection table
+/// compares a key per lookup, in about half the instructions of five separate compares.
+impl PartialEq for FlowKey {
+    #[inline]
+    fn eq(&self, other: &FlowKey) -> bool {
+        self.src == other.src && self.dst == other.dst && self.tail() == other.tail()
+    }
+}
+
 impl FlowKey {
+    /// The ports, protocol, kind and service as one word (little-endian field order).
+    #[inline(always)]
+    pub fn tail(&self) -> u64 {
+        u64::from(self.sport)
+            | u64::from(self.dport) << 16
+            | u64::from(self.proto) << 32
+            | u64::from(self.kind) << 40
+            | u64::from(self.service) << 48
+    }
+
     /// Build a key of the given kind from a packet, keeping only that kind's fields.
     #[inline]
     pub fn from_packet(p: &PacketInfo, kind: TupleKind) -> FlowKey {
