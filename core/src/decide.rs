@@ -300,6 +300,7 @@ fn select_in(
 }
 
 /// Is a found entry still valid? `Ok(slot)` or the first reason it is not (CT-13).
+#[inline]
 pub fn judge(
     value: &EntryValue,
     idle_ms: u64,
@@ -324,12 +325,29 @@ pub fn judge(
     }
     // CP-1..CP-4, with CP-5 for entries made on an already unhealthy backend.
     if !b.healthy && !svc.persists_on_unhealthy(p.proto) {
-        let made_unhealthy = value.flags & FLAG_CREATED_UNHEALTHY != 0;
-        if !(made_unhealthy && svc.choice(snap.client_zone(p.src)).contains(r.slot)) {
-            return Err(ForwardReason::ReplacedUnhealthy);
-        }
+        return judge_unhealthy(value, svc, snap, p, r.slot);
     }
     Ok(r.slot)
+}
+
+/// [`judge`] for an entry whose backend is unhealthy and whose service does not persist
+/// (rare: out of line, so that the common case stays small enough to inline).
+#[cold]
+#[inline(never)]
+fn judge_unhealthy(
+    value: &EntryValue,
+    svc: &ServiceView,
+    snap: &Snapshot,
+    p: &PacketInfo,
+    slot: u16,
+) -> Result<u16, ForwardReason> {
+    // CP-5: an entry made on an already unhealthy backend stays while it is still chosen.
+    let made_unhealthy = value.flags & FLAG_CREATED_UNHEALTHY != 0;
+    if made_unhealthy && svc.choice(snap.client_zone(p.src)).contains(slot) {
+        Ok(slot)
+    } else {
+        Err(ForwardReason::ReplacedUnhealthy)
+    }
 }
 
 /// True when an entry can be removed by the sweep: whatever packet comes next, it is invalid
