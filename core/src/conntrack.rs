@@ -200,6 +200,31 @@ impl Hint {
     pub const NONE: Hint = Hint(u32::MAX);
 }
 
+/// An entry found by [`Shard::hinted_hit`]: its value and idle time, and its record, whose
+/// idle clock [`Hit::touch`] restarts without looking the slot up again.
+pub struct Hit<'a> {
+    /// The entry's value.
+    pub value: EntryValue,
+    /// Milliseconds since the entry was last touched.
+    pub idle_ms: u64,
+    now32: u32,
+    record: &'a mut Record,
+}
+
+impl fmt::Debug for Hit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hit").field("value", &self.value).field("idle_ms", &self.idle_ms).finish()
+    }
+}
+
+impl Hit<'_> {
+    /// Restart the entry's idle clock at the time of the lookup (CT-8).
+    #[inline(always)]
+    pub fn touch(self) {
+        self.record.last_seen = self.now32;
+    }
+}
+
 /// What [`Shard::insert`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InsertOutcome {
@@ -773,25 +798,37 @@ impl Shard {
         self.find(key, hash)
     }
 
-    /// The entry in the hinted slot as of `now`, if that slot holds `key` (`hash` is the key's
-    /// hash): [`Shard::lookup`] when the hint holds, else `None`, with no search (the
-    /// caller then looks up in full, e.g. with [`Shard::find_hinted`]).
+    /// The entry in the hinted slot, if that slot holds `key` (`hash` is the key's hash), as
+    /// a [`Hit`] that can restart its idle clock: [`Shard::lookup`] when the hint holds, else
+    /// `None`, with no search (the caller then looks up in full, e.g. with
+    /// [`Shard::find_hinted`]).
     #[inline(always)]
-    pub fn hinted_entry(
-        &self,
+    pub fn hinted_hit(
+        &mut self,
         key: &FlowKey,
         hash: u64,
         hint: Hint,
         now: Time,
-    ) -> Option<(Slot, EntryValue, u64)> {
+    ) -> Option<Hit<'_>> {
         if hint == Hint::NONE {
             return None;
         }
         let s = Slot(hint.0);
         let (b, w) = (s.bucket(), s.way());
-        let (head, r) = (self.heads.get(b)?, &self.records.get(b)?[w]);
-        (head.sig[w] == sig_of(hash) && r.key == *key)
-            .then(|| (s, r.value(), idle_ms(stamp(now), r.last_seen)))
+        if self.heads.get(b)?.sig[w] != sig_of(hash) {
+            return None;
+        }
+        let record = &mut self.records.get_mut(b)?[w];
+        if record.key != *key {
+            return None;
+        }
+        let now32 = stamp(now);
+        Some(Hit {
+            value: record.value(),
+            idle_ms: idle_ms(now32, record.last_seen),
+            now32,
+            record,
+        })
     }
 
     /// Once the primary's header is in cache: the line an insert of the key writes or reads

@@ -432,25 +432,26 @@ fn forward_tracked<B: PacketBuf>(
         Encap::Gue { port } => (EncapKind::Gue, port),
         Encap::L2 => return None,
     };
-    let (slot, value, idle) =
-        ctx.shard.hinted_entry(&prep.key, prep.key_hash, prep.hint, ctx.now)?;
-    let backend = judge(&value, idle, svc, ctx.snap, info, ctx.now).ok()?;
+    let hit = ctx.shard.hinted_hit(&prep.key, prep.key_hash, prep.hint, ctx.now)?;
+    let backend = judge(&hit.value, hit.idle_ms, svc, ctx.snap, info, ctx.now).ok()?;
     let outer = ctx.next_hops.hop(backend)?.outer_v4.as_ref()?;
     let inner_len = ip.l3_len as usize;
     let hdr = build::encap_len(kind, false);
     if (inner_len + hdr - ethernet::HEADER_LEN) as u64 > u64::from(ctx.node.mtu) {
         return None;
     }
-    ctx.shard.touch(slot, ctx.now); // CT-8: every hit restarts the idle clock.
+    hit.touch(); // CT-8: every hit restarts the idle clock.
     let frame = buf.reframe(usize::from(ip.l3_offset), inner_len, hdr)?;
-    let c = ctx.counters;
     if outer.write(frame, kind, inner_len, prep.key_hash, gue_dport).is_err() {
         return Some(drop_path(PathDrop::NoHeadroom));
     }
+    let c = ctx.counters;
     c.reason(Reason::Forward(ForwardReason::ConntrackHit)).inc();
-    for t in
-        c.services.get(usize::from(svc.id)).into_iter().chain(c.backends.get(usize::from(backend)))
-    {
+    if let Some(t) = c.services.get(usize::from(svc.id)) {
+        t.packets.inc();
+        t.bytes.add(inner_len as u64);
+    }
+    if let Some(t) = c.backends.get(usize::from(backend)) {
         t.packets.inc();
         t.bytes.add(inner_len as u64);
     }
