@@ -420,11 +420,12 @@ proptest! {
     /// uses at the lookup a few packets later) never changes what a lookup finds: after any
     /// inserts (with moves and evictions in a small table), removals and sweeps since, and
     /// also when it was taken for another key, `find_hinted` answers exactly what `find` does,
-    /// and what it finds is the key's entry.
+    /// and what it finds is the key's entry; `hinted_hit` gives the key's entry or nothing,
+    /// and its `touch` restarts that entry's idle clock.
     #[test]
     fn a_stale_or_foreign_hint_never_changes_what_a_lookup_finds(
         mode in hash_mode(),
-        ops in prop::collection::vec((0u16..40, 0u8..4), 1..200),
+        ops in prop::collection::vec((0u16..40, 0u8..5), 1..200),
     ) {
         // Four buckets: inserts move and evict.
         let mut s = Shard::with_capacity(32);
@@ -444,8 +445,22 @@ proptest! {
                 2 => {
                     s.sweep(1, Time(step as u64), |e| e.value.backend % 3 == u32::from(k % 3));
                 }
-                _ => {
+                3 => {
                     hints.insert(k, s.probe(h).0);
+                }
+                _ => {
+                    // A hit through the key's hint is the key's entry, and touching it
+                    // restarts that entry's idle clock.
+                    let now = Time(step as u64);
+                    let hint = hints.get(&k).copied().unwrap_or(Hint::NONE);
+                    if let Some(hit) = s.hinted_hit(&kk, h, hint, now) {
+                        let (v, idle) = (hit.value, hit.idle_ms);
+                        let entry = s.lookup(&kk, h, now).map(|(_, e)| (e.value, e.idle_ms));
+                        prop_assert_eq!(entry, Some((v, idle)));
+                        s.hinted_hit(&kk, h, hint, now).expect("still there").touch();
+                        let entry = s.lookup(&kk, h, now).map(|(_, e)| (e.value, e.idle_ms));
+                        prop_assert_eq!(entry, Some((v, 0)));
+                    }
                 }
             }
             for i in 0..40u16 {
@@ -457,6 +472,13 @@ proptest! {
                 for hint in [own, other, Hint::NONE] {
                     let got = s.find_hinted(&ki, hi, hint);
                     prop_assert_eq!(got, want, "key {} at step {}", i, step);
+                    // A hinted hit is the key's entry or nothing (never another key's).
+                    let now = Time(step as u64);
+                    let hit = s.hinted_hit(&ki, hi, hint, now).map(|h| (h.value, h.idle_ms));
+                    if hit.is_some() {
+                        let entry = s.lookup(&ki, hi, now).map(|(_, e)| (e.value, e.idle_ms));
+                        prop_assert_eq!(hit, entry);
+                    }
                     if let Some(slot) = got {
                         prop_assert_eq!(s.get(slot, Time(step as u64)).key, ki);
                     }
