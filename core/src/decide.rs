@@ -164,7 +164,7 @@ pub fn prepare<'s>(p: &PacketInfo, snap: &'s Snapshot) -> Prepared<'s> {
 
 /// [`prepare`] with the rule already matched: `service` is `snap.service_for(p)` (or its
 /// cached answer, [`Snapshot::service_for_cached`]).
-#[inline]
+#[inline(always)]
 pub fn prepare_for<'s>(p: &PacketInfo, service: Option<&'s ServiceView>) -> Prepared<'s> {
     match service {
         None => Prepared {

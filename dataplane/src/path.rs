@@ -247,7 +247,7 @@ impl Staged<'_> {
 /// The record is written in place: returned by value, it was built on the stack and then
 /// copied in 16-byte loads over the narrower stores that built it, which stalled each load
 /// until those stores were done (no store forwarding).
-#[inline]
+#[inline(never)]
 fn stage<'s, B: PacketBuf>(
     buf: &B,
     ctx: &PathCtx<'s>,
