@@ -116,6 +116,16 @@
 //! secondary's header). The data plane issues the prefetch instructions for a whole burst
 //! before deciding any of its packets (`path::process_burst`). [`Shard::find_batch`] is the same
 //! idea with plain loads, kept as the comparison in `benches/conntrack.rs`.
+//!
+//! [`Shard::probe`] is [`Shard::next_line`] that also returns the slot it points at as a
+//! [`Hint`]; [`Shard::find_hinted`] and [`Shard::hinted_hit`] check that slot first (its
+//! signature and the whole key), so the signatures are matched once per packet, when the
+//! header arrives. A hint is never trusted: one that no longer holds the key, after any
+//! insert, removal, move or sweep, only costs the check.
+//!
+//! On x86-64 a bucket's eight signatures are compared in one SSE2 instruction (through
+//! `safe_arch`, which wraps the intrinsics safely for targets that have them); elsewhere in
+//! two 64-bit words.
 
 use std::fmt;
 
