@@ -2,23 +2,13 @@
 //! out once, frees the ones not taken, and leaves the burst empty and reusable. One test
 //! function: EAL starts once per process.
 
-use spillway_dpdk::{Eal, MbufBurst, Mempool};
+mod common;
+
+use spillway_dpdk::{MbufBurst, Mempool};
 
 #[test]
 fn drain_hands_out_each_mbuf_once_frees_the_rest_and_leaves_the_burst_reusable() {
-    let prefix = format!("spw-burst-test-{}", std::process::id());
-    let eal = Eal::init(&[
-        "--no-huge",
-        "-m",
-        "128",
-        "--no-pci",
-        "--file-prefix",
-        &prefix,
-        "--log-level",
-        "lib.eal:error",
-        "--no-telemetry",
-    ])
-    .expect("EAL init on ordinary memory (run as root)");
+    let (eal, prefix) = common::eal("burst-test");
     // No per-lcore cache, so that `in_use` counts exactly what this test holds.
     let pool = Mempool::create(&eal, "burst-test", 255, 0).expect("mempool");
     let mut burst = MbufBurst::new();
@@ -50,6 +40,5 @@ fn drain_hands_out_each_mbuf_once_frees_the_rest_and_leaves_the_burst_reusable()
     assert_eq!(pool.in_use(), 4);
 
     drop(eal);
-    // EAL's runtime directory for this prefix (sockets, config): the test's own.
-    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
+    common::remove_runtime_dir(&prefix);
 }

@@ -3,23 +3,13 @@
 //! keeps is the inner packet, byte for byte, behind the new room; what it refuses, it leaves
 //! untouched. One test function: EAL starts once per process.
 
-use spillway_dpdk::{Eal, MbufBurst, Mempool, WriteError};
+mod common;
+
+use spillway_dpdk::{MbufBurst, Mempool, WriteError};
 
 #[test]
 fn reframe_keeps_the_inner_bytes_behind_new_room_and_refuses_without_changing_anything() {
-    let prefix = format!("spw-reframe-test-{}", std::process::id());
-    let eal = Eal::init(&[
-        "--no-huge",
-        "-m",
-        "128",
-        "--no-pci",
-        "--file-prefix",
-        &prefix,
-        "--log-level",
-        "lib.eal:error",
-        "--no-telemetry",
-    ])
-    .expect("EAL init on ordinary memory (run as root)");
+    let (eal, prefix) = common::eal("reframe-test");
     let pool = Mempool::create(&eal, "reframe-test", 63, 0).expect("mempool");
     let mut burst = MbufBurst::new();
     assert!(pool.alloc_bulk(&mut burst, 1));
@@ -51,6 +41,5 @@ fn reframe_keeps_the_inner_bytes_behind_new_room_and_refuses_without_changing_an
     drop(burst);
     assert_eq!(pool.in_use(), 0);
     drop(eal);
-    // EAL's runtime directory for this prefix (sockets, config): the test's own.
-    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
+    common::remove_runtime_dir(&prefix);
 }
