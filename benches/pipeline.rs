@@ -177,6 +177,9 @@ fn main() {
     let measure = Duration::from_secs_f64(seconds);
 
     let prefix = format!("spw-pipeline-{}", std::process::id());
+    // EAL's runtime directory for this prefix goes when the run ends (after EAL: declared first,
+    // dropped last), however it ends: each run has its own, and /var/run is memory.
+    let _runtime = RuntimeDir(format!("/var/run/dpdk/{prefix}"));
     let eal_args: Vec<String> = [
         "--no-pci",
         "--lcores",
@@ -985,6 +988,15 @@ fn floor_loop<'p>(
         count.store(total, Ordering::Relaxed);
     }
     tx.flush();
+}
+
+/// A directory removed on drop.
+struct RuntimeDir(String);
+
+impl Drop for RuntimeDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn drain(rx: &mut RxQueue<'_>) {
