@@ -7,12 +7,14 @@
 //!
 //! ```text
 //! cargo bench -p spillway-gen --bench pipeline -- [--seconds S] [--quick] [--json FILE]
-//!     [--hugepages required|preferred|off] [--only SCENARIO|flood|scaling]
+//!     [--hugepages required|preferred|off] [--only SCENARIO|flood|scaling] [--pairs N]
 //! ```
 //!
 //! `--only` runs one scenario between the two io-forward baselines (for profiling and A/B runs),
 //! or the flood experiments, or the replay-source scaling run alone; `--only floor` runs the
-//! baselines, the two floor loops and the established 1M-flow scenario.
+//! baselines, the two floor loops and the established 1M-flow scenario. `--pairs N` with
+//! `--only SCENARIO` alternates the baseline and that scenario N times and reports each
+//! scenario run's share of the two baselines around it, and their median.
 //!
 //! DPDK's memory is on hugepages when enough are free and mounted (`--hugepages preferred`, the
 //! default), else on ordinary memory; the first line and the `memory` row say which.
@@ -331,6 +333,26 @@ fn main() {
                     || (only == "floor" && (s.floor.is_some() || s.name == "established_ipip_1m")))
         });
     }
+    // --pairs N (with --only SCENARIO): the baseline and the scenario alternate N times, each
+    // scenario between two baselines of its own, and the shares are summarised over the pairs
+    // (`pairs:` below): on a host whose speed changes from one second to the next, the median
+    // of N neighbouring pairs says more than one share against the run's first baseline.
+    let pairs: usize = flag("--pairs").map_or(0, |n| n.parse().expect("--pairs N: a count"));
+    if pairs > 0 {
+        let Some(name) = only.filter(|o| !["floor", "flood", "scaling"].contains(o)) else {
+            panic!("--pairs needs --only with one scenario's name");
+        };
+        let pick = |n: &str| scenarios.iter().find(|s| s.name == n).cloned();
+        let (Some(base), Some(sc)) = (pick("io_forward"), pick(name)) else {
+            panic!("--only {name}: no such scenario");
+        };
+        scenarios = vec![base.clone()];
+        for _ in 0..pairs {
+            scenarios.push(sc.clone());
+            scenarios.push(base.clone());
+        }
+        scenarios.push(Scenario { name: "io_forward_end", ..base });
+    }
     let mut baseline = 0.0;
     for sc in &scenarios {
         if let Some(lines) = sc.floor {
@@ -445,6 +467,10 @@ fn main() {
         ring0_rx.insert(0, rx);
         null_tx.insert(0, tx);
         drain(&mut ring0_rx[0]);
+    }
+
+    if pairs > 0 {
+        print_pairs(&rows);
     }
 
     // SYN floods against 10,000 established flows, with the flood guard on: a table with
@@ -1036,6 +1062,49 @@ fn print_row(r: &Row) {
         r.evictions,
         r.entries,
         r.extra
+    );
+}
+
+/// The summary of a `--pairs` run: each scenario row's share of the mean of the baselines just
+/// before and after it, and whether both of those ran within 10% of the fastest baseline of the
+/// run. Only such pairs say what the goal asks: when the host slows the generator's core the
+/// baseline falls further than the balancer and the share grows; when one of the two
+/// baselines is slow, the host changed speed during the pair.
+fn print_pairs(rows: &[Row]) {
+    let is_base = |r: &Row| r.name.starts_with("io_forward");
+    let fastest = rows.iter().filter(|r| is_base(r)).map(|r| r.mpps).fold(0.0, f64::max);
+    let mut all = Vec::new();
+    let mut fast = Vec::new();
+    for w in rows.windows(3) {
+        let [before, r, after] = w else { continue };
+        if is_base(r) || !is_base(before) || !is_base(after) {
+            continue;
+        }
+        let share = r.mpps / ((before.mpps + after.mpps) / 2.0).max(f64::MIN_POSITIVE) * 100.0;
+        let both_fast = before.mpps.min(after.mpps) >= 0.9 * fastest;
+        println!(
+            "pair: {} {:.2} Mpps between io_forward {:.2} and {:.2}: {share:.1}%{}",
+            r.name,
+            r.mpps,
+            before.mpps,
+            after.mpps,
+            if both_fast { "" } else { " (a baseline below 90% of the fastest)" }
+        );
+        all.push(share);
+        if both_fast {
+            fast.push(share);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let (n, k) = (all.len(), fast.len());
+    println!(
+        "pairs: {n}; share of io_forward median {:.1}%; {k} with both baselines within 10% of \
+         the fastest ({fastest:.2} Mpps): median {:.1}%",
+        median(&mut all),
+        median(&mut fast)
     );
 }
 
