@@ -88,9 +88,17 @@ impl Netlink {
         }
     }
 
-    /// Gives the interface `index` the MAC `mac` and the MTU `mtu`, brings it up and adds
-    /// `addrs` (IPv6 without duplicate address detection: the address is the node's, answered
-    /// for by Spillway on the data port). An address already there is kept.
+    /// Gives the interface `index` the MAC `mac` and the MTU `mtu`, adds `addrs` (IPv6 without
+    /// duplicate address detection: the address is the node's, answered for by Spillway on the
+    /// data port) and then brings it up. An address already there is kept.
+    ///
+    /// The addresses go on while the link is down, and the link comes up last: the kernel
+    /// announces a new IPv4 address before it has installed the address's local route, so a
+    /// routing daemon already running (BIRD, with a BGP session waiting for a neighbour on
+    /// this interface) that opens its BFD socket on the announcement can fail to bind to the
+    /// address (`bind: Cannot assign requested address`), and that BFD session then never
+    /// comes up while BGP runs without it. Brought up last, the interface is announced usable
+    /// only once its addresses are complete.
     pub async fn configure_interface(
         &self,
         index: u32,
@@ -98,8 +106,8 @@ impl Netlink {
         mtu: u32,
         addrs: &[(IpAddr, u8)],
     ) -> Result<(), NetlinkError> {
-        let set = LinkUnspec::new_with_index(index).address(mac.to_vec()).mtu(mtu).up().build();
-        self.handle.link().set(set).execute().await.map_err(err("setting MAC, MTU and up"))?;
+        let set = LinkUnspec::new_with_index(index).address(mac.to_vec()).mtu(mtu).down().build();
+        self.handle.link().set(set).execute().await.map_err(err("setting MAC and MTU"))?;
         for &(addr, len) in addrs {
             let mut req = self.handle.address().add(index, addr, len);
             if addr.is_ipv6() {
@@ -110,6 +118,8 @@ impl Netlink {
                 r => r.map_err(err(format!("adding {addr}/{len}")))?,
             }
         }
+        let up = LinkUnspec::new_with_index(index).up().build();
+        self.handle.link().set(up).execute().await.map_err(err("bringing it up"))?;
         Ok(())
     }
 

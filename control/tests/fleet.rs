@@ -459,6 +459,15 @@ fn in_namespace() {
         sh(&["link", "add", "spl9", "type", "veth", "peer", "name", "spl9p"]);
         let index = nl.link_index("spl9").await.expect("link").expect("spl9 exists");
         assert_eq!(nl.link_index("nosuch0").await.expect("link"), None);
+        // The kernel's own announcements while it is configured, in order: the addresses must
+        // be on before the link comes up (a routing daemon that sees the link up binds its BFD
+        // socket to the address at once; see `configure_interface`).
+        let mut monitor = std::process::Command::new("ip")
+            .args(["-o", "monitor", "link", "address"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("ip monitor");
+        tokio::time::sleep(Duration::from_millis(300)).await;
         nl.configure_interface(
             index,
             [2, 0, 0, 0, 0, 9],
@@ -467,6 +476,25 @@ fn in_namespace() {
         )
         .await
         .expect("configure");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _ = monitor.kill();
+        let mut events = String::new();
+        std::io::Read::read_to_string(&mut monitor.stdout.take().expect("piped"), &mut events)
+            .expect("ip monitor output");
+        let _ = monitor.wait();
+        let ours: Vec<&str> =
+            events.lines().filter(|l| l.starts_with(&format!("{index}: "))).collect();
+        let is_up = |l: &&str| {
+            l.split_once('<')
+                .and_then(|(_, rest)| rest.split_once('>'))
+                .is_some_and(|(flags, _)| flags.split(',').any(|f| f == "UP"))
+        };
+        let addr_at = ours.iter().position(|l| l.contains("inet 198.18.0.11/16"));
+        let up_at = ours.iter().position(is_up);
+        assert!(
+            matches!((addr_at, up_at), (Some(a), Some(u)) if a < u),
+            "the IPv4 address must be announced before the link comes up:\n{events}"
+        );
         let link = sh(&["addr", "show", "spl9"]);
         assert!(link.contains("02:00:00:00:00:09") && link.contains("mtu 1400"), "{link}");
         assert!(link.contains("198.18.0.11/16") && link.contains("fd00::11/64"), "{link}");

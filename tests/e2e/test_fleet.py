@@ -25,6 +25,7 @@ and fail in CI (strict_skips.py).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -208,9 +209,10 @@ def test_spread_exception_path_flood_and_fingerprints():
 
         per_instance, by_backend, gets_s, fib_changes = spread()
         flaps_during_spread = []
-        if not all(v > 0 for v in per_instance.values()) and len(fib_changes) > 1:
-            # A session flapped meanwhile (the FIB changed: on this 2-core machine BFD's 300 ms
-            # can be missed under load): reported, and once more with every instance routed.
+        if not all(v > 0 for v in per_instance.values()) and any(hops != nodes for _, hops in fib_changes):
+            # A session flapped meanwhile or just before (the router did not route to every
+            # instance during the GETs: on this 2-core machine BFD's 300 ms can be missed under
+            # load): reported, and once more with every instance routed.
             flaps_during_spread = fib_changes
             print(f"\nspread: the router's next hops changed during the GETs: {fib_changes}; again")
             f.wait_established(timeout=20)
@@ -261,7 +263,18 @@ def test_spread_exception_path_flood_and_fingerprints():
             during = summary(ll.report())
             # The connections go on (also those on i1): every one answered again and again.
             wait_all_progress(ll, mark, more=int(flood_s / LL_PERIOD) // 2)
-            k1 = kernel_figures(sp1)
+            # The worker hands frames for the kernel to the exception path's thread, which writes
+            # them to spl0 while sharing the two CPUs with three busy workers: read the figures
+            # once it has caught up with the flood's last frames (what it drops is counted, so a
+            # lost frame still fails the accounting below, after this wait).
+            k1: dict[str, float] = {}
+
+            def caught_up() -> bool:
+                k1.update(kernel_figures(sp1))
+                return k1["to_kernel"] + k1["to_kernel_dropped"] >= k1["kernel_frames"] - 100
+
+            with contextlib.suppress(TimeoutError):
+                T.wait_until(caught_up, "i1's exception path to write what its worker queued", timeout=10)
         rep = ll.stop(drain=3.0)
         check_clean(rep, "flood")
         sessions_after = {k: v["since"] for k, v in f.router.bird.protocols().items() if k.startswith("i")}
