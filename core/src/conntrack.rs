@@ -789,6 +789,21 @@ impl Shard {
         }
     }
 
+    /// The slot `hint` points at, if it holds `key` (`hash` is the key's hash): its way is
+    /// occupied with the key's signature and its record holds the key. The check every use of
+    /// a hint makes: a hint is never trusted.
+    #[inline(always)]
+    fn hinted_slot(&self, key: &FlowKey, hash: u64, hint: Hint) -> Option<Slot> {
+        if hint == Hint::NONE {
+            return None;
+        }
+        let s = Slot(hint.0);
+        let (b, w) = (s.bucket(), s.way());
+        let holds =
+            self.heads.get(b)?.sig[w] == sig_of(hash) && self.records.get(b)?[w].key == *key;
+        holds.then_some(s)
+    }
+
     /// [`Shard::find`], trying first the slot `hint` ([`Shard::probe`] of the same hash, at
     /// any time before: a hint that no longer holds the key, after inserts, removals or
     /// moves, only costs the check). Exact whatever the hint: a key is stored at most once,
@@ -796,16 +811,7 @@ impl Shard {
     /// the key.
     #[inline(always)]
     pub fn find_hinted(&self, key: &FlowKey, hash: u64, hint: Hint) -> Option<Slot> {
-        if hint != Hint::NONE {
-            let s = Slot(hint.0);
-            let (b, w) = (s.bucket(), s.way());
-            if let (Some(head), Some(ways)) = (self.heads.get(b), self.records.get(b)) {
-                if head.sig[w] == sig_of(hash) && ways[w].key == *key {
-                    return Some(s);
-                }
-            }
-        }
-        self.find(key, hash)
+        self.hinted_slot(key, hash, hint).or_else(|| self.find(key, hash))
     }
 
     /// The entry in the hinted slot, if that slot holds `key` (`hash` is the key's hash), as
@@ -820,18 +826,8 @@ impl Shard {
         hint: Hint,
         now: Time,
     ) -> Option<Hit<'_>> {
-        if hint == Hint::NONE {
-            return None;
-        }
-        let s = Slot(hint.0);
-        let (b, w) = (s.bucket(), s.way());
-        if self.heads.get(b)?.sig[w] != sig_of(hash) {
-            return None;
-        }
-        let record = &mut self.records.get_mut(b)?[w];
-        if record.key != *key {
-            return None;
-        }
+        let slot = self.hinted_slot(key, hash, hint)?;
+        let record = self.record_mut(slot);
         let now32 = stamp(now);
         Some(Hit {
             value: record.value(),
