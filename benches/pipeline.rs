@@ -393,7 +393,12 @@ fn main() {
             .scope(|scope| {
                 let stop = &stop;
                 let worker = &mut worker;
-                scope.launch(worker_lcore, move || worker.run(stop)).expect("launch worker");
+                scope
+                    .launch(worker_lcore, move || {
+                        worker.run(stop);
+                        print_phases("worker");
+                    })
+                    .expect("launch worker");
                 if let Some(f) = warm_factory.as_mut() {
                     let limit = Limit { count: Some(20_000), ..Limit::default() };
                     let _ = gen::send(
@@ -723,12 +728,17 @@ fn replay<'p>(
         }
         worker.process(0, &mut burst);
     }
-    // With `--features phase-clock`: where the worker's burst path spent its time.
+    print_phases(&format!("replay worker {}", worker.index()));
+    worker.drain();
+}
+
+/// With `--features phase-clock`: where this thread's burst path spent its time since the last
+/// call, printed as `label: cycles per packet ...` (nothing without the feature).
+fn print_phases(label: &str) {
     let phases = spillway_dataplane::path::phase_clock::take();
     if phases.packets > 0 {
-        println!("replay worker {}: {phases}", worker.index());
+        println!("{label}: {phases}");
     }
-    worker.drain();
 }
 
 /// The flood guard of the flood experiments: new entries a worker admits per second.
