@@ -216,6 +216,54 @@ def test_close_removes_everything():
             os.kill(pid, 0)
 
 
+# A process that builds a small topology, prints its prefix and its processes' pids, and
+# waits to be signalled. On its first `ip netns del` it sends itself a second SIGTERM: the
+# second signal that Ctrl-C twice, or `timeout` forwarding the SIGTERM its child also got,
+# delivers while the first signal's cleanup runs.
+_SIGNALLED_TWICE = """
+import json, os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+import topo as T
+t = T.Topology(zones=("a",), backends_per_zone=1, clients_per_zone=1)
+sh, sent = T._sh, []
+def second_signal_during_cleanup(cmd, *a, **kw):
+    if cmd[:3] == ["ip", "netns", "del"] and not sent:
+        sent.append(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return sh(cmd, *a, **kw)
+T._sh = second_signal_during_cleanup
+print(json.dumps({"prefix": t.prefix, "pids": [p.pid for p in t._procs]}), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_second_signal_during_cleanup_does_not_leave_namespaces_behind():
+    import signal
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", _SIGNALLED_TWICE, os.path.dirname(T.__file__)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    prefix = None
+    try:
+        started = json.loads(child.stdout.readline())
+        prefix, pids = started["prefix"], started["pids"]
+        assert len(pids) == 2 and any(n.startswith(prefix + "-") for n in T.netns_list())
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=30) == 128 + signal.SIGTERM, child.stderr.read()
+        left = [n for n in T.netns_list() if n.startswith(prefix + "-")]
+        assert not left, f"namespaces left behind: {left}"
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if prefix:  # whatever the outcome, nothing of the child's stays (its owner is gone)
+            T.cleanup_stale()
+
+
 def test_jumbo_fabric_for_large_encapsulated_frames():
     """fabric_mtu=9000: an unfragmented 1500-byte inner packet plus the outer header
     crosses br0 to the backend; clients stay at 1500 and the backend's route to

@@ -119,6 +119,7 @@ def test_soak_mixed_traffic_flaps_reloads_and_a_slow_admin_client():
             slow_thread.start()
             c1 = t.client("c1")
             samples, flows, lost, reloads, flaps = [], 0, 0, 0, 0
+            lost_at: list[tuple[float, int, str]] = []  # (seconds, flows lost, b4's HTTP port)
             refused = False
             start = time.monotonic()
             next_reload = next_flap = next_sample = start
@@ -154,6 +155,9 @@ def test_soak_mixed_traffic_flaps_reloads_and_a_slow_admin_client():
                         got = exchange(socks, f"soak{flows}")
                         flows += len(socks)
                         lost += len(socks) - len(got)
+                        if len(got) < len(socks):
+                            lost_at.append((round(now - start, 1), len(socks) - len(got),
+                                            "refused" if refused else "accepted"))
                     finally:
                         for s in socks:
                             s.close()
@@ -183,6 +187,8 @@ def test_soak_mixed_traffic_flaps_reloads_and_a_slow_admin_client():
             "rss_kib_warm": warm[0]["rss_kib"], "rss_kib_max": max(s["rss_kib"] for s in warm),
             "fds_first": samples[0]["fds"], "fds_max": max(s["fds"] for s in samples),
             "conntrack_max": max(s["conntrack"] for s in samples), "samples": len(samples),
+            "lost_at": lost_at[:50],
+            "drops": {k: v for k, v in sorted(final.items()) if k.startswith("drop.") and v},
         }
         record("soak", report)
         assert final.get("rx", 0) > 0 and accounted == final["rx"], (final, report)

@@ -368,6 +368,7 @@ class Backend(Host):
 _live: "weakref.WeakSet[Lab]" = weakref.WeakSet()
 _handlers_installed = False
 _prev_handlers: dict[int, object] = {}
+_cleaning = False
 
 
 def _close_all() -> None:
@@ -379,7 +380,17 @@ def _close_all() -> None:
 
 
 def _on_signal(signum, frame):
-    _close_all()
+    global _cleaning
+    if _cleaning:
+        # A second signal while the first one's cleanup runs (Ctrl-C twice, or `timeout`
+        # forwarding to its child the SIGTERM that was also sent to the child): raising here
+        # would abandon that cleanup half-way, with namespaces and processes left behind.
+        return
+    _cleaning = True
+    try:
+        _close_all()
+    finally:
+        _cleaning = False
     prev = _prev_handlers.get(signum)
     if callable(prev):
         prev(signum, frame)
