@@ -47,20 +47,35 @@ def fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+# The generator's client prefixes: addresses that exist nowhere on the segment.
+GEN_SRC_V4 = "198.18.128.0/17"
+GEN_SRC_V6 = "fd00:0:0:1::/64"
+
+
 def start_gen(t: T.Topology, lb: Spillway, seconds: float,
               flood: str | None = None) -> tuple[subprocess.Popen, str]:
     """spillway-gen on a net_tap port joined to br0: mixed traffic at 2,000 packets/s (the
     backends decapsulate in Python: more would starve this 2-core machine), or with `flood`,
     new TCP connections from random sources to that VIP at 25,000 a second (flat out, the
     sender's core starves the backends' Python processes, which share it, and their answers
-    are late; the in-memory benchmark measures the flood flat out)."""
+    are late; the in-memory benchmark measures the flood flat out).
+
+    The backends drop their answers to the generator's sources (blackhole routes): those
+    addresses exist nowhere, and asking for each of them (tens of thousands of sources in the
+    soak) overflowed the kernel's ARP table, which every namespace shares (`gc_thresh3`, 1,024
+    entries by default: "neighbour: arp_cache: neighbor table overflow!"), until a backend
+    could not resolve a real client either and that client's flows went unanswered."""
+    for b in t.backends:
+        b.run(["ip", "route", "replace", "blackhole", GEN_SRC_V4])
+        b.run(["ip", "-6", "route", "replace", "blackhole", GEN_SRC_V6])
     tap = prefix = f"{t.prefix}-sk"
     traffic = (["--dst", flood, "--syn-share", "1", "--flows", "1000", "--rate", "25k"] if flood else
                ["--flows", "100000", "--syn-share", "0.05", "--udp-share", "0.5",
                 "--ipv6-share", "0.2", "--fragment-share", "0.02", "--rate", "2k"])
     argv = [
         str(GEN), "--port", "net_tap0", "--dst-mac", lb.port_mac, "--json", "--stats-interval", "0",
-        "--delay", "1.5", "--mbufs", "4095", *traffic, "--duration", str(seconds),
+        "--delay", "1.5", "--mbufs", "4095", "--src-v4", GEN_SRC_V4, "--src-v6", GEN_SRC_V6,
+        *traffic, "--duration", str(seconds),
         "--", "--no-pci", "--lcores", "0@0,1@0", "--file-prefix", prefix,
         "--log-level", "lib.eal:error", "--no-telemetry", "--vdev", f"net_tap0,iface={tap}",
     ]
@@ -119,7 +134,8 @@ def test_soak_mixed_traffic_flaps_reloads_and_a_slow_admin_client():
             slow_thread.start()
             c1 = t.client("c1")
             samples, flows, lost, reloads, flaps = [], 0, 0, 0, 0
-            lost_at: list[tuple[float, int, str]] = []  # (seconds, flows lost, b4's HTTP port)
+            # (seconds, flows lost, b4's HTTP port, the backends that answered in that round)
+            lost_at: list[tuple[float, int, str, list[str]]] = []
             refused = False
             start = time.monotonic()
             next_reload = next_flap = next_sample = start
@@ -157,7 +173,8 @@ def test_soak_mixed_traffic_flaps_reloads_and_a_slow_admin_client():
                         lost += len(socks) - len(got)
                         if len(got) < len(socks):
                             lost_at.append((round(now - start, 1), len(socks) - len(got),
-                                            "refused" if refused else "accepted"))
+                                            "refused" if refused else "accepted",
+                                            sorted(set(got.values()))))
                     finally:
                         for s in socks:
                             s.close()
@@ -173,6 +190,9 @@ def test_soak_mixed_traffic_flaps_reloads_and_a_slow_admin_client():
                     shutil.rmtree(Path("/var/run/dpdk") / prefix, ignore_errors=True)
             gen_report = json.loads([x for x in out.decode().splitlines() if x.startswith("{")][-1])
             changes = sum(lb.metrics().values("spillway_backend_health_changes_total").values())
+            # What each backend's user-space decapsulation did with what reached it.
+            decap = {b.short: {k: v for k, v in t.decap_stats(b).items()
+                               if k in ("written", "write_errors", "junk")} for b in t.backends}
             final = lb.stop()
         assert lb.proc.returncode == 0, lb.output()[-3000:]
         fwd = sum(v for k, v in final.items() if k.startswith("forward."))
@@ -187,7 +207,7 @@ def test_soak_mixed_traffic_flaps_reloads_and_a_slow_admin_client():
             "rss_kib_warm": warm[0]["rss_kib"], "rss_kib_max": max(s["rss_kib"] for s in warm),
             "fds_first": samples[0]["fds"], "fds_max": max(s["fds"] for s in samples),
             "conntrack_max": max(s["conntrack"] for s in samples), "samples": len(samples),
-            "lost_at": lost_at[:50],
+            "lost_at": lost_at[:50], "decap": decap,
             "drops": {k: v for k, v in sorted(final.items()) if k.startswith("drop.") and v},
         }
         record("soak", report)
