@@ -9,7 +9,10 @@ and must answer the client directly from the VIP.
 import hashlib
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -238,10 +241,6 @@ time.sleep(60)
 
 
 def test_a_second_signal_during_cleanup_does_not_leave_namespaces_behind():
-    import signal
-    import subprocess
-    import sys
-
     child = subprocess.Popen([sys.executable, "-c", _SIGNALLED_TWICE, os.path.dirname(T.__file__)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     prefix = None
