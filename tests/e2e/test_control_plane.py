@@ -328,12 +328,13 @@ def test_reload_removing_a_backend_drains_its_flows(how):
             # While x drains: every flow still reaches its backend, x included (CD-3, NX-4).
             assert {s: udp_ask(s) for s in socks} == pinned
             assert entry_backends(lb, t.clients[0].ipv4, socks[0].getsockname()[1], "udp") == [x.ipv4]
-            # CD-1: new flows never select x.
+            # CD-1: new flows never select x. Each stays open until the end, so that no two get
+            # the same source port (a port the kernel reused would be an earlier flow, tracked,
+            # not a new one).
             new = Counter()
             for _ in range(20):
                 for c in t.clients:
-                    with udp_flow(c) as s:
-                        new[udp_ask(s)] += 1
+                    new[udp_ask(stack.enter_context(udp_flow(c)))] += 1
             assert sum(new.values()) == 40 and x.short not in new, new
             m1 = wait_metrics(lb, lambda m: fwd(m)["new_connection"] - fwd(m0)["new_connection"] >= 40)
             assert fwd(m1)["conntrack_hit"] - fwd(m0)["conntrack_hit"] == len(socks)
