@@ -12,7 +12,7 @@
 //!
 //! `--only` runs one scenario between the two io-forward baselines (for profiling and A/B runs),
 //! or the flood experiments, or the replay-source scaling run alone; `--only floor` runs the
-//! baselines, the two floor loops and the established 1M-flow scenario. `--pairs N` with
+//! baselines, the floor loops, the established 1M-flow scenario and `syn_100`. `--pairs N` with
 //! `--only SCENARIO` alternates the baseline and that scenario N times and reports each
 //! scenario run's share of the two baselines around it, and their median.
 //!
@@ -30,6 +30,7 @@
 //!   read the frame, write a 34-byte outer header, transmit; the second also reads and writes
 //!   one random line of a table as large as the 1M-flow scenario's (one cache miss per
 //!   packet). What the machine and the generator leave for a balancer's own work;
+//!   `floor_table_1g` the same over a table as large as `syn_100`'s (1 GiB);
 //! - `syn_flood_guarded`: 1K established flows carry on while 95% of the packets are a SYN flood
 //!   from random sources, with the flood guard at 200k new entries/s: how many flood packets
 //!   were forwarded untracked, and whether the established flows kept their entries;
@@ -311,6 +312,9 @@ fn main() {
     };
     scenarios.push(floor("floor_touch", 0));
     scenarios.push(floor("floor_table_1m", (big as usize * 2).next_power_of_two()));
+    // One line per packet of a table as large as `syn_100`'s (16M lines, 1 GiB): the least a
+    // new connection costs in memory when the table has room for every SYN of the run.
+    scenarios.push(floor("floor_table_1g", 1 << 24));
     scenarios.push(Scenario {
         guard: Some(200_000),
         ..lb("syn_flood_guarded", TrafficSpec { syn_share: 0.95, ..spec(1024) }, 1 << 16, 300)
@@ -330,7 +334,10 @@ fn main() {
                 && (s.name == "io_forward"
                     || s.name == "io_forward_end"
                     || s.name == only
-                    || (only == "floor" && (s.floor.is_some() || s.name == "established_ipip_1m")))
+                    || (only == "floor"
+                        && (s.floor.is_some()
+                            || s.name == "established_ipip_1m"
+                            || s.name == "syn_100")))
         });
     }
     // --pairs N (with --only SCENARIO): the baseline and the scenario alternate N times, each

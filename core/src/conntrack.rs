@@ -450,7 +450,7 @@ fn lru_way(ways: &Ways, now32: u32) -> (usize, u32) {
 /// The `key_hash_spreads_keys_that_differ_in_one_field` test checks its spread. Its constants are
 /// public, like xxh3's fixed seed was: a sender who crafts colliding keys fills their two
 /// candidate buckets, which the eviction rule and the new-entry guard bound.
-#[inline]
+#[inline(always)]
 pub fn key_hash(key: &FlowKey) -> u64 {
     const K: [u64; 6] = [
         0xa076_1d64_78bd_642f,

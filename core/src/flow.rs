@@ -153,6 +153,21 @@ impl FlowKey {
         k
     }
 
+    /// The 5-tuple key of a packet with ports, with service id `service`: what
+    /// [`tracking_key`] returns for it when its service [`tracks_five_tuple`].
+    #[inline]
+    pub fn five_tuple(p: &PacketInfo, service: u16) -> FlowKey {
+        FlowKey {
+            src: p.src,
+            dst: p.dst,
+            sport: p.sport,
+            dport: p.dport,
+            proto: p.proto,
+            kind: TupleKind::Five as u8,
+            service,
+        }
+    }
+
     /// Put the two endpoints in canonical order (lower (address, port) first), SA-8.
     /// A 1-tuple has one endpoint and is returned unchanged.
     #[inline]
@@ -214,18 +229,36 @@ pub fn tracking_key(
     symmetric: bool,
     service: u16,
 ) -> FlowKey {
-    let kind = match (mode, affinity) {
+    let key = FlowKey::from_packet(p, tracking_kind(mode, affinity, p.has_ports()));
+    let key = if symmetric { key.canonical() } else { key };
+    key.with_service(service)
+}
+
+/// Which fields the tracking key of CT-1a..CT-1e holds, for a packet with usable ports
+/// (`ported`: [`PacketInfo::has_ports`]) or without.
+#[inline]
+fn tracking_kind(mode: TrackingMode, affinity: Affinity, ported: bool) -> TupleKind {
+    match (mode, affinity) {
         (TrackingMode::PerConnection, _)
         | (TrackingMode::PerSession, Affinity::None | Affinity::ClientIpPortProto) => {
-            ported_or_three(p)
+            if ported {
+                TupleKind::Five
+            } else {
+                TupleKind::Three
+            }
         }
         (TrackingMode::PerSession, Affinity::ClientIpProto) => TupleKind::Three,
         (TrackingMode::PerSession, Affinity::ClientIp) => TupleKind::Two,
         (TrackingMode::PerSession, Affinity::ClientIpNoDestination) => TupleKind::One,
-    };
-    let key = FlowKey::from_packet(p, kind);
-    let key = if symmetric { key.canonical() } else { key };
-    key.with_service(service)
+    }
+}
+
+/// True when a service's TCP and UDP packets are tracked by their 5-tuple as received: then
+/// [`tracking_key`] of such a packet is [`FlowKey::five_tuple`], and only a SYN
+/// ([`PacketInfo::is_syn`]) is a new-connection SYN ([`is_new_connection_syn`]). The data
+/// plane's short way for tracked flows relies on both (the snapshot keeps this per service).
+pub fn tracks_five_tuple(mode: TrackingMode, affinity: Affinity, symmetric: bool) -> bool {
+    !symmetric && tracking_kind(mode, affinity, true) == TupleKind::Five
 }
 
 /// CT-2: is this packet a new-connection SYN that skips the lookup and replaces any entry?

@@ -119,6 +119,10 @@ pub struct ServiceView {
     pub symmetric_hashing: bool,
     /// Tracking mode: what the tracking key holds (CT-1).
     pub tracking: TrackingMode,
+    /// Its TCP and UDP packets are tracked by their 5-tuple as received
+    /// ([`crate::flow::tracks_five_tuple`] of the three fields above): the data plane's short
+    /// way for tracked flows applies.
+    pub tracks_five_tuple: bool,
     /// Whether entries persist on a backend that became unhealthy (CP-1..CP-4).
     pub persistence: Persistence,
     /// CT-8: idle timeout in milliseconds.
@@ -371,9 +375,17 @@ impl Snapshot {
     ) -> Option<&'s ServiceView> {
         let port = if p.has_ports() { u32::from(p.dport) } else { RuleCache::NO_PORT };
         if last.port != port || last.proto != p.proto || last.dst != p.dst {
-            *last = RuleCache { dst: p.dst, proto: p.proto, port, service: self.service_for(p) };
+            self.remember_rule(*p, port, last);
         }
         last.service
+    }
+
+    /// [`Snapshot::service_for_cached`] when `last` does not answer. Out of line, with the
+    /// packet by value: the caller then keeps the packet's fields in registers (a reference
+    /// here made every caller store them all first, for every packet).
+    #[inline(never)]
+    fn remember_rule<'s>(&'s self, p: PacketInfo, port: u32, last: &mut RuleCache<'s>) {
+        *last = RuleCache { dst: p.dst, proto: p.proto, port, service: self.service_for(&p) };
     }
 
     /// The service with id `id`.

@@ -547,6 +547,11 @@ impl PolicyState {
                 affinity: svc.affinity,
                 symmetric_hashing: svc.symmetric_hashing,
                 tracking: svc.tracking,
+                tracks_five_tuple: crate::flow::tracks_five_tuple(
+                    svc.tracking,
+                    svc.affinity,
+                    svc.symmetric_hashing,
+                ),
                 persistence: svc.persistence,
                 idle_timeout_ms: u64::from(svc.idle_timeout_secs) * 1000,
                 encap: svc.encap,

@@ -8,8 +8,8 @@
 
 use spillway_core::addr::Addr;
 use spillway_core::flow::{
-    is_new_connection_syn, proto, selection_tuple, tcp_flags, tracking_key, FlowHasher, FlowKey,
-    PacketInfo, DEFAULT_HASH_SEED, FLOW_KEY_BYTES,
+    is_new_connection_syn, proto, selection_tuple, tcp_flags, tracking_key, tracks_five_tuple,
+    FlowHasher, FlowKey, PacketInfo, DEFAULT_HASH_SEED, FLOW_KEY_BYTES,
 };
 use spillway_core::policy::{Affinity, TrackingMode};
 
@@ -459,6 +459,45 @@ fn ct_2_only_an_unfragmented_tcp_syn_without_ack_is_new() {
     // Only TCP: a UDP packet with a stray flags byte is not a SYN.
     let udp_syn = PacketInfo { tcp_flags: tcp_flags::SYN, ..udp() };
     assert!(!is_new_connection_syn(&udp_syn, mode, a));
+}
+
+// ---------------------------------------------------------------- the data plane's short way
+
+/// The packet path builds the key of a service that "tracks the 5-tuple" without the general
+/// code, and looks up every packet of it but a SYN: which configurations promise that, and
+/// that the promise holds for every TCP and UDP packet with ports, in both address families.
+#[test]
+fn tracks_five_tuple_is_exactly_the_configurations_whose_ported_keys_are_5_tuples() {
+    use Affinity::*;
+    use TrackingMode::*;
+    let table = [
+        (PerConnection, None, true),
+        (PerConnection, ClientIpPortProto, true),
+        (PerConnection, ClientIpProto, true),
+        (PerConnection, ClientIp, true),
+        (PerConnection, ClientIpNoDestination, true),
+        (PerSession, None, true),
+        (PerSession, ClientIpPortProto, true),
+        (PerSession, ClientIpProto, false),
+        (PerSession, ClientIp, false),
+        (PerSession, ClientIpNoDestination, false),
+    ];
+    let v6_udp = PacketInfo { src: v6("2001:db8::1"), dst: v6("2001:db8::2"), ..udp() };
+    let ported = [tcp(tcp_flags::SYN), tcp(tcp_flags::ACK), tcp(tcp_flags::FIN), udp(), v6_udp];
+    for (mode, a, expected) in table {
+        assert_eq!(tracks_five_tuple(mode, a, false), expected, "{mode:?} {a:?}");
+        // Symmetric hashing orders the endpoints: never the packet's 5-tuple as received.
+        assert!(!tracks_five_tuple(mode, a, true), "{mode:?} {a:?} symmetric");
+        if !expected {
+            continue;
+        }
+        for p in ported {
+            let k = key(p.src, p.dst, p.sport, p.dport, p.proto, 5, SERVICE);
+            assert_eq!(tracking_key(&p, mode, a, false, SERVICE), k, "{mode:?} {a:?} {p:?}");
+            assert_eq!(FlowKey::five_tuple(&p, SERVICE), k);
+            assert_eq!(is_new_connection_syn(&p, mode, a), p.is_syn(), "{mode:?} {a:?} {p:?}");
+        }
+    }
 }
 
 // ---------------------------------------------------------------- CH-1, CH-4

@@ -26,14 +26,14 @@ use crate::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache};
 use crate::node::Node;
 use crossbeam::queue::ArrayQueue;
 use spillway_core::addr::Addr;
-use spillway_core::conntrack::Shard;
+use spillway_core::conntrack::{self, Hint, Shard};
 use spillway_core::counters::{PathDrop, Reason, WorkerCounters};
 use spillway_core::decide::{
     decide_prepared, judge, prepare_for, ForwardReason, Prepared, Verdict,
 };
-use spillway_core::flow::PacketInfo;
+use spillway_core::flow::{self, FlowKey, PacketInfo};
 use spillway_core::model::Encap;
-use spillway_core::snapshot::{RuleCache, Snapshot};
+use spillway_core::snapshot::{RuleCache, ServiceView, Snapshot};
 use spillway_core::time::Time;
 use spillway_core::wire::build::{self, EncapKind, EncapParams, OuterV4};
 use spillway_core::wire::{self, arp, ethernet, Frame, FrameKind, IpFrame, IpMeta, MacAddr};
@@ -160,7 +160,9 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// conntrack bucket prefetched; `RECORD_LAG` packets behind, once that header has arrived,
 /// its signatures are matched ([`Shard::probe`]: the slot is kept as the lookup's hint) and
 /// the record they point to is prefetched; then each packet is decided and rewritten, a
-/// packet of a tracked flow by a short way (`forward_tracked`) when its hint holds. (A
+/// packet of a tracked flow by a short way (`forward_tracked`) when its hint holds. The
+/// common packet (untagged IPv4 TCP or UDP, not a SYN, to a service that tracks the 5-tuple
+/// and encapsulates) goes through both passes with a smaller record ([`Lane`]). (A
 /// separate pass for the records, as before, began by waiting for the first packet's header;
 /// with the lag the one-worker replay benchmark at 1M flows gained about 7%, median of 11
 /// alternating runs.)
@@ -181,11 +183,8 @@ pub fn process_burst<B: PacketBuf>(
     let mut staged = [Staged::EMPTY; MAX_BURST];
     let mut last_rule = RuleCache::EMPTY;
     for i in 0..n {
-        stage(&bufs[i], ctx, &mut last_rule, &mut staged[i]);
-        if let Staged::Decide { prep, .. } = &staged[i] {
-            if prep.service.is_some() {
-                dpdk::prefetch(ctx.shard.primary_line(prep.key_hash));
-            }
+        if let Some(hash) = stage(&bufs[i], ctx, &mut last_rule, &mut staged[i]) {
+            dpdk::prefetch(ctx.shard.primary_line(hash));
         }
         if i >= RECORD_LAG {
             prefetch_record(&mut staged[i - RECORD_LAG], ctx);
@@ -212,8 +211,13 @@ const RECORD_LAG: usize = 16;
 /// (or write, for a new connection's SYN).
 #[inline(always)]
 fn prefetch_record(st: &mut Staged<'_>, ctx: &PathCtx<'_>) {
-    if let Staged::Decide { prep, .. } = st {
-        if prep.service.is_some() {
+    match st {
+        Staged::Lane(lane) => {
+            let (hint, line) = ctx.shard.probe(lane.key_hash);
+            lane.hint = hint;
+            dpdk::prefetch(line);
+        }
+        Staged::Decide { prep, .. } if prep.service.is_some() => {
             if prep.lookup {
                 let (hint, line) = ctx.shard.probe(prep.key_hash);
                 prep.hint = hint;
@@ -222,12 +226,13 @@ fn prefetch_record(st: &mut Staged<'_>, ctx: &PathCtx<'_>) {
                 dpdk::prefetch(ctx.shard.insert_line(prep.key_hash));
             }
         }
+        _ => {}
     }
 }
 
 /// What the first pass over a frame found: kept per packet of a burst between the passes, so
-/// it holds only what the last pass needs (136 bytes; the whole classified `Frame` made it 176,
-/// copied twice per packet).
+/// it holds only what the last pass needs (the common packet's [`Lane`] is 64 bytes; the
+/// general record 136; the whole classified `Frame` made it 176, copied twice per packet).
 #[derive(Clone, Copy, Debug)]
 enum Staged<'s> {
     /// Already settled (malformed, not for us, not contiguous).
@@ -240,6 +245,79 @@ enum Staged<'s> {
     /// for the rare ICMP error back, is read from the frame then: it is unchanged until the
     /// packet is rewritten.)
     Decide { info: PacketInfo, ip: IpMeta, prep: Prepared<'s>, icmp_error: bool },
+    /// The common packet, by a short way: an untagged IPv4 TCP or UDP packet, not a SYN, of a
+    /// service that tracks the 5-tuple (a packet of a tracked flow, most likely), with only
+    /// what its lookup and encapsulation need.
+    Lane(Lane<'s>),
+}
+
+/// What the short way keeps of a packet between the passes (64 bytes): its service, tracking
+/// key (the packet's 5-tuple, [`FlowKey::five_tuple`]), the key's hash and where its entry
+/// probably is, and the IP packet's length (the IP header is at [`ethernet::HEADER_LEN`]).
+/// The frame itself is untouched until the last pass, which classifies it again in full when
+/// the short way does not apply after all ([`Lane::decide_in_full`]).
+#[derive(Clone, Copy, Debug)]
+struct Lane<'s> {
+    svc: &'s ServiceView,
+    key: FlowKey,
+    key_hash: u64,
+    hint: Hint,
+    l3_len: u16,
+}
+
+impl<'s> Lane<'s> {
+    /// The short way's record of a classified frame, when it applies: not a SYN (a SYN of such
+    /// a service is a new connection, never looked up), not the node's own traffic, and its
+    /// rule's service tracks the 5-tuple and encapsulates (IPIP or GUE).
+    #[inline(always)]
+    fn of(f: &IpFrame, ctx: &PathCtx<'s>, last_rule: &mut RuleCache<'s>) -> Option<Lane<'s>> {
+        if f.info.is_syn() || ctx.for_kernel(&f.info.dst) {
+            return None;
+        }
+        let svc = ctx.snap.service_for_cached(&f.info, last_rule)?;
+        if !svc.tracks_five_tuple || svc.encap == Encap::L2 {
+            return None;
+        }
+        let key = FlowKey::five_tuple(&f.info, svc.id);
+        // What the general way builds (checked in every debug build: the tests, the e2e daemon).
+        debug_assert_eq!(
+            key,
+            flow::tracking_key(&f.info, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id)
+        );
+        // `classify_ip_fast` takes no IPv4 packet longer than its 16-bit total length.
+        let l3_len = u16::try_from(f.ip.l3_len).ok()?;
+        Some(Lane { svc, key, key_hash: conntrack::key_hash(&key), hint: Hint::NONE, l3_len })
+    }
+
+    /// The packet's flow fields, from its key (all a tracked entry's validity depends on).
+    #[inline(always)]
+    fn info(&self) -> PacketInfo {
+        PacketInfo {
+            src: self.key.src,
+            dst: self.key.dst,
+            proto: self.key.proto,
+            sport: self.key.sport,
+            dport: self.key.dport,
+            fragment: false,
+            tcp_flags: 0,
+            icmp_error: false,
+        }
+    }
+
+    /// The general way for a packet the short way could not send (no entry where the hint
+    /// says, an entry no longer valid, no prebuilt outer headers, too big): classified again
+    /// (the frame is as received), then decided as [`stage`] and [`finish`] would have.
+    #[cold]
+    #[inline(never)]
+    fn decide_in_full<B: PacketBuf>(&self, buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
+        let Some(IpFrame { info, ip, .. }) = wire::classify_ip_fast(buf.data()) else {
+            // The first pass classified this very frame: unreachable, never a panic.
+            return drop_path(PathDrop::NotForUs);
+        };
+        let mut prep = prepare_for(&info, Some(self.svc));
+        prep.hint = self.hint;
+        forward(buf, ctx, &info, &ip, &prep, false)
+    }
 }
 
 impl Staged<'_> {
@@ -250,21 +328,25 @@ impl Staged<'_> {
 ///
 /// The record is written in place: returned by value, it was built on the stack and then
 /// copied in 16-byte loads over the narrower stores that built it, which stalled each load
-/// until those stores were done (no store forwarding).
-#[inline(never)]
+/// until those stores were done (no store forwarding). Inlined in the burst loop, with the
+/// general way (`stage_general`) out of line: the common packet's values then stay in
+/// registers.
+///
+/// Returns the hash of the key whose conntrack bucket the packet's decision reads, if any.
+#[inline(always)]
 fn stage<'s, B: PacketBuf>(
     buf: &B,
     ctx: &PathCtx<'s>,
     last_rule: &mut RuleCache<'s>,
     out: &mut Staged<'s>,
-) {
+) -> Option<u64> {
     if !buf.is_contiguous() {
         *out = Staged::Done(drop_path(PathDrop::NoHeadroom));
-        return;
+        return None;
     }
     if !buf.is_writable() {
         *out = Staged::Done(drop_path(PathDrop::SharedBuffer));
-        return;
+        return None;
     }
     let data = buf.data();
     // The port may be promiscuous: unicast frames for other hosts are not ours (checked on
@@ -272,41 +354,73 @@ fn stage<'s, B: PacketBuf>(
     if let Some(dst) = data.get(..6) {
         if dst[0] & 1 == 0 && *dst != ctx.node.mac {
             *out = Staged::Done(drop_path(PathDrop::NotForUs));
-            return;
+            return None;
         }
     }
-    // The common frame (untagged IPv4 TCP/UDP) without building a whole `Frame`; the rest
-    // through the full classifier.
-    let (IpFrame { info, ip, .. }, icmp_error) = match wire::classify_ip_fast(data) {
-        Some(f) => (f, false),
-        None => match wire::classify(data) {
-            Ok(f) => match f.kind {
-                FrameKind::Ip { info, ip } => (IpFrame { src_mac: f.src_mac, info, ip }, false),
-                FrameKind::IcmpError { info, ip, .. } => {
-                    (IpFrame { src_mac: f.src_mac, info, ip }, true)
-                }
-                FrameKind::IcmpEchoRequest { info, ip } if !ctx.is_local(&info.dst) => {
-                    (IpFrame { src_mac: f.src_mac, info, ip }, false)
-                }
-                _ => {
-                    *out = Staged::Local;
-                    return;
-                }
-            },
-            Err(m) => {
-                *out = Staged::Done(Outcome::Drop(Reason::Malformed(m)));
-                return;
+    // The common frame (untagged IPv4 TCP/UDP) without building a whole `Frame`, and by the
+    // short way when it applies; the rest through the full classifier, out of line (so that
+    // the short way keeps its values in registers).
+    match wire::classify_ip_fast(data) {
+        Some(f) => match Lane::of(&f, ctx, last_rule) {
+            Some(lane) => {
+                *out = Staged::Lane(lane);
+                Some(lane.key_hash)
+            }
+            None => stage_ip(f, false, ctx, last_rule, out),
+        },
+        None => stage_general(data, ctx, last_rule, out),
+    }
+}
+
+/// [`stage`] for a frame that [`wire::classify_ip_fast`] does not take.
+#[inline(never)]
+fn stage_general<'s>(
+    data: &[u8],
+    ctx: &PathCtx<'s>,
+    last_rule: &mut RuleCache<'s>,
+    out: &mut Staged<'s>,
+) -> Option<u64> {
+    let (f, icmp_error) = match wire::classify(data) {
+        Ok(f) => match f.kind {
+            FrameKind::Ip { info, ip } => (IpFrame { src_mac: f.src_mac, info, ip }, false),
+            FrameKind::IcmpError { info, ip, .. } => {
+                (IpFrame { src_mac: f.src_mac, info, ip }, true)
+            }
+            FrameKind::IcmpEchoRequest { info, ip } if !ctx.is_local(&info.dst) => {
+                (IpFrame { src_mac: f.src_mac, info, ip }, false)
+            }
+            _ => {
+                *out = Staged::Local;
+                return None;
             }
         },
+        Err(m) => {
+            *out = Staged::Done(Outcome::Drop(Reason::Malformed(m)));
+            return None;
+        }
     };
+    stage_ip(f, icmp_error, ctx, last_rule, out)
+}
+
+/// [`stage`] for an IP packet to decide in full (not by the short way).
+#[inline(always)]
+fn stage_ip<'s>(
+    IpFrame { info, ip, .. }: IpFrame,
+    icmp_error: bool,
+    ctx: &PathCtx<'s>,
+    last_rule: &mut RuleCache<'s>,
+    out: &mut Staged<'s>,
+) -> Option<u64> {
     // The node's own traffic (for an ICMP error, `info` is the quoted packet reversed: its
     // `dst` is the quoted packet's source, the node's address when the node sent it).
     if ctx.for_kernel(&info.dst) {
         *out = Staged::Done(Outcome::ToKernel);
-        return;
+        return None;
     }
     let prep = prepare_for(&info, ctx.snap.service_for_cached(&info, last_rule));
+    let hash = prep.service.map(|_| prep.key_hash);
     *out = Staged::Decide { prep, info, ip, icmp_error };
+    hash
 }
 
 /// The last pass: answer, or decide and rewrite; count drops.
@@ -319,9 +433,29 @@ fn finish<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, staged: &Staged<'_>)
             // It was classified as for the node in the first pass: unreachable, never a panic.
             Err(m) => Outcome::Drop(Reason::Malformed(m)),
         },
+        Staged::Lane(lane) => {
+            let inner_len = usize::from(lane.l3_len);
+            let tracked = forward_tracked(
+                buf,
+                ctx,
+                (lane.svc, &lane.key, lane.key_hash, lane.hint),
+                &lane.info(),
+                (ethernet::HEADER_LEN, inner_len),
+            );
+            match tracked {
+                Some(o) => o,
+                None => lane.decide_in_full(buf, ctx),
+            }
+        }
         Staged::Decide { info, ip, prep, icmp_error } => {
-            let tracked = match (icmp_error, prep.lookup) {
-                (false, true) => forward_tracked(buf, ctx, info, ip, prep),
+            let tracked = match (icmp_error, prep.service, prep.lookup) {
+                (false, Some(svc), true) => forward_tracked(
+                    buf,
+                    ctx,
+                    (svc, &prep.key, prep.key_hash, prep.hint),
+                    info,
+                    (usize::from(ip.l3_offset), ip.l3_len as usize),
+                ),
                 _ => None,
             };
             match tracked {
@@ -422,31 +556,36 @@ const ICMP_ERROR_FRAME_ROOM: usize = 64;
 /// where the hint says and still valid ([`judge`]), to a backend with prebuilt IPv4 outer
 /// headers, encapsulated. `None`, with nothing changed but the entry's idle clock (which
 /// [`forward`] restarts too), for anything else: [`forward`] then decides it in full.
+///
+/// `(svc, key, key_hash, hint)`: the packet's service, tracking key, its hash and the probed
+/// slot; `info`: its flow fields; `(l3_offset, inner_len)`: where the IP packet is in the
+/// frame, and its length.
 #[inline(always)]
 fn forward_tracked<B: PacketBuf>(
     buf: &mut B,
     ctx: &mut PathCtx<'_>,
+    (svc, key, key_hash, hint): (&ServiceView, &FlowKey, u64, Hint),
     info: &PacketInfo,
-    ip: &IpMeta,
-    prep: &Prepared<'_>,
+    (l3_offset, inner_len): (usize, usize),
 ) -> Option<Outcome> {
-    let svc = prep.service?;
     let (kind, gue_dport) = match svc.encap {
         Encap::Ipip => (EncapKind::Ipip, 0),
         Encap::Gue { port } => (EncapKind::Gue, port),
         Encap::L2 => return None,
     };
-    let hit = ctx.shard.hinted_hit(&prep.key, prep.key_hash, prep.hint, ctx.now)?;
+    let hit = ctx.shard.hinted_hit(key, key_hash, hint, ctx.now)?;
     let backend = judge(&hit.value, hit.idle_ms, svc, ctx.snap, info, ctx.now).ok()?;
     let outer = ctx.next_hops.hop(backend)?.outer_v4.as_ref()?;
-    let inner_len = ip.l3_len as usize;
     let hdr = build::encap_len(kind, false);
     if (inner_len + hdr - ethernet::HEADER_LEN) as u64 > u64::from(ctx.node.mtu) {
         return None;
     }
     hit.touch(); // CT-8: every hit restarts the idle clock.
-    let frame = buf.reframe(usize::from(ip.l3_offset), inner_len, hdr)?;
-    if outer.write(frame, kind, inner_len, prep.key_hash, gue_dport).is_err() {
+                 // Unchanged when it cannot: the full decision would drop the packet the same way.
+    let Some(frame) = buf.reframe(l3_offset, inner_len, hdr) else {
+        return Some(drop_path(PathDrop::NoHeadroom));
+    };
+    if outer.write(frame, kind, inner_len, key_hash, gue_dport).is_err() {
         return Some(drop_path(PathDrop::NoHeadroom));
     }
     let c = ctx.counters;

@@ -7,10 +7,13 @@ mod fixture;
 
 use crossbeam::queue::ArrayQueue;
 use fixture::{a, model, service, snapshot, NODE_MAC};
-use spillway_core::conntrack::Shard;
+use spillway_core::addr::Addr;
+use spillway_core::conntrack::{key_hash, Shard};
 use spillway_core::counters::{PathDrop, Reason, WorkerCounters};
 use spillway_core::decide::{DropReason, ForwardReason};
+use spillway_core::flow::FlowKey;
 use spillway_core::model::{Encap, RuleProtocol};
+use spillway_core::policy::{Affinity, TrackingMode};
 use spillway_core::snapshot::Snapshot;
 use spillway_core::time::Time;
 use spillway_core::wire::Malformed;
@@ -540,6 +543,81 @@ fn a_later_burst_of_tracked_flows_is_decided_exactly_like_frame_by_frame() {
         let too_big = burst.count(Reason::Path(PathDrop::TooBig));
         assert_eq!(too_big, if encap == Encap::L2 { 0 } else { 1 }, "{encap:?}");
     }
+}
+
+/// The short way builds a packet's tracking key from its 5-tuple as received; it is tried for
+/// services whose keys are that 5-tuple, and a packet it cannot send is decided in full.
+/// Beside such a service, a per-session service with client-IP affinity (one 2-tuple entry per
+/// client) and one with symmetric hashing (the endpoints in canonical order) keep their own
+/// keys and find their entries, in a burst as one by one. The keys are written out by hand
+/// and looked up in the table. (A wrong key of the short way would only miss and be decided
+/// in full; in a debug build, as here, the short way also checks each key it builds against
+/// the general one, which a short way tried for "sess" or "sym" fails.)
+#[test]
+fn beside_the_short_way_services_with_other_keys_keep_them_and_find_their_entries() {
+    let l3 = RuleProtocol::L3Default;
+    let backend = || [a("198.18.1.1")];
+    let conn = service("conn", Encap::Ipip, l3, &["198.18.0.100"], "g1", backend());
+    let mut sess = service("sess", Encap::Ipip, l3, &["198.18.0.101"], "g2", backend());
+    sess.tracking = TrackingMode::PerSession;
+    sess.affinity = Affinity::ClientIp;
+    let mut sym = service("sym", Encap::Ipip, l3, &["198.18.0.102"], "g3", backend());
+    sym.symmetric_hashing = true;
+    let make = || Rig {
+        snap: snapshot(model("r", [conn.clone(), sess.clone(), sym.clone()])),
+        ..Rig::new(Encap::Ipip)
+    };
+    let (mut one_by_one, mut burst) = (make(), make());
+    let id = |name: &str| {
+        burst.snap.services().find(|s| &*s.name == name).map(|s| s.id).expect("service")
+    };
+    let (conn_id, sess_id, sym_id) = (id("conn"), id("sess"), id("sym"));
+    let client = a("198.18.10.5");
+    let vip = |last: u8| Addr::v4(198, 18, 0, last);
+    // ACKs (not SYNs, which are new connections and never take the short way), four source
+    // ports to each service: the first burst makes the entries, the second finds them.
+    let frames: Vec<Vec<u8>> = [100u8, 101, 102]
+        .iter()
+        .flat_map(|&v| {
+            (0..4u16).map(move |i| {
+                let ip = ipv4(
+                    "198.18.10.5",
+                    &format!("198.18.0.{v}"),
+                    6,
+                    true,
+                    &tcp(40000 + i, 80, 0x10, b""),
+                );
+                eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip)
+            })
+        })
+        .collect();
+    for round in 0..2 {
+        let want: Vec<_> = frames.iter().map(|f| one_by_one.run(f)).collect();
+        assert_eq!(burst.run_burst(&frames), want, "round {round}");
+        assert_eq!(burst.all_counters(), one_by_one.all_counters(), "round {round}");
+    }
+    let key = |src, dst, sport, dport, proto, kind, service| FlowKey {
+        src,
+        dst,
+        sport,
+        dport,
+        proto,
+        kind,
+        service,
+    };
+    let mut expected = vec![key(client, Addr::v4(198, 18, 0, 101), 0, 0, 0, 2, sess_id)];
+    for i in 0..4u16 {
+        expected.push(key(client, vip(100), 40000 + i, 80, 6, 5, conn_id));
+        // 198.18.0.102 sorts before 198.18.10.5: the VIP's end first.
+        expected.push(key(vip(102), client, 80, 40000 + i, 6, 5, sym_id));
+    }
+    for k in &expected {
+        assert!(burst.shard.lookup(k, key_hash(k), burst.now).is_some(), "no entry for {k:?}");
+    }
+    assert_eq!(burst.shard.len(), expected.len());
+    // Every packet of the second round found its entry, and in the first the client's later
+    // packets to "sess" found the one entry its first packet made.
+    assert_eq!(burst.count(Reason::Forward(ForwardReason::ConntrackHit)), 12 + 3);
 }
 
 /// The phase clock (a benchmark diagnostic) records every burst's packets and cycles when
