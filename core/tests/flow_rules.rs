@@ -25,6 +25,26 @@ const ALL_AFFINITIES: [Affinity; 5] = [
     Affinity::ClientIpNoDestination,
 ];
 
+/// Every tracking mode and affinity, and whether a SYN is a new connection there (CT-2): per
+/// connection, or per session with no affinity or the 5-tuple's. The same configurations
+/// track a TCP or UDP packet by its 5-tuple (CT-1a, CT-1b).
+const SYN_IS_NEW: [(TrackingMode, Affinity, bool); 10] = {
+    use Affinity::*;
+    use TrackingMode::*;
+    [
+        (PerConnection, None, true),
+        (PerConnection, ClientIpPortProto, true),
+        (PerConnection, ClientIpProto, true),
+        (PerConnection, ClientIp, true),
+        (PerConnection, ClientIpNoDestination, true),
+        (PerSession, None, true),
+        (PerSession, ClientIpPortProto, true),
+        (PerSession, ClientIpProto, false),
+        (PerSession, ClientIp, false),
+        (PerSession, ClientIpNoDestination, false),
+    ]
+};
+
 fn tcp(flags: u8) -> PacketInfo {
     PacketInfo {
         src: CLIENT,
@@ -422,22 +442,8 @@ fn ct_1_service_id_is_in_tracking_keys_and_not_in_selection_tuples() {
 
 #[test]
 fn ct_2_which_configurations_treat_a_syn_as_a_new_connection() {
-    use Affinity::*;
-    use TrackingMode::*;
-    let table = [
-        (PerConnection, None, true),
-        (PerConnection, ClientIpPortProto, true),
-        (PerConnection, ClientIpProto, true),
-        (PerConnection, ClientIp, true),
-        (PerConnection, ClientIpNoDestination, true),
-        (PerSession, None, true),
-        (PerSession, ClientIpPortProto, true),
-        (PerSession, ClientIpProto, false),
-        (PerSession, ClientIp, false),
-        (PerSession, ClientIpNoDestination, false),
-    ];
     let syn = tcp(tcp_flags::SYN);
-    for (mode, a, expected) in table {
+    for (mode, a, expected) in SYN_IS_NEW {
         assert_eq!(is_new_connection_syn(&syn, mode, a), expected, "{mode:?} {a:?}");
     }
 }
@@ -468,23 +474,9 @@ fn ct_2_only_an_unfragmented_tcp_syn_without_ack_is_new() {
 /// that the promise holds for every TCP and UDP packet with ports, in both address families.
 #[test]
 fn tracks_five_tuple_is_exactly_the_configurations_whose_ported_keys_are_5_tuples() {
-    use Affinity::*;
-    use TrackingMode::*;
-    let table = [
-        (PerConnection, None, true),
-        (PerConnection, ClientIpPortProto, true),
-        (PerConnection, ClientIpProto, true),
-        (PerConnection, ClientIp, true),
-        (PerConnection, ClientIpNoDestination, true),
-        (PerSession, None, true),
-        (PerSession, ClientIpPortProto, true),
-        (PerSession, ClientIpProto, false),
-        (PerSession, ClientIp, false),
-        (PerSession, ClientIpNoDestination, false),
-    ];
     let v6_udp = PacketInfo { src: v6("2001:db8::1"), dst: v6("2001:db8::2"), ..udp() };
     let ported = [tcp(tcp_flags::SYN), tcp(tcp_flags::ACK), tcp(tcp_flags::FIN), udp(), v6_udp];
-    for (mode, a, expected) in table {
+    for (mode, a, expected) in SYN_IS_NEW {
         assert_eq!(tracks_five_tuple(mode, a, false), expected, "{mode:?} {a:?}");
         // Symmetric hashing orders the endpoints: never the packet's 5-tuple as received.
         assert!(!tracks_five_tuple(mode, a, true), "{mode:?} {a:?} symmetric");
