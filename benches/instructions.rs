@@ -20,7 +20,9 @@
 //! - `encap_general`: the same with `build::write_encap`, which builds every header field;
 //! - `burst_established` / `burst_syn`: `path::process_burst` over bursts of 32 frames of 1,000
 //!   established flows (ACKs) or new connections (SYNs), the whole path in memory; each burst
-//!   reloads its 32 buffers first, which `reload` alone measures (subtract it).
+//!   reloads its 32 buffers first, which `reload` alone measures (subtract it);
+//! - `burst_established_v6`: the same for 1,000 established IPv6 flows (IP6IP6 to IPv6
+//!   backends: the general way, which the IPv4 packets' short way must not slow down).
 //!
 //! Run one case (what the driver does under valgrind):
 //! `target/release/deps/instructions-* --case classify --packets 100000`.
@@ -44,7 +46,7 @@ use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
 use spillway_dataplane::path::{process_burst, Outcome, PacketBuf, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
 
-const CASES: [&str; 9] = [
+const CASES: [&str; 10] = [
     "classify",
     "classify_ip",
     "decide_hit",
@@ -54,6 +56,7 @@ const CASES: [&str; 9] = [
     "reload",
     "burst_established",
     "burst_syn",
+    "burst_established_v6",
 ];
 
 /// Flows cycled through by the established cases.
@@ -70,20 +73,49 @@ fn flow_frame(i: usize, flags: u8) -> Vec<u8> {
     tcp_frame([198, 18, 10 + (i / 60000) as u8, (i % 250) as u8], 1024 + (i % 60000) as u16, flags)
 }
 
+/// A 74-byte Ethernet/IPv6/TCP frame of flow `i` from fd00::a:(i % 250) to the IPv6 VIP.
+fn flow_frame_v6(i: usize, flags: u8) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0xc, 0x86, 0xdd];
+    f.extend_from_slice(&[0x60, 0, 0, 0, 0, 20, 6, 64]);
+    f.extend_from_slice(&(V6_CLIENTS + (i % 250) as u128).to_be_bytes());
+    f.extend_from_slice(&V6_VIP.to_be_bytes());
+    f.extend_from_slice(&(1024 + (i % 60000) as u16).to_be_bytes());
+    f.extend_from_slice(&80u16.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    f
+}
+
+/// fd00::a:0, the first IPv6 client.
+const V6_CLIENTS: u128 = 0xfd00_0000_0000_0000_0000_0000_000a_0000;
+/// fd00::100, the IPv6 VIP.
+const V6_VIP: u128 = 0xfd00_0000_0000_0000_0000_0000_0000_0100;
+
 /// Runs `case` over `packets` packets.
 fn run_case(case: &str, packets: usize) {
     let backends = || (1..=16).map(|i| Addr::v4(198, 18, 1, i));
+    let backends_v6 = || {
+        (1..=16u8).map(|i| {
+            Addr((0xfd00_0000_0000_0000_0000_0000_0001_0000 + u128::from(i)).to_be_bytes())
+        })
+    };
     let svc = service("ipip", Encap::Ipip, RuleProtocol::Tcp, &["198.18.0.100"], "g", backends());
-    let snap = snapshot(model("", [svc]));
-    let node = node(false);
-    let neighbours =
-        NeighbourTable::from_pairs((1..=16).map(|i| (Addr::v4(198, 18, 1, i), [2, 0, 0, 0, 1, i])));
+    let svc6 =
+        service("ipip6", Encap::Ipip, RuleProtocol::Tcp, &["fd00::100"], "g6", backends_v6());
+    let snap = snapshot(model("", [svc, svc6]));
+    let node = node(true);
+    let neighbours = NeighbourTable::from_pairs(
+        (1..=16)
+            .map(|i| (Addr::v4(198, 18, 1, i), [2, 0, 0, 0, 1, i]))
+            .chain(backends_v6().zip(1..=16u8).map(|(a, i)| (a, [2, 0, 0, 0, 6, i]))),
+    );
     let events = ArrayQueue::new(16);
     let mut next_hops = NextHopCache::new();
     next_hops.refresh(&snap, &neighbours, &node);
     let counters = WorkerCounters::new();
     let syns: Vec<Vec<u8>> = (0..FLOWS).map(|i| flow_frame(i, 0x02)).collect();
     let acks: Vec<Vec<u8>> = (0..FLOWS).map(|i| flow_frame(i, 0x10)).collect();
+    let syns_v6: Vec<Vec<u8>> = (0..FLOWS).map(|i| flow_frame_v6(i, 0x02)).collect();
+    let acks_v6: Vec<Vec<u8>> = (0..FLOWS).map(|i| flow_frame_v6(i, 0x10)).collect();
     // New connections, as many whatever `packets` is (their set-up cancels out too).
     let new: Vec<Vec<u8>> = (0..MAX_PACKETS).map(|i| flow_frame(FLOWS + i, 0x02)).collect();
     assert!(packets <= MAX_PACKETS, "at most {MAX_PACKETS} packets");
@@ -94,11 +126,13 @@ fn run_case(case: &str, packets: usize) {
     // The established flows have their entries.
     let mut bufs = vec![VecBuf::new(); MAX_BURST];
     let mut out = [Outcome::Consumed; MAX_BURST];
-    for chunk in syns.chunks(MAX_BURST) {
+    for chunk in syns.chunks(MAX_BURST).chain(syns_v6.chunks(MAX_BURST)) {
         for (b, f) in bufs.iter_mut().zip(chunk) {
             b.load(f);
         }
         process_burst(&mut bufs[..chunk.len()], &mut ctx, &mut out);
+        // Every one made its flow's entry.
+        assert!(out[..chunk.len()].iter().all(|o| *o == Outcome::Transmit), "{out:?}");
     }
     match case {
         "classify" => {
@@ -153,8 +187,12 @@ fn run_case(case: &str, packets: usize) {
                 black_box(ok && written.is_ok());
             }
         }
-        "reload" | "burst_established" | "burst_syn" => {
-            let frames = if case == "burst_syn" { &new } else { &acks };
+        "reload" | "burst_established" | "burst_syn" | "burst_established_v6" => {
+            let frames = match case {
+                "burst_syn" => &new,
+                "burst_established_v6" => &acks_v6,
+                _ => &acks,
+            };
             let mut done = 0;
             while done < packets {
                 let n = MAX_BURST.min(packets - done);
