@@ -10,7 +10,7 @@ use spillway_core::flow::proto;
 use spillway_core::wire::build::{
     self, arp_reply, arp_request, encap_len, icmp_echo_reply, icmp_frag_needed,
     icmpv6_packet_too_big, neighbor_advertisement, neighbor_solicitation, set_macs, write_encap,
-    BuildError, EncapKind, EncapParams, OuterV4,
+    BuildError, EncapKind, EncapParams, OuterV4, OuterV6,
 };
 use spillway_core::wire::{classify, FrameKind, Ipv4Packet};
 use wire_fixtures::*;
@@ -228,6 +228,55 @@ fn prebuilt_outer_v4_matches_the_reference() {
     big[34] = 0x45;
     let w = outer.write(&mut big, EncapKind::Ipip, 65535 - 10, 0, 0);
     assert_eq!(w, Err(BuildError::TooLong));
+}
+
+/// The prebuilt IPv6 headers (IP-in-IPv6) give the reference 4in6 frame, and the general
+/// builder's bytes for IPv4 and IPv6 inners of several traffic classes, lengths and flow
+/// hashes (the flow label); they refuse what `write_encap` refuses.
+#[test]
+fn prebuilt_outer_v6_matches_the_reference() {
+    let p = params(EncapKind::Ipip, true);
+    let outer = OuterV6::new(p.dst_mac, p.src_mac, p.outer_src, p.outer_dst).unwrap();
+    let with = |inner: &[u8], hash: u64| {
+        let mut buf = vec![0xee; 54];
+        buf.extend_from_slice(inner);
+        assert_eq!(outer.write(&mut buf, inner.len(), hash), Ok(buf.len()));
+        buf
+    };
+    assert_eq!(with(&hex(INNER_V4), FLOW_HASH), hex(EXPECT_IPIP_V6_4IN6));
+    for (tos, pad, hash) in
+        [(0u8, 0usize, 0u64), (0xff, 1, u64::MAX), (0xb8, 1400, 0x1234_5678_9abc)]
+    {
+        let mut v4 = hex(INNER_V4);
+        v4[1] = tos;
+        v4.resize(v4.len() + pad, 0x5a);
+        let mut v6 = hex(INNER_V6);
+        v6[0] = 0x60 | (tos >> 4);
+        v6[1] = (tos << 4) | (v6[1] & 0x0f);
+        v6.resize(v6.len() + pad, 0x5a);
+        for inner in [v4, v6] {
+            let general = {
+                let mut buf = vec![0xee; 54];
+                buf.extend_from_slice(&inner);
+                let q = EncapParams { flow_hash: hash, ..p };
+                assert_eq!(write_encap(&mut buf, &q, inner.len()), Ok(buf.len()));
+                buf
+            };
+            assert_eq!(with(&inner, hash), general, "tos {tos:#x} pad {pad} hash {hash:#x}");
+        }
+    }
+    assert_eq!(OuterV6::new(p.dst_mac, p.src_mac, a("192.0.2.1"), p.outer_dst), None);
+    assert_eq!(OuterV6::new(p.dst_mac, p.src_mac, p.outer_src, a("10.1.0.7")), None);
+    let inner = hex(INNER_V4);
+    let mut short = vec![0u8; 54 + 10];
+    assert_eq!(outer.write(&mut short, inner.len(), 0), Err(BuildError::BufferTooSmall));
+    let mut buf = vec![0u8; 54 + inner.len()];
+    buf[54..].copy_from_slice(&inner);
+    buf[54] = 0x55;
+    assert_eq!(outer.write(&mut buf, inner.len(), 0), Err(BuildError::WrongKind));
+    let mut big = vec![0u8; 54 + 65536];
+    big[54] = 0x45;
+    assert_eq!(outer.write(&mut big, 65536, 0), Err(BuildError::TooLong));
 }
 
 #[test]

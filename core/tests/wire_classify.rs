@@ -412,6 +412,62 @@ mod fast_path {
         f
     }
 
+    /// The same over IPv6: fd00::a:1 port 40000 to fd00::100 port 80, traffic class 0x12,
+    /// hop limit 61, the transport header right after the fixed header.
+    fn frame6(tcp: bool, payload: usize) -> Vec<u8> {
+        let l4 = if tcp { 20 } else { 8 } + payload;
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0xc, 0x86, 0xdd];
+        f.extend_from_slice(&[0x61, 0x20, 0, 0, (l4 >> 8) as u8, l4 as u8]);
+        f.extend_from_slice(&[if tcp { 6 } else { 17 }, 61]);
+        f.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xa, 0, 1]);
+        f.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
+        f.extend_from_slice(&[0x9c, 0x40, 0, 80]);
+        if tcp {
+            f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x12, 0xff, 0xff, 0, 0, 0, 0]);
+        } else {
+            f.extend_from_slice(&[(l4 >> 8) as u8, l4 as u8, 0, 0]);
+        }
+        f.resize(14 + 40 + l4, 0xab);
+        f
+    }
+
+    #[test]
+    fn the_common_ipv6_frames_take_the_fast_path_and_agree() {
+        for (tcp, payload) in [(true, 0), (true, 1400), (false, 0), (false, 32)] {
+            let f = frame6(tcp, payload);
+            let fast = classify_fast(&f).expect("the common case is fast");
+            assert_eq!(Ok(fast), classify_general(&f), "tcp={tcp} payload={payload}");
+            let (info, ip) = ip_of(&fast);
+            assert_eq!((info.sport, info.dport, info.src), (40000, 80, a("fd00::a:1")));
+            assert_eq!(info.dst, a("fd00::100"));
+            let l3_len = 40 + (u32::from(f[18]) << 8 | u32::from(f[19]));
+            assert_eq!(
+                (ip.is_v4, ip.df, ip.ttl, ip.tos, ip.l3_len),
+                (false, true, 61, 0x12, l3_len)
+            );
+        }
+        // Not the common case: the general parser answers.
+        let mut vlan = frame6(true, 0);
+        vlan.splice(12..12, [0x81, 0x00, 0, 5]);
+        let mut hop_by_hop = frame6(false, 0);
+        hop_by_hop[20] = 0;
+        let mut icmp = frame6(false, 0);
+        icmp[20] = 58;
+        let mut short_header = frame6(true, 0);
+        short_header[66] = 0x40; // data offset 4
+        let mut long_payload = frame6(false, 0);
+        long_payload[19] += 1; // one byte more than the frame holds
+        for (what, f) in [
+            ("vlan", vlan),
+            ("hop-by-hop", hop_by_hop),
+            ("icmpv6", icmp),
+            ("bad tcp", short_header),
+            ("payload length", long_payload),
+        ] {
+            assert_eq!(classify_fast(&f), None, "{what}");
+        }
+    }
+
     #[test]
     fn the_common_frames_take_the_fast_path_and_agree() {
         for (tcp, payload) in [(true, 0), (true, 1400), (false, 0), (false, 32)] {
@@ -450,16 +506,18 @@ mod fast_path {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 20_000, ..ProptestConfig::default() })]
 
-        /// Arbitrary damage to a valid frame (bytes changed, the frame cut or extended): the fast
-        /// path either declines or says exactly what the general parser says.
+        /// Arbitrary damage to a valid frame, IPv4 or IPv6 (bytes changed, the frame cut or
+        /// extended): the fast path either declines or says exactly what the general parser
+        /// says.
         #[test]
         fn the_fast_path_agrees_with_the_general_parser(
+            v6 in any::<bool>(),
             tcp in any::<bool>(),
             payload in 0usize..64,
             edits in proptest::collection::vec((0usize..80, any::<u8>()), 0..4),
             cut in proptest::option::of(0usize..100),
         ) {
-            let mut f = frame(tcp, payload);
+            let mut f = if v6 { frame6(tcp, payload) } else { frame(tcp, payload) };
             for (at, v) in edits {
                 if let Some(b) = f.get_mut(at) {
                     // Bias the damage towards the fields the fast path reads.

@@ -34,7 +34,7 @@ use hashbrown::HashMap;
 use spillway_core::addr::Addr;
 use spillway_core::counters::NeighbourCounters;
 use spillway_core::snapshot::Snapshot;
-use spillway_core::wire::build::OuterV4;
+use spillway_core::wire::build::{OuterV4, OuterV6};
 use spillway_core::wire::{MacAddr, MacDisplay};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,14 +89,17 @@ pub struct NextHopCache {
     hops: Vec<Option<NextHop>>,
 }
 
-/// How packets leave for one backend: its next hop's MAC and, for an IPv4 backend, the outer
-/// Ethernet and IPv4 headers of its encapsulation, prebuilt ([`OuterV4`]).
+/// How packets leave for one backend: its next hop's MAC and the outer Ethernet and IP
+/// headers of its encapsulation, prebuilt ([`OuterV4`] for an IPv4 backend, [`OuterV6`] for
+/// an IPv6 one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NextHop {
     /// The next hop's MAC.
     pub mac: MacAddr,
     /// The outer headers (an IPv4 backend, and the node has an IPv4 address).
     pub outer_v4: Option<OuterV4>,
+    /// The outer headers of IP-in-IPv6 (an IPv6 backend, and the node has an IPv6 address).
+    pub outer_v6: Option<OuterV6>,
 }
 
 impl NextHopCache {
@@ -118,9 +121,10 @@ impl NextHopCache {
         self.hops.extend(snap.backends.iter().map(|b| {
             let dst = b.endpoint.addr;
             let mac = table.get(&node.next_hop(&dst)?)?;
-            let outer_v4 =
-                node.source_for(&dst).and_then(|src| OuterV4::new(mac, node.mac, src, dst));
-            Some(NextHop { mac, outer_v4 })
+            let src = node.source_for(&dst);
+            let outer_v4 = src.and_then(|src| OuterV4::new(mac, node.mac, src, dst));
+            let outer_v6 = src.and_then(|src| OuterV6::new(mac, node.mac, src, dst));
+            Some(NextHop { mac, outer_v4, outer_v6 })
         }));
     }
 

@@ -35,7 +35,7 @@ use spillway_core::flow::{self, FlowKey, PacketInfo};
 use spillway_core::model::Encap;
 use spillway_core::snapshot::{RuleCache, ServiceView, Snapshot};
 use spillway_core::time::Time;
-use spillway_core::wire::build::{self, EncapKind, EncapParams, OuterV4};
+use spillway_core::wire::build::{self, EncapKind, EncapParams, OuterV4, OuterV6};
 use spillway_core::wire::{self, arp, ethernet, Frame, FrameKind, IpFrame, IpMeta, MacAddr};
 
 /// A packet buffer the path can rewrite: a DPDK mbuf, or a plain buffer in tests.
@@ -161,7 +161,7 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// its signatures are matched ([`Shard::probe`]: the slot is kept as the lookup's hint) and
 /// the record they point to is prefetched; then each packet is decided and rewritten, a
 /// packet of a tracked flow by a short way (`forward_tracked`) when its hint holds. The
-/// common packet (untagged IPv4 TCP or UDP, not a SYN, to a service that tracks the 5-tuple
+/// common packet (untagged IPv4 or IPv6 TCP or UDP, not a SYN, to a service that tracks the 5-tuple
 /// and encapsulates) goes through both passes with a smaller record ([`Lane`]). (A
 /// separate pass for the records, as before, began by waiting for the first packet's header;
 /// with the lag the one-worker replay benchmark at 1M flows gained about 7%, median of 11
@@ -245,9 +245,9 @@ enum Staged<'s> {
     /// for the rare ICMP error back, is read from the frame then: it is unchanged until the
     /// packet is rewritten.)
     Decide { info: PacketInfo, ip: IpMeta, prep: Prepared<'s>, icmp_error: bool },
-    /// The common packet, by a short way: an untagged IPv4 TCP or UDP packet, not a SYN, of a
-    /// service that tracks the 5-tuple (a packet of a tracked flow, most likely), with only
-    /// what its lookup and encapsulation need.
+    /// The common packet, by a short way: an untagged IPv4 or IPv6 TCP or UDP packet without
+    /// options or extension headers, not a SYN, of a service that tracks the 5-tuple (a packet
+    /// of a tracked flow, most likely), with only what its lookup and encapsulation need.
     Lane(Lane<'s>),
 }
 
@@ -310,7 +310,9 @@ impl<'s> Lane<'s> {
     #[cold]
     #[inline(never)]
     fn decide_in_full<B: PacketBuf>(&self, buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
-        let Some(IpFrame { info, ip, .. }) = wire::classify_ip_fast(buf.data()) else {
+        let data = buf.data();
+        let frame = wire::classify_ip_fast(data).or_else(|| wire::classify_ip6_fast(data));
+        let Some(IpFrame { info, ip, .. }) = frame else {
             // The first pass classified this very frame: unreachable, never a panic.
             return drop_path(PathDrop::NotForUs);
         };
@@ -357,7 +359,8 @@ fn stage<'s, B: PacketBuf>(
             return None;
         }
     }
-    // The common frame (untagged IPv4 TCP/UDP) without building a whole `Frame`, and by the
+    // The common frame (untagged IPv4 TCP/UDP; IPv6 in `stage_general`) without building a
+    // whole `Frame`, and by the
     // short way when it applies; the rest through the full classifier, out of line (so that
     // the short way keeps its values in registers).
     match wire::classify_ip_fast(data) {
@@ -372,7 +375,8 @@ fn stage<'s, B: PacketBuf>(
     }
 }
 
-/// [`stage`] for a frame that [`wire::classify_ip_fast`] does not take.
+/// [`stage`] for a frame that [`wire::classify_ip_fast`] does not take: the IPv6 common case
+/// ([`wire::classify_ip6_fast`], by the short way when it applies), else the general parser.
 #[inline(never)]
 fn stage_general<'s>(
     data: &[u8],
@@ -380,6 +384,15 @@ fn stage_general<'s>(
     last_rule: &mut RuleCache<'s>,
     out: &mut Staged<'s>,
 ) -> Option<u64> {
+    if let Some(f) = wire::classify_ip6_fast(data) {
+        return match Lane::of(&f, ctx, last_rule) {
+            Some(lane) => {
+                *out = Staged::Lane(lane);
+                Some(lane.key_hash)
+            }
+            None => stage_ip(f, false, ctx, last_rule, out),
+        };
+    }
     let (f, icmp_error) = match wire::classify(data) {
         Ok(f) => match f.kind {
             FrameKind::Ip { info, ip } => (IpFrame { src_mac: f.src_mac, info, ip }, false),
@@ -553,8 +566,8 @@ const ADVERTISEMENT_L3_LEN: usize = 40 + 24 + 8;
 const ICMP_ERROR_FRAME_ROOM: usize = 64;
 
 /// The common case of [`forward`], in fewer steps: a packet of a tracked flow whose entry is
-/// where the hint says and still valid ([`judge`]), to a backend with prebuilt IPv4 outer
-/// headers, encapsulated. `None`, with nothing changed but the entry's idle clock (which
+/// where the hint says and still valid ([`judge`]), to a backend with prebuilt outer headers
+/// (IPv4, or IP-in-IPv6), encapsulated. `None`, with nothing changed but the entry's idle clock (which
 /// [`forward`] restarts too), for anything else: [`forward`] then decides it in full.
 ///
 /// `(svc, key, key_hash, hint)`: the packet's service, tracking key, its hash and the probed
@@ -575,18 +588,23 @@ fn forward_tracked<B: PacketBuf>(
     };
     let hit = ctx.shard.hinted_hit(key, key_hash, hint, ctx.now)?;
     let backend = judge(&hit.value, hit.idle_ms, svc, ctx.snap, info, ctx.now).ok()?;
-    let outer = ctx.next_hops.hop(backend)?.outer_v4.as_ref()?;
-    let hdr = build::encap_len(kind, false);
-    if (inner_len + hdr - ethernet::HEADER_LEN) as u64 > u64::from(ctx.node.mtu) {
-        return None;
-    }
-    hit.touch(); // CT-8: every hit restarts the idle clock.
-                 // Unchanged when it cannot: the full decision would drop the packet the same way.
-    let Some(frame) = buf.reframe(l3_offset, inner_len, hdr) else {
-        return Some(drop_path(PathDrop::NoHeadroom));
+    let hop = ctx.next_hops.hop(backend)?;
+    let mtu = u64::from(ctx.node.mtu);
+    // The outer headers prebuilt for the backend: IPv4, or IP-in-IPv6 (GUE over IPv6
+    // checksums the whole packet: the general way builds it).
+    let sent = match &hop.outer_v4 {
+        Some(outer) => send_tracked(buf, hit, (l3_offset, inner_len), kind, false, mtu, |f| {
+            outer.write(f, kind, inner_len, key_hash, gue_dport)
+        }),
+        None => {
+            let outer = hop.outer_v6.as_ref().filter(|_| kind == EncapKind::Ipip)?;
+            send_tracked(buf, hit, (l3_offset, inner_len), kind, true, mtu, |f| {
+                outer.write(f, inner_len, key_hash)
+            })
+        }
     };
-    if outer.write(frame, kind, inner_len, key_hash, gue_dport).is_err() {
-        return Some(drop_path(PathDrop::NoHeadroom));
+    if let Some(drop) = sent? {
+        return Some(drop);
     }
     let c = ctx.counters;
     c.reason(Reason::Forward(ForwardReason::ConntrackHit)).inc();
@@ -599,6 +617,34 @@ fn forward_tracked<B: PacketBuf>(
         t.bytes.add(inner_len as u64);
     }
     Some(Outcome::Transmit)
+}
+
+/// The end of [`forward_tracked`] for one family of outer headers: `None` when the packet does
+/// not fit the MTU once encapsulated (nothing changed); else the entry is touched and the frame
+/// rewritten by `write`: `Some(None)` sent, `Some(Some(drop))` dropped.
+#[inline(always)]
+fn send_tracked<B: PacketBuf>(
+    buf: &mut B,
+    hit: conntrack::Hit<'_>,
+    (l3_offset, inner_len): (usize, usize),
+    kind: EncapKind,
+    outer_v6: bool,
+    mtu: u64,
+    write: impl FnOnce(&mut [u8]) -> Result<usize, build::BuildError>,
+) -> Option<Option<Outcome>> {
+    let hdr = build::encap_len(kind, outer_v6);
+    if (inner_len + hdr - ethernet::HEADER_LEN) as u64 > mtu {
+        return None;
+    }
+    hit.touch(); // CT-8: every hit restarts the idle clock.
+                 // When it cannot, nothing has changed: the full decision would drop the packet the same way.
+    let Some(frame) = buf.reframe(l3_offset, inner_len, hdr) else {
+        return Some(Some(drop_path(PathDrop::NoHeadroom)));
+    };
+    if write(frame).is_err() {
+        return Some(Some(drop_path(PathDrop::NoHeadroom)));
+    }
+    Some(None)
 }
 
 /// Decide and send on to the backend.
@@ -651,11 +697,15 @@ fn forward<B: PacketBuf>(
                 Encap::Gue { port } => (EncapKind::Gue, port),
                 _ => (EncapKind::Ipip, 0),
             };
-            // The outer headers prebuilt for this backend (an IPv4 one), else what to build
-            // them from: the node's address of the backend's family.
-            let (outer, hdr) = match hop.and_then(|h| h.outer_v4.as_ref()) {
-                Some(prebuilt) => (Outer::Prebuilt(prebuilt), build::encap_len(kind, false)),
-                None => match ctx.node.source_for(&dst) {
+            // The outer headers prebuilt for this backend (IPv4, or IP-in-IPv6), else what to
+            // build them from: the node's address of the backend's family.
+            let v6 = hop.and_then(|h| h.outer_v6.as_ref()).filter(|_| kind == EncapKind::Ipip);
+            let (outer, hdr) = match (hop.and_then(|h| h.outer_v4.as_ref()), v6) {
+                (Some(prebuilt), _) => (Outer::Prebuilt(prebuilt), build::encap_len(kind, false)),
+                (None, Some(prebuilt)) => {
+                    (Outer::PrebuiltV6(prebuilt), build::encap_len(kind, true))
+                }
+                (None, None) => match ctx.node.source_for(&dst) {
                     Some(outer_src) => (
                         Outer::Build(EncapParams {
                             kind,
@@ -688,6 +738,7 @@ fn forward<B: PacketBuf>(
             };
             let written = match &outer {
                 Outer::Prebuilt(o) => o.write(frame, kind, inner_len, d.flow_hash, gue_dport),
+                Outer::PrebuiltV6(o) => o.write(frame, inner_len, d.flow_hash),
                 Outer::Build(params) => build::write_encap(frame, params, inner_len),
             };
             if written.is_err() {
@@ -719,6 +770,7 @@ fn forward<B: PacketBuf>(
 /// The outer headers of an encapsulation: prebuilt for the backend, or built per packet.
 enum Outer<'h> {
     Prebuilt(&'h OuterV4),
+    PrebuiltV6(&'h OuterV6),
     Build(EncapParams),
 }
 

@@ -245,6 +245,11 @@ fn ipv6_vip_goes_over_ip6ip6() {
     assert_eq!(&outer[8..24], &a("fd00::2").0);
     assert_eq!(&outer[24..40], &a("fd00::1:1").0);
     assert_eq!(&out[54..], &inner[..]);
+    // The flow's next datagram finds its entry and leaves by the short way (the prebuilt
+    // IP-in-IPv6 headers): byte for byte what the first, decided in full, became.
+    let (o2, again) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x86dd, &inner));
+    assert_eq!((o2, &again), (Outcome::Transmit, &out));
+    assert_eq!(r.count(Reason::Forward(ForwardReason::ConntrackHit)), 1);
 }
 
 #[test]

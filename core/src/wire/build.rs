@@ -382,6 +382,59 @@ impl OuterV4 {
     }
 }
 
+/// The outer Ethernet and IPv6 headers towards one IPv6 backend, for IP-in-IPv6 (IPv6 or
+/// IPv4 inside): like [`OuterV4`], built once per backend and next hop, so that encapsulating
+/// a packet copies 54 bytes and fills four fields ([`write_encap`] with `EncapKind::Ipip`,
+/// which it matches byte for byte). GUE over IPv6 checksums every packet's payload and is left
+/// to [`write_encap`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OuterV6 {
+    /// Ethernet (next-hop MAC, our MAC, IPv6), then IPv6 with the hop limit and both addresses;
+    /// version, traffic class and flow label, payload length and next header are per packet.
+    head: [u8; ethernet::HEADER_LEN + ipv6::HEADER_LEN],
+}
+
+impl OuterV6 {
+    /// The headers from `src` (ours) to `dst` (the backend) through the next hop `dst_mac`;
+    /// `None` unless both addresses are IPv6.
+    pub fn new(dst_mac: MacAddr, src_mac: MacAddr, src: Addr, dst: Addr) -> Option<OuterV6> {
+        if src.is_v4() || dst.is_v4() {
+            return None;
+        }
+        let mut head = [0u8; ethernet::HEADER_LEN + ipv6::HEADER_LEN];
+        write_ethernet(&mut head, dst_mac, src_mac, ethertype::IPV6).ok()?;
+        write_ipv6_header(&mut head[ethernet::HEADER_LEN..], src, dst, 0, 0, 0, 0, DEFAULT_TTL)
+            .ok()?;
+        Some(OuterV6 { head })
+    }
+
+    /// [`write_encap`] with these headers and `EncapKind::Ipip`: `buf[encap_len(Ipip, true)..]`
+    /// holds the inner packet of `inner_len` bytes; returns the frame length.
+    #[inline]
+    pub fn write(
+        &self,
+        buf: &mut [u8],
+        inner_len: usize,
+        flow_hash: u64,
+    ) -> Result<usize, BuildError> {
+        const L3: usize = ethernet::HEADER_LEN;
+        const HDR: usize = L3 + ipv6::HEADER_LEN;
+        let frame = buf.get_mut(..HDR + inner_len).ok_or(BuildError::BufferTooSmall)?;
+        let (next_header, tc) = match frame.get(HDR..HDR + 2) {
+            Some([v, b1]) if v >> 4 == 4 => (ip_proto::IPIP, *b1),
+            Some([v, b1]) if v >> 4 == 6 => (ip_proto::IPV6, (v << 4) | (b1 >> 4)),
+            _ => return Err(BuildError::WrongKind),
+        };
+        let plen = u16::try_from(inner_len).map_err(|_| BuildError::TooLong)?;
+        let first = (6u32 << 28) | (u32::from(tc) << 20) | flow_label(flow_hash);
+        frame[..HDR].copy_from_slice(&self.head);
+        frame[L3..L3 + 4].copy_from_slice(&first.to_be_bytes());
+        frame[L3 + 4..L3 + 6].copy_from_slice(&plen.to_be_bytes());
+        frame[L3 + 6] = next_header;
+        Ok(HDR + inner_len)
+    }
+}
+
 /// Set the destination and source MACs of a frame (L2 rewrite).
 pub fn set_macs(frame: &mut [u8], dst: MacAddr, src: MacAddr) -> Result<(), BuildError> {
     let b = frame.get_mut(..ethernet::HEADER_LEN).ok_or(BuildError::BufferTooSmall)?;

@@ -223,19 +223,21 @@ pub struct IpFrame {
 }
 
 /// The fast path of [`classify`]: `Some` only for an untagged Ethernet frame with IPv4, IHL 5,
-/// a consistent total length, no fragment, and a complete TCP header (data offset 5..=15
-/// within the packet) or UDP header (length 8..=the packet's); `None` sends the frame to the
-/// general parser, which then also says what is wrong with a malformed one.
+/// a consistent total length, no fragment, or with IPv6 whose next header is the transport
+/// (no extension header) and whose payload length fits the frame, and in both a complete TCP
+/// header (data offset 5..=15 within the packet) or UDP header (length 8..=the packet's);
+/// `None` sends the frame to the general parser, which then also says what is wrong with a
+/// malformed one.
 #[inline(always)]
 pub fn classify_fast(frame: &[u8]) -> Option<Frame> {
-    let f = classify_ip_fast(frame)?;
+    let f = classify_ip_fast(frame).or_else(|| classify_ip6_fast(frame))?;
     let h = frame.get(..6)?;
     Some(Frame {
         dst_mac: [h[0], h[1], h[2], h[3], h[4], h[5]],
         src_mac: f.src_mac,
         vlan: None,
         inner_vlan: None,
-        ethertype: ethertype::IPV4,
+        ethertype: if f.ip.is_v4 { ethertype::IPV4 } else { ethertype::IPV6 },
         l3_offset: f.ip.l3_offset,
         kind: FrameKind::Ip { info: f.info, ip: f.ip },
     })
@@ -302,6 +304,69 @@ pub fn classify_ip_fast(frame: &[u8]) -> Option<IpFrame> {
             df: flags_offset & 0x4000 != 0,
             ttl: h[L3 + 8],
             tos: h[L3 + 1],
+        },
+    })
+}
+
+/// [`classify_ip_fast`] for IPv6: an untagged frame whose next header is TCP or UDP (no
+/// extension header). Separate, so that the IPv4 path stays as short as it was (the packet
+/// path tries it only for frames that are not the IPv4 common case).
+#[inline]
+pub fn classify_ip6_fast(frame: &[u8]) -> Option<IpFrame> {
+    const L3: usize = ethernet::HEADER_LEN;
+    const L4: usize = L3 + ipv6::HEADER_LEN;
+    let h: &[u8; L4 + udp::HEADER_LEN] = frame.get(..L4 + udp::HEADER_LEN)?.try_into().ok()?;
+    if u16::from_be_bytes([h[12], h[13]]) != ethertype::IPV6 || h[L3] >> 4 != 6 {
+        return None;
+    }
+    let l4_len = usize::from(u16::from_be_bytes([h[L3 + 4], h[L3 + 5]]));
+    if l4_len > frame.len() - L4 {
+        return None;
+    }
+    let proto = h[L3 + 6];
+    let tcp_flags = match proto {
+        ip_proto::TCP => {
+            let t = frame.get(L4..L4 + tcp::HEADER_LEN)?;
+            let data_offset = usize::from(t[12] >> 4) * 4;
+            if data_offset < tcp::HEADER_LEN || data_offset > l4_len {
+                return None;
+            }
+            t[13]
+        }
+        ip_proto::UDP => {
+            let len = usize::from(u16::from_be_bytes([h[L4 + 4], h[L4 + 5]]));
+            if l4_len < udp::HEADER_LEN || len < udp::HEADER_LEN || len > l4_len {
+                return None;
+            }
+            0
+        }
+        _ => return None,
+    };
+    let addr = |at: usize| {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&h[at..at + 16]);
+        Addr(a)
+    };
+    Some(IpFrame {
+        src_mac: [h[6], h[7], h[8], h[9], h[10], h[11]],
+        info: PacketInfo {
+            src: addr(L3 + 8),
+            dst: addr(L3 + 24),
+            proto,
+            sport: u16::from_be_bytes([h[L4], h[L4 + 1]]),
+            dport: u16::from_be_bytes([h[L4 + 2], h[L4 + 3]]),
+            fragment: false,
+            tcp_flags,
+            icmp_error: false,
+        },
+        ip: IpMeta {
+            l3_offset: L3 as u16,
+            l3_len: (ipv6::HEADER_LEN + l4_len) as u32,
+            l4_offset: L4 as u32,
+            is_v4: false,
+            df: true,
+            ttl: h[L3 + 7],
+            tos: (h[L3] << 4) | (h[L3 + 1] >> 4),
         },
     })
 }
