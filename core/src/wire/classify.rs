@@ -265,24 +265,7 @@ pub fn classify_ip_fast(frame: &[u8]) -> Option<IpFrame> {
     let l4_len = total - ipv4::HEADER_LEN;
     let (sport, dport) =
         (u16::from_be_bytes([h[L4], h[L4 + 1]]), u16::from_be_bytes([h[L4 + 2], h[L4 + 3]]));
-    let tcp_flags = match proto {
-        ip_proto::TCP => {
-            let t = frame.get(L4..L4 + tcp::HEADER_LEN)?;
-            let data_offset = usize::from(t[12] >> 4) * 4;
-            if data_offset < tcp::HEADER_LEN || data_offset > l4_len {
-                return None;
-            }
-            t[13]
-        }
-        ip_proto::UDP => {
-            let len = usize::from(u16::from_be_bytes([h[L4 + 4], h[L4 + 5]]));
-            if l4_len < udp::HEADER_LEN || len < udp::HEADER_LEN || len > l4_len {
-                return None;
-            }
-            0
-        }
-        _ => return None,
-    };
+    let tcp_flags = fast_transport(frame, L4, proto, l4_len)?;
     let addr = |at: usize| Addr::from_v4_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
     Some(IpFrame {
         src_mac: [h[6], h[7], h[8], h[9], h[10], h[11]],
@@ -308,6 +291,26 @@ pub fn classify_ip_fast(frame: &[u8]) -> Option<IpFrame> {
     })
 }
 
+/// The TCP flags (0 for UDP) of a packet of the fast paths whose transport header starts at
+/// `l4` in `frame` and whose IP payload is `l4_len` bytes: `None` unless TCP with a complete
+/// header (data offset 5..=15 within the payload) or UDP with a length of 8..=the payload's.
+#[inline(always)]
+fn fast_transport(frame: &[u8], l4: usize, proto: u8, l4_len: usize) -> Option<u8> {
+    match proto {
+        ip_proto::TCP => {
+            let t = frame.get(l4..l4 + tcp::HEADER_LEN)?;
+            let data_offset = usize::from(t[12] >> 4) * 4;
+            (tcp::HEADER_LEN..=l4_len).contains(&data_offset).then_some(t[13])
+        }
+        ip_proto::UDP => {
+            let u = frame.get(l4..l4 + udp::HEADER_LEN)?;
+            let len = usize::from(u16::from_be_bytes([u[4], u[5]]));
+            (udp::HEADER_LEN..=l4_len).contains(&len).then_some(0)
+        }
+        _ => None,
+    }
+}
+
 /// [`classify_ip_fast`] for IPv6: an untagged frame whose next header is TCP or UDP (no
 /// extension header). Separate, so that the IPv4 path stays as short as it was (the packet
 /// path tries it only for frames that are not the IPv4 common case).
@@ -324,24 +327,7 @@ pub fn classify_ip6_fast(frame: &[u8]) -> Option<IpFrame> {
         return None;
     }
     let proto = h[L3 + 6];
-    let tcp_flags = match proto {
-        ip_proto::TCP => {
-            let t = frame.get(L4..L4 + tcp::HEADER_LEN)?;
-            let data_offset = usize::from(t[12] >> 4) * 4;
-            if data_offset < tcp::HEADER_LEN || data_offset > l4_len {
-                return None;
-            }
-            t[13]
-        }
-        ip_proto::UDP => {
-            let len = usize::from(u16::from_be_bytes([h[L4 + 4], h[L4 + 5]]));
-            if l4_len < udp::HEADER_LEN || len < udp::HEADER_LEN || len > l4_len {
-                return None;
-            }
-            0
-        }
-        _ => return None,
-    };
+    let tcp_flags = fast_transport(frame, L4, proto, l4_len)?;
     let addr = |at: usize| {
         let mut a = [0u8; 16];
         a.copy_from_slice(&h[at..at + 16]);
