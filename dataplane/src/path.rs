@@ -284,7 +284,8 @@ impl<'s> Lane<'s> {
             key,
             flow::tracking_key(&f.info, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id)
         );
-        // `classify_ip_fast` takes no IPv4 packet longer than its 16-bit total length.
+        // Always for IPv4 (a 16-bit total length); an IPv6 packet with more than 65,495 bytes
+        // of payload goes the general way.
         let l3_len = u16::try_from(f.ip.l3_len).ok()?;
         Some(Lane { svc, key, key_hash: conntrack::key_hash(&key), hint: Hint::NONE, l3_len })
     }
@@ -360,18 +361,28 @@ fn stage<'s, B: PacketBuf>(
         }
     }
     // The common frame (untagged IPv4 TCP/UDP; IPv6 in `stage_general`) without building a
-    // whole `Frame`, and by the
-    // short way when it applies; the rest through the full classifier, out of line (so that
-    // the short way keeps its values in registers).
+    // whole `Frame`, and by the short way when it applies; the rest out of line (so that the
+    // short way keeps its values in registers).
     match wire::classify_ip_fast(data) {
-        Some(f) => match Lane::of(&f, ctx, last_rule) {
-            Some(lane) => {
-                *out = Staged::Lane(lane);
-                Some(lane.key_hash)
-            }
-            None => stage_ip(f, false, ctx, last_rule, out),
-        },
+        Some(f) => stage_fast(f, ctx, last_rule, out),
         None => stage_general(data, ctx, last_rule, out),
+    }
+}
+
+/// [`stage`] for a frame of the fast classifiers: by the short way when it applies.
+#[inline(always)]
+fn stage_fast<'s>(
+    f: IpFrame,
+    ctx: &PathCtx<'s>,
+    last_rule: &mut RuleCache<'s>,
+    out: &mut Staged<'s>,
+) -> Option<u64> {
+    match Lane::of(&f, ctx, last_rule) {
+        Some(lane) => {
+            *out = Staged::Lane(lane);
+            Some(lane.key_hash)
+        }
+        None => stage_ip(f, false, ctx, last_rule, out),
     }
 }
 
@@ -385,13 +396,7 @@ fn stage_general<'s>(
     out: &mut Staged<'s>,
 ) -> Option<u64> {
     if let Some(f) = wire::classify_ip6_fast(data) {
-        return match Lane::of(&f, ctx, last_rule) {
-            Some(lane) => {
-                *out = Staged::Lane(lane);
-                Some(lane.key_hash)
-            }
-            None => stage_ip(f, false, ctx, last_rule, out),
-        };
+        return stage_fast(f, ctx, last_rule, out);
     }
     let (f, icmp_error) = match wire::classify(data) {
         Ok(f) => match f.kind {
