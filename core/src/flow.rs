@@ -207,7 +207,7 @@ impl FlowKey {
 /// every affinity but `CLIENT_IP_NO_DESTINATION`, exactly like a VIP rule does.
 pub fn selection_tuple(p: &PacketInfo, affinity: Affinity, symmetric: bool) -> FlowKey {
     let kind = match affinity {
-        Affinity::None | Affinity::ClientIpPortProto => ported_or_three(p),
+        Affinity::None | Affinity::ClientIpPortProto => ported_kind(p.has_ports()),
         Affinity::ClientIpProto => TupleKind::Three,
         Affinity::ClientIp => TupleKind::Two,
         Affinity::ClientIpNoDestination => TupleKind::One,
@@ -241,11 +241,7 @@ fn tracking_kind(mode: TrackingMode, affinity: Affinity, ported: bool) -> TupleK
     match (mode, affinity) {
         (TrackingMode::PerConnection, _)
         | (TrackingMode::PerSession, Affinity::None | Affinity::ClientIpPortProto) => {
-            if ported {
-                TupleKind::Five
-            } else {
-                TupleKind::Three
-            }
+            ported_kind(ported)
         }
         (TrackingMode::PerSession, Affinity::ClientIpProto) => TupleKind::Three,
         (TrackingMode::PerSession, Affinity::ClientIp) => TupleKind::Two,
@@ -269,8 +265,10 @@ pub fn is_new_connection_syn(p: &PacketInfo, mode: TrackingMode, affinity: Affin
             || matches!(affinity, Affinity::None | Affinity::ClientIpPortProto))
 }
 
-fn ported_or_three(p: &PacketInfo) -> TupleKind {
-    if p.has_ports() {
+/// The 5-tuple for a packet with usable ports, else the 3-tuple.
+#[inline]
+fn ported_kind(ported: bool) -> TupleKind {
+    if ported {
         TupleKind::Five
     } else {
         TupleKind::Three

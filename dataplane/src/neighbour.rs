@@ -34,7 +34,7 @@ use hashbrown::HashMap;
 use spillway_core::addr::Addr;
 use spillway_core::counters::NeighbourCounters;
 use spillway_core::snapshot::Snapshot;
-use spillway_core::wire::build::{OuterV4, OuterV6};
+use spillway_core::wire::build::{EncapKind, OuterV4, OuterV6};
 use spillway_core::wire::{MacAddr, MacDisplay};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -100,6 +100,15 @@ pub struct NextHop {
     pub outer_v4: Option<OuterV4>,
     /// The outer headers of IP-in-IPv6 (an IPv6 backend, and the node has an IPv6 address).
     pub outer_v6: Option<OuterV6>,
+}
+
+impl NextHop {
+    /// The prebuilt IPv6 outer headers for an encapsulation of `kind`: IP-in-IPv6 only (GUE
+    /// over IPv6 checksums each packet's whole payload: the general builder writes it).
+    #[inline]
+    pub fn outer_v6_for(&self, kind: EncapKind) -> Option<&OuterV6> {
+        self.outer_v6.as_ref().filter(|_| kind == EncapKind::Ipip)
+    }
 }
 
 impl NextHopCache {

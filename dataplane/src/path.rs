@@ -161,8 +161,8 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// its signatures are matched ([`Shard::probe`]: the slot is kept as the lookup's hint) and
 /// the record they point to is prefetched; then each packet is decided and rewritten, a
 /// packet of a tracked flow by a short way (`forward_tracked`) when its hint holds. The
-/// common packet (untagged IPv4 or IPv6 TCP or UDP, not a SYN, to a service that tracks the 5-tuple
-/// and encapsulates) goes through both passes with a smaller record ([`Lane`]). (A
+/// common packet (untagged IPv4 or IPv6 TCP or UDP, not a SYN, to a service that tracks the
+/// 5-tuple and encapsulates) goes through both passes with a smaller record ([`Lane`]). (A
 /// separate pass for the records, as before, began by waiting for the first packet's header;
 /// with the lag the one-worker replay benchmark at 1M flows gained about 7%, median of 11
 /// alternating runs.)
@@ -572,8 +572,8 @@ const ICMP_ERROR_FRAME_ROOM: usize = 64;
 
 /// The common case of [`forward`], in fewer steps: a packet of a tracked flow whose entry is
 /// where the hint says and still valid ([`judge`]), to a backend with prebuilt outer headers
-/// (IPv4, or IP-in-IPv6), encapsulated. `None`, with nothing changed but the entry's idle clock (which
-/// [`forward`] restarts too), for anything else: [`forward`] then decides it in full.
+/// (IPv4, or IP-in-IPv6), encapsulated. `None`, with nothing changed, for anything else:
+/// [`forward`] then decides it in full.
 ///
 /// `(svc, key, key_hash, hint)`: the packet's service, tracking key, its hash and the probed
 /// slot; `info`: its flow fields; `(l3_offset, inner_len)`: where the IP packet is in the
@@ -595,14 +595,13 @@ fn forward_tracked<B: PacketBuf>(
     let backend = judge(&hit.value, hit.idle_ms, svc, ctx.snap, info, ctx.now).ok()?;
     let hop = ctx.next_hops.hop(backend)?;
     let mtu = u64::from(ctx.node.mtu);
-    // The outer headers prebuilt for the backend: IPv4, or IP-in-IPv6 (GUE over IPv6
-    // checksums the whole packet: the general way builds it).
+    // The outer headers prebuilt for the backend: IPv4, or IP-in-IPv6.
     let sent = match &hop.outer_v4 {
         Some(outer) => send_tracked(buf, hit, (l3_offset, inner_len), kind, false, mtu, |f| {
             outer.write(f, kind, inner_len, key_hash, gue_dport)
         }),
         None => {
-            let outer = hop.outer_v6.as_ref().filter(|_| kind == EncapKind::Ipip)?;
+            let outer = hop.outer_v6_for(kind)?;
             send_tracked(buf, hit, (l3_offset, inner_len), kind, true, mtu, |f| {
                 outer.write(f, inner_len, key_hash)
             })
@@ -641,8 +640,9 @@ fn send_tracked<B: PacketBuf>(
     if (inner_len + hdr - ethernet::HEADER_LEN) as u64 > mtu {
         return None;
     }
-    hit.touch(); // CT-8: every hit restarts the idle clock.
-                 // When it cannot, nothing has changed: the full decision would drop the packet the same way.
+    // CT-8: every hit restarts the idle clock.
+    hit.touch();
+    // When it cannot, nothing has changed: the full decision would drop the packet alike.
     let Some(frame) = buf.reframe(l3_offset, inner_len, hdr) else {
         return Some(Some(drop_path(PathDrop::NoHeadroom)));
     };
@@ -704,7 +704,7 @@ fn forward<B: PacketBuf>(
             };
             // The outer headers prebuilt for this backend (IPv4, or IP-in-IPv6), else what to
             // build them from: the node's address of the backend's family.
-            let v6 = hop.and_then(|h| h.outer_v6.as_ref()).filter(|_| kind == EncapKind::Ipip);
+            let v6 = hop.and_then(|h| h.outer_v6_for(kind));
             let (outer, hdr) = match (hop.and_then(|h| h.outer_v4.as_ref()), v6) {
                 (Some(prebuilt), _) => (Outer::Prebuilt(prebuilt), build::encap_len(kind, false)),
                 (None, Some(prebuilt)) => {
