@@ -183,6 +183,14 @@ impl<'p, 'c> Worker<'p, 'c> {
         self.index
     }
 
+    /// Moves the worker's queues to `other` (whatever is buffered for TX is sent first): the
+    /// pipeline benchmark alternates a balancing and an io-forwarding worker on the same
+    /// queues, a fraction of a second each, on one lcore.
+    pub fn move_queues_to(&mut self, other: &mut Worker<'p, '_>) {
+        self.drain();
+        other.ports = std::mem::take(&mut self.ports);
+    }
+
     /// Gives the worker's queues back (to build another worker on them, as the benchmarks
     /// do between runs); whatever is buffered for TX is sent first.
     pub fn into_queues(mut self) -> Vec<PortQueues<'p>> {
