@@ -207,8 +207,19 @@ pub fn process_burst<B: PacketBuf>(
 /// million packets, medians of 8 alternating runs; 24 measured worse than 16).
 const RECORD_LAG: usize = 16;
 
+/// A new connection's secondary bucket header, when the insert is likely to read it
+/// ([`Shard::secondary_line`]; out of line: the burst loop's registers stay the common
+/// packet's).
+#[inline(never)]
+fn prefetch_secondary(shard: &Shard, hash: u64) {
+    if let Some(line) = shard.secondary_line(hash) {
+        dpdk::prefetch(line);
+    }
+}
+
 /// Once its bucket header is in cache: prefetch the record a packet's decision will read
-/// (or write, for a new connection's SYN).
+/// (or write, for a new connection's SYN; in a nearly full table, also the records the insert
+/// reads to make room).
 #[inline(always)]
 fn prefetch_record(st: &mut Staged<'_>, ctx: &PathCtx<'_>) {
     match st {
@@ -223,7 +234,7 @@ fn prefetch_record(st: &mut Staged<'_>, ctx: &PathCtx<'_>) {
                 prep.hint = hint;
                 dpdk::prefetch(line);
             } else {
-                dpdk::prefetch(ctx.shard.insert_line(prep.key_hash));
+                ctx.shard.insert_lines(prep.key_hash, dpdk::prefetch);
             }
         }
         _ => {}
@@ -437,6 +448,11 @@ fn stage_ip<'s>(
     }
     let prep = prepare_for(&info, ctx.snap.service_for_cached(&info, last_rule));
     let hash = prep.service.map(|_| prep.key_hash);
+    // A new connection's insert may read its secondary bucket too (beyond half load, often):
+    // its header is prefetched with the primary's, for `prefetch_record` to read.
+    if prep.service.is_some() && !prep.lookup && ctx.shard.half_full() {
+        prefetch_secondary(ctx.shard, prep.key_hash);
+    }
     *out = Staged::Decide { prep, info, ip, icmp_error };
     hash
 }
