@@ -294,8 +294,10 @@ fn main() {
         4096,
         300,
     ));
-    // Room for every SYN of the run (16M entries, 1 GiB): the insert path with free ways. A
-    // full table under a flood is the guarded scenario below.
+    // A 16M-entry table (1 GiB), the largest this benchmark allocates: at 5-8 Mpps a run of
+    // 2.3 s fills 70-85% of it, so the figure includes inserts into a filling table (the row's
+    // `entries` says how full; docs/performance.md, ninth pass). A full table under a flood
+    // is the guarded scenario below.
     scenarios.push(lb("syn_100", TrafficSpec { syn_share: 1.0, ..spec(1024) }, 1 << 24, 300));
     scenarios.push(lb(
         "mix",
