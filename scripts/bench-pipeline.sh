@@ -2,7 +2,8 @@
 # The whole-pipeline benchmark and its chart (docs/performance.md).
 #   scripts/bench-pipeline.sh [--quick] [--seconds S] [--hugepages required|preferred|off]
 #   scripts/bench-pipeline.sh --hugepages-ab [N] [--quick] [--seconds S]
-# Writes target/bench/pipeline.json and docs/img/performance.png. Run as root on an otherwise
+# Writes target/bench/pipeline.json, target/bench/slices.json (the established 1M-flow share in
+# interleaved slices) and docs/img/performance.png. Run as root on an otherwise
 # idle machine: the generator and the worker each need a core of their own. DPDK runs on
 # hugepages when enough are free (this script reserves them: scripts/hugepages.sh), else on
 # ordinary memory; the output's first line says which.
@@ -28,6 +29,12 @@ if [ "${1:-}" = "--hugepages-ab" ]; then
     exit 0
 fi
 cargo bench -p spillway-gen --bench pipeline -- --json "$PWD/target/bench/pipeline.json" "$@"
+# The established 1M-flow share again, in interleaved half-second slices against the baseline
+# on the same setup and frames: the steadiest ratio this host gives (docs/performance.md).
+if [ "${1:-}" != "--quick" ]; then
+    cargo bench -q -p spillway-gen --bench pipeline -- --only established_ipip_1m --slices 8 \
+        --json "$PWD/target/bench/slices.json" | grep -E '^(slices|pair)'
+fi
 # The chart needs matplotlib; without it the script says so, and the results stay in the JSON.
 /usr/bin/python3 scripts/perf_chart.py target/bench/pipeline.json docs/img/performance.png ||
     echo "bench-pipeline.sh: no chart drawn; results in target/bench/pipeline.json" >&2
