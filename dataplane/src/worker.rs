@@ -183,10 +183,15 @@ impl<'p, 'c> Worker<'p, 'c> {
         self.index
     }
 
-    /// Moves the worker's queues to `other` (whatever is buffered for TX is sent first): the
-    /// pipeline benchmark alternates a balancing and an io-forwarding worker on the same
-    /// queues, a fraction of a second each, on one lcore.
+    /// Moves the worker's queues to `other`, which has none (whatever is buffered for TX is
+    /// sent first): the pipeline benchmark alternates a balancing and an io-forwarding worker
+    /// on the same queues, a fraction of a second each, on one lcore.
+    ///
+    /// # Panics
+    ///
+    /// If `other` has queues of its own (they would be dropped).
     pub fn move_queues_to(&mut self, other: &mut Worker<'p, '_>) {
+        assert!(other.ports.is_empty(), "move_queues_to: the other worker has queues");
         self.drain();
         other.ports = std::mem::take(&mut self.ports);
     }
