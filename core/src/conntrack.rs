@@ -756,13 +756,19 @@ impl Shard {
     /// prefetch instruction itself).
     #[inline]
     pub fn primary_line(&self, hash: u64) -> *const u8 {
-        (&raw const self.heads[self.bucket_index(hash)]).cast::<u8>()
+        self.head_line(self.bucket_index(hash))
     }
 
     /// The way holding `key` in bucket `b` among the ways whose signature is `sig`.
     #[inline(always)]
     fn find_way(&self, b: usize, key: &FlowKey, sig: u16) -> Option<usize> {
         find_in_mask(&self.records[b], key, self.heads[b].match_mask(sig))
+    }
+
+    /// The line of bucket `b`'s header, for prefetch.
+    #[inline(always)]
+    fn head_line(&self, b: usize) -> *const u8 {
+        (&raw const self.heads[b]).cast::<u8>()
     }
 
     /// The line of way `w` of bucket `b`, for prefetch.
@@ -783,7 +789,7 @@ impl Shard {
         if m != 0 {
             self.record_line(p, m.trailing_zeros() as usize)
         } else if head.overflow != 0 {
-            (&raw const self.heads[self.secondary_index(p, hash)]).cast::<u8>()
+            self.head_line(self.secondary_index(p, hash))
         } else {
             std::ptr::null()
         }
@@ -802,7 +808,7 @@ impl Shard {
             let w = m.trailing_zeros() as usize;
             (Hint(Slot::new(p, w).0), self.record_line(p, w))
         } else if head.overflow != 0 {
-            (Hint::NONE, (&raw const self.heads[self.secondary_index(p, hash)]).cast::<u8>())
+            (Hint::NONE, self.head_line(self.secondary_index(p, hash)))
         } else {
             (Hint::NONE, std::ptr::null())
         }
@@ -867,8 +873,7 @@ impl Shard {
         if !self.half_full() || self.likely_refused() {
             return None;
         }
-        let p = self.bucket_index(hash);
-        Some((&raw const self.heads[self.secondary_index(p, hash)]).cast::<u8>())
+        Some(self.head_line(self.candidate_buckets(hash).1))
     }
 
     /// Once both candidate headers are in cache ([`Shard::primary_line`],
