@@ -243,41 +243,91 @@ pub fn decide_prepared(
         }
     }
 
-    let client_zone = snap.client_zone(p.src);
-    let Some(backend) = select_in(p, svc, snap, client_zone) else {
+    let (client_zone, backend) = select_new(p, svc, snap);
+    let Some(backend) = backend else {
         return decision(Verdict::Drop(DropReason::NoEligibleBackend)); // FO-6
     };
     let reason = stale.map_or(ForwardReason::NewConnection, |(_, r, _)| r);
-    let mut released = None;
-    let mut tracked = !p.icmp_error;
+    let (mut tracked, mut released) = (false, None);
     if !p.icmp_error {
-        let Some(b) = snap.backend(backend) else {
+        // CT-6, CT-12: a replacement entry is an ordinary entry.
+        let made = match stale {
+            Some((slot, _, old)) => replace(shard, slot, old, backend, svc, snap, now),
+            None => track_new(shard, key, key_hash, backend, svc, snap, now),
+        };
+        let Some(made) = made else {
             return decision(Verdict::Drop(DropReason::NoEligibleBackend));
         };
-        let value = EntryValue {
-            backend: BackendRef { slot: backend, gen: b.gen }.to_u32(),
-            epoch: svc.epoch,
-            flags: if b.healthy { 0 } else { FLAG_CREATED_UNHEALTHY },
-        };
-        // CT-6, CT-12: a replacement entry is an ordinary entry.
-        match stale {
-            Some((slot, _, old)) => {
-                shard.replace(slot, value, now);
-                released = Some(old);
-            }
-            // The flood guard may refuse a new entry: the packet is forwarded by the hash alone.
-            None => match shard.insert_new(key, key_hash, value, now) {
-                None => tracked = false,
-                Some(out) => {
-                    released = out
-                        .overwritten
-                        .or(out.evicted.map(|e| e.value))
-                        .map(|v| BackendRef::from_u32(v.backend).slot);
-                }
-            },
-        }
+        (tracked, released) = made;
     }
     Decision { client_zone, tracked, released, ..decision(Verdict::Forward { backend, reason }) }
+}
+
+/// The backend for a new connection (CH-1), with the client's zone it was chosen for: the
+/// first half of a decision that finds no valid entry. `None` for the backend when the final
+/// set is empty (FO-6).
+#[inline(always)]
+pub fn select_new(
+    p: &PacketInfo,
+    svc: &ServiceView,
+    snap: &Snapshot,
+) -> (Option<ZoneId>, Option<u16>) {
+    let client_zone = snap.client_zone(p.src);
+    (client_zone, select_in(p, svc, snap, client_zone))
+}
+
+/// The entry of a new connection to `backend` (CT-6; CT-2: a new-connection SYN replaces any
+/// entry of its key): the second half of a decision that finds no entry. Returns whether an
+/// entry now points at `backend` (the flood guard may refuse one: the packet is then forwarded
+/// by the hash alone) and the backend slot of an entry it overwrote or evicted; `None` when
+/// `backend` is not in the snapshot (never for a slot [`select_new`] returned).
+#[inline(always)]
+pub fn track_new(
+    shard: &mut Shard,
+    key: &FlowKey,
+    key_hash: u64,
+    backend: u16,
+    svc: &ServiceView,
+    snap: &Snapshot,
+    now: Time,
+) -> Option<(bool, Option<u16>)> {
+    let value = entry_value(backend, svc, snap)?;
+    Some(match shard.insert_new(key, key_hash, value, now) {
+        None => (false, None),
+        Some(out) => {
+            let released = out.overwritten.or(out.evicted.map(|e| e.value));
+            (true, released.map(|v| BackendRef::from_u32(v.backend).slot))
+        }
+    })
+}
+
+/// [`track_new`] for an entry found no longer valid (CT-12): replaced in place, releasing
+/// `old`, its backend slot.
+#[inline(always)]
+fn replace(
+    shard: &mut Shard,
+    slot: conntrack::Slot,
+    old: u16,
+    backend: u16,
+    svc: &ServiceView,
+    snap: &Snapshot,
+    now: Time,
+) -> Option<(bool, Option<u16>)> {
+    let value = entry_value(backend, svc, snap)?;
+    shard.replace(slot, value, now);
+    Some((true, Some(old)))
+}
+
+/// What an entry to `backend` holds: the backend and its generation, the service's epoch,
+/// and whether the backend was already unhealthy (CP-5).
+#[inline(always)]
+fn entry_value(backend: u16, svc: &ServiceView, snap: &Snapshot) -> Option<EntryValue> {
+    let b = snap.backend(backend)?;
+    Some(EntryValue {
+        backend: BackendRef { slot: backend, gen: b.gen }.to_u32(),
+        epoch: svc.epoch,
+        flags: if b.healthy { 0 } else { FLAG_CREATED_UNHEALTHY },
+    })
 }
 
 /// Backend selection for a new connection: client zone -> the service's choice for it ->

@@ -22,17 +22,17 @@
 //! [`phase_clock`] sums the cycles of each pass of [`process_burst`].
 
 use crate::dpdk;
-use crate::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache};
+use crate::neighbour::{NeighbourEvent, NeighbourTable, NextHop, NextHopCache};
 use crate::node::Node;
 use crossbeam::queue::ArrayQueue;
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::{self, Hint, Shard};
 use spillway_core::counters::{PathDrop, Reason, WorkerCounters};
 use spillway_core::decide::{
-    decide_prepared, judge, prepare_for, ForwardReason, Prepared, Verdict,
+    self, decide_prepared, judge, prepare_for, ForwardReason, Prepared, Verdict,
 };
 use spillway_core::flow::{self, FlowKey, PacketInfo};
-use spillway_core::model::Encap;
+use spillway_core::model::{Encap, ZoneId};
 use spillway_core::snapshot::{RuleCache, ServiceView, Snapshot};
 use spillway_core::time::Time;
 use spillway_core::wire::build::{self, EncapKind, EncapParams, OuterV4, OuterV6};
@@ -223,6 +223,7 @@ fn prefetch_secondary(shard: &Shard, hash: u64) {
 #[inline(always)]
 fn prefetch_record(st: &mut Staged<'_>, ctx: &PathCtx<'_>) {
     match st {
+        Staged::NewLane(lane) => ctx.shard.insert_lines(lane.key_hash, dpdk::prefetch),
         Staged::Lane(lane) => {
             let (hint, line) = ctx.shard.probe(lane.key_hash);
             lane.hint = hint;
@@ -257,9 +258,13 @@ enum Staged<'s> {
     /// packet is rewritten.)
     Decide { info: PacketInfo, ip: IpMeta, prep: Prepared<'s>, icmp_error: bool },
     /// The common packet, by a short way: an untagged IPv4 or IPv6 TCP or UDP packet without
-    /// options or extension headers, not a SYN, of a service that tracks the 5-tuple (a packet
-    /// of a tracked flow, most likely), with only what its lookup and encapsulation need.
+    /// options or extension headers, not a SYN, of a service that tracks the 5-tuple and
+    /// encapsulates (a packet of a tracked flow, most likely), with only what its lookup and
+    /// encapsulation need.
     Lane(Lane<'s>),
+    /// The same for a SYN of such a service, a new connection: never looked up, its entry is
+    /// made ([`forward_new`]).
+    NewLane(Lane<'s>),
 }
 
 /// What the short way keeps of a packet between the passes (64 bytes): its service, tracking
@@ -276,13 +281,36 @@ struct Lane<'s> {
     l3_len: u16,
 }
 
+const _: () = assert!(size_of::<Lane<'static>>() == 64);
+
 impl<'s> Lane<'s> {
-    /// The short way's record of a classified frame, when it applies: not a SYN (a SYN of such
-    /// a service is a new connection, never looked up), not the node's own traffic, and its
-    /// rule's service tracks the 5-tuple and encapsulates (IPIP or GUE).
+    /// The short way's record of a classified frame that is not a SYN, when it applies
+    /// ([`Lane::build`]); staged as [`Staged::Lane`].
     #[inline(always)]
     fn of(f: &IpFrame, ctx: &PathCtx<'s>, last_rule: &mut RuleCache<'s>) -> Option<Lane<'s>> {
-        if f.info.is_syn() || ctx.for_kernel(&f.info.dst) {
+        if f.info.is_syn() {
+            return None;
+        }
+        Lane::build(f, ctx, last_rule)
+    }
+
+    /// The short way's record of a SYN, when it applies ([`Lane::build`]): of such a service,
+    /// every SYN and only a SYN is a new-connection SYN (CT-2); staged as [`Staged::NewLane`].
+    /// (Apart from [`Lane::of`], so that the common packet's way stays as short as it was.)
+    #[inline(always)]
+    fn of_syn(f: &IpFrame, ctx: &PathCtx<'s>, last_rule: &mut RuleCache<'s>) -> Option<Lane<'s>> {
+        if !f.info.is_syn() {
+            return None;
+        }
+        debug_assert!(f.info.is_syn() && !f.info.icmp_error);
+        Lane::build(f, ctx, last_rule)
+    }
+
+    /// The record, when the short way applies: not the node's own traffic, and its rule's
+    /// service tracks the 5-tuple and encapsulates (IPIP or GUE).
+    #[inline(always)]
+    fn build(f: &IpFrame, ctx: &PathCtx<'s>, last_rule: &mut RuleCache<'s>) -> Option<Lane<'s>> {
+        if ctx.for_kernel(&f.info.dst) {
             return None;
         }
         let svc = ctx.snap.service_for_cached(&f.info, last_rule)?;
@@ -298,6 +326,10 @@ impl<'s> Lane<'s> {
         // Always for IPv4 (a 16-bit total length); an IPv6 packet with more than 65,495 bytes
         // of payload goes the general way.
         let l3_len = u16::try_from(f.ip.l3_len).ok()?;
+        debug_assert_eq!(
+            f.info.is_syn(),
+            flow::is_new_connection_syn(&f.info, svc.tracking, svc.affinity)
+        );
         Some(Lane { svc, key, key_hash: conntrack::key_hash(&key), hint: Hint::NONE, l3_len })
     }
 
@@ -388,13 +420,20 @@ fn stage_fast<'s>(
     last_rule: &mut RuleCache<'s>,
     out: &mut Staged<'s>,
 ) -> Option<u64> {
-    match Lane::of(&f, ctx, last_rule) {
-        Some(lane) => {
-            *out = Staged::Lane(lane);
-            Some(lane.key_hash)
-        }
-        None => stage_ip(f, false, ctx, last_rule, out),
+    if let Some(lane) = Lane::of(&f, ctx, last_rule) {
+        *out = Staged::Lane(lane);
+        return Some(lane.key_hash);
     }
+    if let Some(lane) = Lane::of_syn(&f, ctx, last_rule) {
+        // A new connection's insert may read its secondary bucket too (beyond half load,
+        // often): its header is prefetched with the primary's, for `prefetch_record`.
+        if ctx.shard.half_full() {
+            prefetch_secondary(ctx.shard, lane.key_hash);
+        }
+        *out = Staged::NewLane(lane);
+        return Some(lane.key_hash);
+    }
+    stage_ip(f, false, ctx, last_rule, out)
 }
 
 /// [`stage`] for a frame that [`wire::classify_ip_fast`] does not take: the IPv6 common case
@@ -468,19 +507,22 @@ fn finish<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, staged: &Staged<'_>)
             Err(m) => Outcome::Drop(Reason::Malformed(m)),
         },
         Staged::Lane(lane) => {
-            let inner_len = usize::from(lane.l3_len);
             let tracked = forward_tracked(
                 buf,
                 ctx,
                 (lane.svc, &lane.key, lane.key_hash, lane.hint),
                 &lane.info(),
-                (ethernet::HEADER_LEN, inner_len),
+                (ethernet::HEADER_LEN, usize::from(lane.l3_len)),
             );
             match tracked {
                 Some(o) => o,
                 None => lane.decide_in_full(buf, ctx),
             }
         }
+        Staged::NewLane(lane) => match forward_new(buf, ctx, lane) {
+            Some(o) => o,
+            None => lane.decide_in_full(buf, ctx),
+        },
         Staged::Decide { info, ip, prep, icmp_error } => {
             let tracked = match (icmp_error, prep.service, prep.lookup) {
                 (false, Some(svc), true) => forward_tracked(
@@ -668,6 +710,86 @@ fn send_tracked<B: PacketBuf>(
     Some(None)
 }
 
+/// The short way for a new connection's SYN ([`Staged::NewLane`]): the backend its client's
+/// zone's choice hashes it to ([`decide::select_new`]), its entry ([`decide::track_new`]),
+/// and the packet encapsulated with that backend's prebuilt outer headers. `None`, with
+/// nothing changed, for anything else: no eligible backend, no prebuilt outer headers, too
+/// big for the MTU once encapsulated; [`forward`] then decides it in full (and drops or
+/// answers it the same way).
+#[inline(always)]
+fn forward_new<B: PacketBuf>(
+    buf: &mut B,
+    ctx: &mut PathCtx<'_>,
+    lane: &Lane<'_>,
+) -> Option<Outcome> {
+    let svc = lane.svc;
+    let (kind, gue_dport) = match svc.encap {
+        Encap::Ipip => (EncapKind::Ipip, 0),
+        Encap::Gue { port } => (EncapKind::Gue, port),
+        Encap::L2 => return None,
+    };
+    let (client_zone, slot) = decide::select_new(&lane.info(), svc, ctx.snap);
+    let slot = slot?;
+    let (outer, hdr) = Outer::prebuilt(ctx.next_hops.hop(slot)?, kind)?;
+    let inner_len = usize::from(lane.l3_len);
+    if (inner_len + hdr - ethernet::HEADER_LEN) as u64 > u64::from(ctx.node.mtu) {
+        return None;
+    }
+    let now = ctx.now;
+    let (tracked, released) =
+        decide::track_new(ctx.shard, &lane.key, lane.key_hash, slot, svc, ctx.snap, now)?;
+    let c = ctx.counters;
+    count_tracked(c, tracked.then_some(slot), released);
+    let Some(frame) = buf.reframe(ethernet::HEADER_LEN, inner_len, hdr) else {
+        return Some(drop_path(PathDrop::NoHeadroom));
+    };
+    if outer.write(frame, kind, inner_len, lane.key_hash, gue_dport).is_err() {
+        return Some(drop_path(PathDrop::NoHeadroom));
+    }
+    let reason = ForwardReason::NewConnection;
+    count_forwarded(c, (svc.id, slot), reason, Some(client_zone), inner_len);
+    Some(Outcome::Transmit)
+}
+
+/// The per-backend gauges of tracked entries follow the table: `made`, the backend an entry
+/// now points at that did not before; `released`, the backend of an entry replaced, overwritten
+/// or evicted.
+#[inline(always)]
+fn count_tracked(c: &WorkerCounters, made: Option<u16>, released: Option<u16>) {
+    if let Some(t) = made.and_then(|b| c.backends.get(usize::from(b))) {
+        t.tracked.inc();
+    }
+    if let Some(t) = released.and_then(|r| c.backends.get(usize::from(r))) {
+        t.tracked.sub(1);
+    }
+}
+
+/// Count a packet of `inner_len` bytes (the IP packet) sent to backend `slot` of `service`
+/// for `reason`; `new`: `Some(client zone)` for a new connection, counted also in its client
+/// zone's and its service's and backend's new-connection counters.
+#[inline(always)]
+fn count_forwarded(
+    c: &WorkerCounters,
+    (service, slot): (u16, u16),
+    reason: ForwardReason,
+    new: Option<Option<ZoneId>>,
+    inner_len: usize,
+) {
+    c.reason(Reason::Forward(reason)).inc();
+    if let Some(client_zone) = new {
+        c.zone_new(service, client_zone).inc();
+    }
+    let new = new.is_some();
+    let service = c.services.get(usize::from(service));
+    for t in service.into_iter().chain(c.backends.get(usize::from(slot))) {
+        t.packets.inc();
+        t.bytes.add(inner_len as u64);
+        if new {
+            t.new_connections.inc();
+        }
+    }
+}
+
 /// Decide and send on to the backend.
 #[inline(always)]
 fn forward<B: PacketBuf>(
@@ -681,14 +803,7 @@ fn forward<B: PacketBuf>(
     let d = decide_prepared(info, prep, ctx.snap, ctx.shard, ctx.now);
     // Per-backend tracked-entry gauges follow the table, whatever happens to this packet.
     let c = ctx.counters;
-    if let (true, Some(b)) = (d.tracked, d.backend()) {
-        if let Some(t) = c.backends.get(usize::from(b)) {
-            t.tracked.inc();
-        }
-    }
-    if let Some(t) = d.released.and_then(|r| c.backends.get(usize::from(r))) {
-        t.tracked.sub(1);
-    }
+    count_tracked(c, d.backend().filter(|_| d.tracked), d.released);
     let (slot, reason) = match d.verdict {
         Verdict::Forward { backend, reason } => (backend, reason),
         Verdict::Drop(_) if icmp_error => return drop_path(PathDrop::IcmpUnroutable),
@@ -720,13 +835,9 @@ fn forward<B: PacketBuf>(
             };
             // The outer headers prebuilt for this backend (IPv4, or IP-in-IPv6), else what to
             // build them from: the node's address of the backend's family.
-            let v6 = hop.and_then(|h| h.outer_v6_for(kind));
-            let (outer, hdr) = match (hop.and_then(|h| h.outer_v4.as_ref()), v6) {
-                (Some(prebuilt), _) => (Outer::Prebuilt(prebuilt), build::encap_len(kind, false)),
-                (None, Some(prebuilt)) => {
-                    (Outer::PrebuiltV6(prebuilt), build::encap_len(kind, true))
-                }
-                (None, None) => match ctx.node.source_for(&dst) {
+            let (outer, hdr) = match hop.and_then(|h| Outer::prebuilt(h, kind)) {
+                Some(prebuilt) => prebuilt,
+                None => match ctx.node.source_for(&dst) {
                     Some(outer_src) => (
                         Outer::Build(EncapParams {
                             kind,
@@ -757,34 +868,18 @@ fn forward<B: PacketBuf>(
             let Some(frame) = buf.reframe(usize::from(ip.l3_offset), inner_len, hdr) else {
                 return drop_path(PathDrop::NoHeadroom);
             };
-            let written = match &outer {
-                Outer::Prebuilt(o) => o.write(frame, kind, inner_len, d.flow_hash, gue_dport),
-                Outer::PrebuiltV6(o) => o.write(frame, inner_len, d.flow_hash),
-                Outer::Build(params) => build::write_encap(frame, params, inner_len),
-            };
-            if written.is_err() {
+            if outer.write(frame, kind, inner_len, d.flow_hash, gue_dport).is_err() {
                 return drop_path(PathDrop::NoHeadroom);
             }
             Outcome::Transmit
         }
     };
-    c.reason(Reason::Forward(reason)).inc();
     if icmp_error {
         c.icmp_errors_forwarded.inc();
     }
+    // An ICMP error is routed to its flow's backend: never a new connection of its own.
     let new = reason.is_new() && !icmp_error;
-    if new {
-        c.zone_new(d.service, d.client_zone).inc();
-    }
-
-    let service = c.services.get(usize::from(d.service));
-    for t in service.into_iter().chain(c.backends.get(usize::from(slot))) {
-        t.packets.inc();
-        t.bytes.add(inner_len as u64);
-        if new {
-            t.new_connections.inc();
-        }
-    }
+    count_forwarded(c, (d.service, slot), reason, new.then_some(d.client_zone), inner_len);
     sent
 }
 
@@ -793,6 +888,37 @@ enum Outer<'h> {
     Prebuilt(&'h OuterV4),
     PrebuiltV6(&'h OuterV6),
     Build(EncapParams),
+}
+
+impl<'h> Outer<'h> {
+    /// The outer headers prebuilt for a backend's next hop (IPv4, or IP-in-IPv6) and their
+    /// length with the Ethernet header, if any.
+    #[inline(always)]
+    fn prebuilt(hop: &'h NextHop, kind: EncapKind) -> Option<(Outer<'h>, usize)> {
+        match &hop.outer_v4 {
+            Some(o) => Some((Outer::Prebuilt(o), build::encap_len(kind, false))),
+            None => {
+                Some((Outer::PrebuiltV6(hop.outer_v6_for(kind)?), build::encap_len(kind, true)))
+            }
+        }
+    }
+
+    /// Write the headers in front of the `inner_len` bytes of the IP packet in `frame`.
+    #[inline(always)]
+    fn write(
+        &self,
+        frame: &mut [u8],
+        kind: EncapKind,
+        inner_len: usize,
+        flow_hash: u64,
+        gue_dport: u16,
+    ) -> Result<usize, build::BuildError> {
+        match self {
+            Outer::Prebuilt(o) => o.write(frame, kind, inner_len, flow_hash, gue_dport),
+            Outer::PrebuiltV6(o) => o.write(frame, inner_len, flow_hash),
+            Outer::Build(params) => build::write_encap(frame, params, inner_len),
+        }
+    }
 }
 
 /// The slow way to a backend's next-hop MAC, when the per-slot cache has none: look it up,

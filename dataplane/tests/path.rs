@@ -10,13 +10,13 @@ use fixture::{a, model, service, snapshot, NODE_MAC};
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::{key_hash, Shard};
 use spillway_core::counters::{PathDrop, Reason, WorkerCounters};
-use spillway_core::decide::{DropReason, ForwardReason};
+use spillway_core::decide::{decide, DropReason, ForwardReason};
 use spillway_core::flow::FlowKey;
 use spillway_core::model::{Encap, RuleProtocol};
 use spillway_core::policy::{Affinity, TrackingMode};
-use spillway_core::snapshot::Snapshot;
+use spillway_core::snapshot::{BackendRef, Snapshot};
 use spillway_core::time::Time;
-use spillway_core::wire::Malformed;
+use spillway_core::wire::{self, FrameKind, Malformed};
 use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache};
 use spillway_dataplane::node::Node;
 use spillway_dataplane::path::{process, process_burst, Outcome, PacketBuf, PathCtx, MAX_BURST};
@@ -548,6 +548,117 @@ fn a_later_burst_of_tracked_flows_is_decided_exactly_like_frame_by_frame() {
         let too_big = burst.count(Reason::Path(PathDrop::TooBig));
         assert_eq!(too_big, if encap == Encap::L2 { 0 } else { 1 }, "{encap:?}");
     }
+}
+
+/// A new connection's SYN of a service that tracks the 5-tuple takes a short way of its own
+/// (no lookup, the backend its hash selects, the entry, the prebuilt outer headers). Against
+/// the decision function every other caller uses (`decide`, on a table of its own): each SYN
+/// of a burst reaches the backend it selects, its entry points there, and the counters say
+/// so (reason, per-backend new connections and tracked entries, the client zone's new
+/// connections). A SYN again replaces its entry (no second entry, the gauges unchanged); with
+/// the flood guard out of tokens a SYN is still forwarded by the hash but makes no entry; and
+/// a SYN the short way cannot send (too big once encapsulated) is decided in full: answered,
+/// its entry made.
+#[test]
+fn a_new_connections_syn_reaches_the_backend_the_decision_selects_and_makes_its_entry() {
+    let backends: Vec<Addr> = (1..=8).map(|i| Addr::v4(198, 18, 1, i)).collect();
+    let svc = service("web", Encap::Ipip, RuleProtocol::L3Default, &["198.18.0.100"], "g", {
+        backends.clone()
+    });
+    let rig = || Rig {
+        snap: snapshot(model("r", [svc.clone()])),
+        neighbours: NeighbourTable::from_pairs(
+            (1..=8u8).map(|i| (Addr::v4(198, 18, 1, i), [2, 0, 0, 0, 1, i])),
+        ),
+        ..Rig::new(Encap::Ipip)
+    };
+    let syn = |sport: u16, data: &[u8]| {
+        let ip = ipv4("198.18.10.5", "198.18.0.100", 6, true, &tcp(sport, 80, 0x02, data));
+        eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip)
+    };
+    let frames: Vec<Vec<u8>> = (0..MAX_BURST as u16).map(|i| syn(30000 + i, b"")).collect();
+    let mut r = rig();
+    let id = r.snap.services().next().expect("a service").id;
+    let key = |sport| FlowKey {
+        src: a("198.18.10.5"),
+        dst: a("198.18.0.100"),
+        sport,
+        dport: 80,
+        proto: 6,
+        kind: 5,
+        service: id,
+    };
+    // What the decision function selects for each, and the slot of each backend.
+    let mut reference = Shard::with_capacity(1024);
+    let selected: Vec<u16> = frames
+        .iter()
+        .map(|f| {
+            let FrameKind::Ip { info, .. } = wire::classify(f).expect("valid").kind else {
+                panic!("not an IP frame")
+            };
+            decide(&info, &r.snap, &mut reference, Time::ZERO).backend().expect("forwarded")
+        })
+        .collect();
+    let addr: Vec<Addr> =
+        selected.iter().map(|&s| r.snap.backend(s).expect("backend").endpoint.addr).collect();
+
+    let out = r.run_burst(&frames);
+    // Per backend slot (the snapshot's first slots are the service's eight).
+    let mut per_backend = vec![0u64; 16];
+    for (i, ((o, bytes), &slot)) in out.iter().zip(&selected).enumerate() {
+        assert_eq!(*o, Outcome::Transmit, "SYN {i}");
+        let backend = addr[i];
+        assert_eq!(&bytes[30..34], &backend.0[12..16], "SYN {i}: outer destination");
+        let mac = [2, 0, 0, 0, 1, backend.0[15]];
+        assert_eq!(&bytes[0..6], &mac, "SYN {i}: the backend's MAC");
+        assert_eq!(&bytes[34..], &frames[i][14..], "SYN {i}: inner packet untouched");
+        let k = key(30000 + i as u16);
+        let (_, entry) = r.shard.lookup(&k, key_hash(&k), r.now).expect("its entry");
+        assert_eq!(BackendRef::from_u32(entry.value.backend).slot, slot, "SYN {i}: entry");
+        per_backend[usize::from(slot)] += 1;
+    }
+    // Not vacuous: the hash spread the SYNs over several backends.
+    assert!(per_backend.iter().filter(|&&n| n > 0).count() >= 4, "{per_backend:?}");
+    let count = |r: &Rig, f: fn(&spillway_core::counters::TrafficCounters) -> u64| -> Vec<u64> {
+        r.counters.backends.iter().take(16).map(f).collect()
+    };
+    assert_eq!(count(&r, |t| t.new_connections.get()), per_backend);
+    assert_eq!(count(&r, |t| t.tracked.get()), per_backend);
+    assert_eq!(count(&r, |t| t.packets.get()), per_backend);
+    let all_tracked: u64 = r.counters.backends.iter().map(|t| t.tracked.get()).sum();
+    assert_eq!(all_tracked, MAX_BURST as u64, "no other slot");
+    let n = MAX_BURST as u64;
+    assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), n);
+    assert_eq!(r.counters.services[usize::from(id)].new_connections.get(), n);
+    assert_eq!(r.counters.zone_new(id, None).get(), n, "no client zone");
+    assert_eq!(r.shard.len(), MAX_BURST);
+
+    // The same SYNs again (retransmitted): each replaces its own entry.
+    let again = r.run_burst(&frames);
+    assert_eq!(again, out, "the same backends, the same bytes");
+    assert_eq!(r.shard.len(), MAX_BURST);
+    assert_eq!(count(&r, |t| t.tracked.get()), per_backend);
+    assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), 2 * n);
+
+    // The flood guard with three tokens: every SYN forwarded by the hash, three entries made.
+    let mut guarded = rig();
+    guarded.shard.set_flood_guard(Some(3));
+    assert_eq!(guarded.run_burst(&frames[..10]), out[..10], "forwarded alike");
+    assert_eq!(guarded.shard.len(), 3);
+    assert_eq!(guarded.shard.stats().bypassed, 7);
+    assert_eq!(count(&guarded, |t| t.tracked.get()).iter().sum::<u64>(), 3);
+    assert_eq!(count(&guarded, |t| t.new_connections.get()).iter().sum::<u64>(), 10);
+
+    // Too big once encapsulated, DF set: the full decision answers it and makes its entry.
+    let big = syn(40000, &[7u8; 1481 - 40]);
+    let (o, bytes) = r.run(&big);
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(&bytes[0..6], &CLIENT_MAC, "back to the client");
+    assert_eq!((bytes[34], bytes[35]), (3, 4), "fragmentation needed");
+    assert_eq!(r.count(Reason::Path(PathDrop::TooBig)), 1);
+    let k = key(40000);
+    assert!(r.shard.lookup(&k, key_hash(&k), r.now).is_some(), "its entry");
+    assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), 2 * n);
 }
 
 /// The short way builds a packet's tracking key from its 5-tuple as received; it is tried for
