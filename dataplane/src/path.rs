@@ -159,10 +159,12 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// classified, its forwarding rule matched and its tracking key hashed, and the header of its
 /// conntrack bucket prefetched; `RECORD_LAG` packets behind, once that header has arrived,
 /// its signatures are matched ([`Shard::probe`]: the slot is kept as the lookup's hint) and
-/// the record they point to is prefetched; then each packet is decided and rewritten, a
-/// packet of a tracked flow by a short way (`forward_tracked`) when its hint holds. The
-/// common packet (untagged IPv4 or IPv6 TCP or UDP, not a SYN, to a service that tracks the
-/// 5-tuple and encapsulates) goes through both passes with a smaller record ([`Lane`]). (A
+/// the record they point to is prefetched (for a new connection's SYN, the record its insert
+/// writes); then each packet is decided and rewritten, a packet of a tracked flow by a short
+/// way (`forward_tracked`) when its hint holds, a new connection's SYN by another
+/// (`forward_new`). The common packet (untagged IPv4 or IPv6 TCP or UDP to a service that
+/// tracks the 5-tuple and encapsulates) goes through both passes with a smaller record
+/// ([`Lane`]). (A
 /// separate pass for the records, as before, began by waiting for the first packet's header;
 /// with the lag the one-worker replay benchmark at 1M flows gained about 7%, median of 11
 /// alternating runs.)
