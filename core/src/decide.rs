@@ -252,7 +252,10 @@ pub fn decide_prepared(
     if !p.icmp_error {
         // CT-6, CT-12: a replacement entry is an ordinary entry.
         let made = match stale {
-            Some((slot, _, old)) => replace(shard, slot, old, backend, svc, snap, now),
+            Some((slot, _, old)) => entry_value(backend, svc, snap).map(|value| {
+                shard.replace(slot, value, now);
+                (true, Some(old))
+            }),
             None => track_new(shard, key, key_hash, backend, svc, snap, now),
         };
         let Some(made) = made else {
@@ -299,23 +302,6 @@ pub fn track_new(
             (true, released.map(|v| BackendRef::from_u32(v.backend).slot))
         }
     })
-}
-
-/// [`track_new`] for an entry found no longer valid (CT-12): replaced in place, releasing
-/// `old`, its backend slot.
-#[inline(always)]
-fn replace(
-    shard: &mut Shard,
-    slot: conntrack::Slot,
-    old: u16,
-    backend: u16,
-    svc: &ServiceView,
-    snap: &Snapshot,
-    now: Time,
-) -> Option<(bool, Option<u16>)> {
-    let value = entry_value(backend, svc, snap)?;
-    shard.replace(slot, value, now);
-    Some((true, Some(old)))
 }
 
 /// What an entry to `backend` holds: the backend and its generation, the service's epoch,

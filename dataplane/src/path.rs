@@ -286,32 +286,12 @@ struct Lane<'s> {
 const _: () = assert!(size_of::<Lane<'static>>() == 64);
 
 impl<'s> Lane<'s> {
-    /// The short way's record of a classified frame that is not a SYN, when it applies
-    /// ([`Lane::build`]); staged as [`Staged::Lane`].
+    /// The short way's record of a classified frame, when it applies: not the node's own
+    /// traffic, and its rule's service tracks the 5-tuple and encapsulates (IPIP or GUE). Of
+    /// such a service, every SYN and only a SYN is a new-connection SYN (CT-2): staged as
+    /// [`Staged::NewLane`], the others as [`Staged::Lane`].
     #[inline(always)]
     fn of(f: &IpFrame, ctx: &PathCtx<'s>, last_rule: &mut RuleCache<'s>) -> Option<Lane<'s>> {
-        if f.info.is_syn() {
-            return None;
-        }
-        Lane::build(f, ctx, last_rule)
-    }
-
-    /// The short way's record of a SYN, when it applies ([`Lane::build`]): of such a service,
-    /// every SYN and only a SYN is a new-connection SYN (CT-2); staged as [`Staged::NewLane`].
-    /// (Apart from [`Lane::of`], so that the common packet's way stays as short as it was.)
-    #[inline(always)]
-    fn of_syn(f: &IpFrame, ctx: &PathCtx<'s>, last_rule: &mut RuleCache<'s>) -> Option<Lane<'s>> {
-        if !f.info.is_syn() {
-            return None;
-        }
-        debug_assert!(f.info.is_syn() && !f.info.icmp_error);
-        Lane::build(f, ctx, last_rule)
-    }
-
-    /// The record, when the short way applies: not the node's own traffic, and its rule's
-    /// service tracks the 5-tuple and encapsulates (IPIP or GUE).
-    #[inline(always)]
-    fn build(f: &IpFrame, ctx: &PathCtx<'s>, last_rule: &mut RuleCache<'s>) -> Option<Lane<'s>> {
         if ctx.for_kernel(&f.info.dst) {
             return None;
         }
@@ -422,20 +402,22 @@ fn stage_fast<'s>(
     last_rule: &mut RuleCache<'s>,
     out: &mut Staged<'s>,
 ) -> Option<u64> {
-    if let Some(lane) = Lane::of(&f, ctx, last_rule) {
-        *out = Staged::Lane(lane);
-        return Some(lane.key_hash);
-    }
-    if let Some(lane) = Lane::of_syn(&f, ctx, last_rule) {
-        // A new connection's insert may read its secondary bucket too (beyond half load,
-        // often): its header is prefetched with the primary's, for `prefetch_record`.
-        if ctx.shard.half_full() {
-            prefetch_secondary(ctx.shard, lane.key_hash);
+    match Lane::of(&f, ctx, last_rule) {
+        Some(lane) if f.info.is_syn() => {
+            // A new connection's insert may read its secondary bucket too (beyond half load,
+            // often): its header is prefetched with the primary's, for `prefetch_record`.
+            if ctx.shard.half_full() {
+                prefetch_secondary(ctx.shard, lane.key_hash);
+            }
+            *out = Staged::NewLane(lane);
+            Some(lane.key_hash)
         }
-        *out = Staged::NewLane(lane);
-        return Some(lane.key_hash);
+        Some(lane) => {
+            *out = Staged::Lane(lane);
+            Some(lane.key_hash)
+        }
+        None => stage_ip(f, false, ctx, last_rule, out),
     }
-    stage_ip(f, false, ctx, last_rule, out)
 }
 
 /// [`stage`] for a frame that [`wire::classify_ip_fast`] does not take: the IPv6 common case
