@@ -1020,7 +1020,11 @@ impl Shard {
     /// if [`Shard::admit_new`] admits it and a way is free without evicting anyone: under a
     /// flood, an established connection never loses its entry to a new one. `None` (counted
     /// in `bypassed`): no entry was made; the caller forwards by the hash alone.
-    #[inline]
+    ///
+    /// The common case, inlined into the caller: no flood guard, and the key's primary bucket
+    /// has an empty way, no way with the key's signature and nothing overflowed to its
+    /// secondary (so the key is in neither); the entry then takes that way without a call.
+    #[inline(always)]
     pub fn insert_new(
         &mut self,
         key: &FlowKey,
@@ -1029,6 +1033,18 @@ impl Shard {
         now: Time,
     ) -> Option<InsertOutcome> {
         if self.guard.is_none() {
+            let p = self.bucket_index(hash);
+            let head = &self.heads[p];
+            if head.overflow == 0 && head.match_mask(sig_of(hash)) == 0 {
+                if let Some(w) = head.empty_way() {
+                    self.place(key, hash, value, stamp(now), (p, self.secondary_index(p, hash)), w);
+                    return Some(InsertOutcome {
+                        slot: Slot::new(p, w),
+                        overwritten: None,
+                        evicted: None,
+                    });
+                }
+            }
             return Some(self.insert(key, hash, value, now));
         }
         if !self.admit_new(now) {
@@ -1078,10 +1094,34 @@ impl Shard {
             self.clear_way(b, w);
             (b, w)
         };
-        let in_secondary = b != p;
-        if in_secondary {
+        if b == p {
+            self.place(key, hash, value, now32, (p, s), w);
+        } else {
             self.heads[p].overflow += 1;
+            self.place(key, hash, value, now32, (s, p), w);
         }
+        if evicted.is_some() {
+            // `place` counted one more entry: the evicted one is gone.
+            self.len -= 1;
+            self.stats.evictions += 1;
+        }
+        Some(InsertOutcome { slot: Slot::new(b, w), overwritten: None, evicted })
+    }
+
+    /// Store a new entry in the empty (or just emptied) way `w` of bucket `b`, whose other
+    /// candidate bucket for the key is `other` (`(b, other)`: the key's (primary, secondary),
+    /// or (secondary, primary) with the primary's `overflow` already counted), and count it.
+    #[inline(always)]
+    fn place(
+        &mut self,
+        key: &FlowKey,
+        hash: u64,
+        value: EntryValue,
+        now32: u32,
+        (b, other): (usize, usize),
+        w: usize,
+    ) {
+        let in_secondary = b != self.bucket_index(hash);
         self.heads[b].sig[w] = sig_of(hash);
         self.records[b][w] = Record {
             key: *key,
@@ -1090,17 +1130,12 @@ impl Shard {
             flags: value.flags,
             in_secondary: u8::from(in_secondary),
             // Below 2^28 buckets (MAX_CAPACITY / WAYS), so it fits.
-            other: if in_secondary { p } else { s } as u32,
+            other: other as u32,
             last_seen: now32,
             ..Record::EMPTY
         };
         self.stats.inserts += 1;
-        if evicted.is_some() {
-            self.stats.evictions += 1;
-        } else {
-            self.len += 1;
-        }
-        Some(InsertOutcome { slot: Slot::new(b, w), overwritten: None, evicted })
+        self.len += 1;
     }
 
     /// Both `p` and `s` are full: move the first entry of theirs (`p`'s ways, then `s`'s) whose

@@ -130,6 +130,9 @@ proptest! {
 #[derive(Clone, Debug)]
 enum Op {
     Insert(u16, u32),
+    /// `Shard::insert_new` without a flood guard: the same upsert as `Insert` (a new
+    /// connection's entry; its common case is inlined apart from `insert`).
+    InsertNew(u16, u32),
     Lookup(u16),
     Touch(u16),
     Replace(u16, u32),
@@ -143,6 +146,7 @@ fn op() -> impl Strategy<Value = Op> {
     let k = 0u16..40;
     prop_oneof![
         4 => (k.clone(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
+        3 => (k.clone(), any::<u32>()).prop_map(|(k, v)| Op::InsertNew(k, v)),
         4 => k.clone().prop_map(Op::Lookup),
         2 => k.clone().prop_map(Op::Touch),
         2 => (k.clone(), any::<u32>()).prop_map(|(k, v)| Op::Replace(k, v)),
@@ -169,9 +173,13 @@ proptest! {
         let mut now = start;
         for op in ops {
             match op {
-                Op::Insert(k, v) => {
+                Op::Insert(k, v) | Op::InsertNew(k, v) => {
                     let key = key(k);
-                    let out = s.insert(&key, real_hash(&key), value(v), Time(now));
+                    let out = if matches!(op, Op::Insert(..)) {
+                        s.insert(&key, real_hash(&key), value(v), Time(now))
+                    } else {
+                        s.insert_new(&key, real_hash(&key), value(v), Time(now)).expect("no guard")
+                    };
                     let old = model.insert(key, (value(v), now));
                     prop_assert_eq!(out.overwritten.is_some(), old.is_some());
                     prop_assert_eq!(out.evicted, None);
@@ -307,9 +315,13 @@ proptest! {
         let mut now = 0u64;
         for op in ops {
             match op {
-                Op::Insert(k, v) => {
+                Op::Insert(k, v) | Op::InsertNew(k, v) => {
                     let key = key(k);
-                    let out = s.insert(&key, mode.hash(&key), value(v), Time(now));
+                    let out = if matches!(op, Op::Insert(..)) {
+                        s.insert(&key, mode.hash(&key), value(v), Time(now))
+                    } else {
+                        s.insert_new(&key, mode.hash(&key), value(v), Time(now)).expect("no guard")
+                    };
                     prop_assert_eq!(out.overwritten.is_some(), model.contains_key(&key));
                     if let Some(ev) = out.evicted {
                         prop_assert!(ev.key != key);
