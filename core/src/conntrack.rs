@@ -891,25 +891,52 @@ impl Shard {
     /// miss: in a table larger than the caches that was most of the time of a new connection;
     /// in a nearly full one, the move read up to 16 records, each then its bucket's header,
     /// one after the other.
+    ///
+    /// Returns true when both buckets were full (the 16 records named): once those have
+    /// arrived, [`Shard::relocation_heads`] names the headers the move reads next.
     #[inline(always)]
-    pub fn insert_lines(&self, hash: u64, mut prefetch: impl FnMut(*const u8)) {
+    pub fn insert_lines(&self, hash: u64, mut prefetch: impl FnMut(*const u8)) -> bool {
         if self.likely_refused() {
-            return;
+            return false;
         }
         let p = self.bucket_index(hash);
         let head = &self.heads[p];
         let m = head.match_mask(sig_of(hash));
         if m != 0 {
-            return prefetch(self.record_line(p, m.trailing_zeros() as usize));
+            prefetch(self.record_line(p, m.trailing_zeros() as usize));
+            return false;
         }
         if let Some(w) = head.empty_way() {
-            return prefetch(self.record_line(p, w));
+            prefetch(self.record_line(p, w));
+            return false;
         }
         let s = self.secondary_index(p, hash);
         if let Some(w) = self.heads[s].empty_way() {
-            return prefetch(self.record_line(s, w));
+            prefetch(self.record_line(s, w));
+            return false;
         }
         self.relocation_lines(p, s, prefetch);
+        true
+    }
+
+    /// After [`Shard::insert_lines`] returned true for `hash` and its records have arrived: if
+    /// both candidate buckets are still full, calls `prefetch` with the header of each of
+    /// their 16 entries' other bucket, which the move that makes room reads (in
+    /// `insert_inner`, one entry after the other until one has room). Called a few packets
+    /// before the insert, these 16 misses overlap instead of following one another. Nothing
+    /// when the flood guard will most likely refuse the connection.
+    #[inline]
+    pub fn relocation_heads(&self, hash: u64, mut prefetch: impl FnMut(*const u8)) {
+        let (p, s) = self.candidate_buckets(hash);
+        let full = |b: usize| self.heads[b].empty_way().is_none();
+        if s == p || !full(p) || !full(s) || self.likely_refused() {
+            return;
+        }
+        for b in [p, s] {
+            for w in 0..WAYS {
+                prefetch(self.head_line(self.records[b][w].other as usize));
+            }
+        }
     }
 
     /// [`Shard::insert_lines`] when both candidate buckets are full: every record of both
@@ -1489,6 +1516,39 @@ mod tests {
         assert!(insert_lines_of(&g, other).is_empty());
         assert!(g.admit_new(Time(1000)));
         assert_eq!(insert_lines_of(&g, other), [(0, 0)]);
+    }
+
+    #[test]
+    fn relocation_heads_name_the_other_bucket_of_each_of_the_16_entries() {
+        // Eight buckets. Keys of primary 0, then of primary 1, each with its own secondary.
+        let mut s = Shard::with_capacity(64);
+        let hashes: Vec<u64> = (0..16u64).map(|i| ((2 * i + 3) << 32) | (i / 8)).collect();
+        let heads_of = |s: &Shard, hash: u64| -> Vec<usize> {
+            let mut lines = Vec::new();
+            s.relocation_heads(hash, |p| lines.push(p));
+            lines
+                .iter()
+                .map(|&p| (0..s.bucket_count()).find(|&b| s.head_line(b) == p).expect("a header"))
+                .collect()
+        };
+        // A key whose candidates are buckets 0 and 1, with a signature of its own.
+        let target = 5u64 << 48 | 1u64 << 32;
+        assert_eq!(s.candidate_buckets(target), (0, 1));
+        for (i, &h) in hashes.iter().enumerate() {
+            // Until both are full, nothing to name.
+            assert!(heads_of(&s, target).is_empty(), "at {i} entries");
+            let w = u32::try_from(i).expect("small");
+            assert_eq!(s.insert(&key(w), h, val(w), Time(0)).slot.bucket(), i / 8);
+        }
+        assert!(s.insert_lines(target, |_| {}), "both full: the 16 records named");
+        // Each entry's other candidate bucket, way by way: bucket 0's, then bucket 1's.
+        let want: Vec<usize> = hashes.iter().map(|&h| s.candidate_buckets(h).1).collect();
+        assert_eq!(heads_of(&s, target), want);
+        assert!(want.iter().any(|&b| b > 1), "not only the two full buckets: {want:?}");
+        // With a way free again, nothing.
+        s.remove(Slot::new(1, 3));
+        assert!(!s.insert_lines(target, |_| {}));
+        assert!(heads_of(&s, target).is_empty());
     }
 
     #[test]

@@ -184,17 +184,22 @@ pub fn process_burst<B: PacketBuf>(
     let t0 = phase_clock::tick();
     let mut staged = [Staged::EMPTY; MAX_BURST];
     let mut last_rule = RuleCache::EMPTY;
+    // Set when a new connection's candidate buckets are both full (a nearly full table).
+    let mut crowded = false;
     for i in 0..n {
         if let Some(hash) = stage(&bufs[i], ctx, &mut last_rule, &mut staged[i]) {
             dpdk::prefetch(ctx.shard.primary_line(hash));
         }
         if i >= RECORD_LAG {
-            prefetch_record(&mut staged[i - RECORD_LAG], ctx);
+            prefetch_record(&mut staged[i - RECORD_LAG], ctx, &mut crowded);
         }
     }
     let t1 = phase_clock::tick();
     for st in &mut staged[n.saturating_sub(RECORD_LAG)..n] {
-        prefetch_record(st, ctx);
+        prefetch_record(st, ctx, &mut crowded);
+    }
+    if crowded {
+        prefetch_relocation(&staged[..n], ctx.shard);
     }
     let t2 = phase_clock::tick();
     for ((b, st), o) in bufs.iter_mut().zip(&staged).zip(out.iter_mut()) {
@@ -221,11 +226,11 @@ fn prefetch_secondary(shard: &Shard, hash: u64) {
 
 /// Once its bucket header is in cache: prefetch the record a packet's decision will read
 /// (or write, for a new connection's SYN; in a nearly full table, also the records the insert
-/// reads to make room).
+/// reads to make room, and `crowded` is set).
 #[inline(always)]
-fn prefetch_record(st: &mut Staged<'_>, ctx: &PathCtx<'_>) {
+fn prefetch_record(st: &mut Staged<'_>, ctx: &PathCtx<'_>, crowded: &mut bool) {
     match st {
-        Staged::NewLane(lane) => ctx.shard.insert_lines(lane.key_hash, dpdk::prefetch),
+        Staged::NewLane(lane) => *crowded |= ctx.shard.insert_lines(lane.key_hash, dpdk::prefetch),
         Staged::Lane(lane) => {
             let (hint, line) = ctx.shard.probe(lane.key_hash);
             lane.hint = hint;
@@ -237,10 +242,29 @@ fn prefetch_record(st: &mut Staged<'_>, ctx: &PathCtx<'_>) {
                 prep.hint = hint;
                 dpdk::prefetch(line);
             } else {
-                ctx.shard.insert_lines(prep.key_hash, dpdk::prefetch);
+                *crowded |= ctx.shard.insert_lines(prep.key_hash, dpdk::prefetch);
             }
         }
         _ => {}
+    }
+}
+
+/// In a burst with a new connection whose candidate buckets are both full: once the records
+/// of those buckets have arrived, prefetch the headers the move that makes room reads (each
+/// entry's other bucket, [`Shard::relocation_heads`]), for every such connection of the
+/// burst at once, so that those misses overlap instead of following one another in the
+/// last pass. (Out of line: only a nearly full table gets here.)
+#[cold]
+#[inline(never)]
+fn prefetch_relocation(staged: &[Staged<'_>], shard: &Shard) {
+    for st in staged {
+        match st {
+            Staged::NewLane(lane) => shard.relocation_heads(lane.key_hash, dpdk::prefetch),
+            Staged::Decide { prep, .. } if prep.service.is_some() && !prep.lookup => {
+                shard.relocation_heads(prep.key_hash, dpdk::prefetch);
+            }
+            _ => {}
+        }
     }
 }
 
