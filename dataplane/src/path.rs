@@ -160,14 +160,14 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// conntrack bucket prefetched; `RECORD_LAG` packets behind, once that header has arrived,
 /// its signatures are matched ([`Shard::probe`]: the slot is kept as the lookup's hint) and
 /// the record they point to is prefetched (for a new connection's SYN, the record its insert
-/// writes); then each packet is decided and rewritten, a packet of a tracked flow by a short
-/// way (`forward_tracked`) when its hint holds, a new connection's SYN by another
-/// (`forward_new`). The common packet (untagged IPv4 or IPv6 TCP or UDP to a service that
-/// tracks the 5-tuple and encapsulates) goes through both passes with a smaller record
-/// ([`Lane`]). (A
-/// separate pass for the records, as before, began by waiting for the first packet's header;
-/// with the lag the one-worker replay benchmark at 1M flows gained about 7%, median of 11
-/// alternating runs.)
+/// writes, and in a nearly full table, once those records are in, the bucket headers its
+/// insert may read: `prefetch_relocation`); then each packet is decided and rewritten, a
+/// packet of a tracked flow by a short way (`forward_tracked`) when its hint holds, a new
+/// connection's SYN by another (`forward_new`). The common packet (untagged IPv4 or IPv6 TCP
+/// or UDP to a service that tracks the 5-tuple and encapsulates) goes through both passes
+/// with a smaller record ([`Lane`]). (A separate pass for the records, as before, began by
+/// waiting for the first packet's header; with the lag the one-worker replay benchmark at 1M
+/// flows gained about 7%, median of 11 alternating runs.)
 pub fn process_burst<B: PacketBuf>(
     bufs: &mut [B],
     ctx: &mut PathCtx<'_>,
