@@ -295,7 +295,7 @@ fn main() {
         300,
     ));
     // A 16M-entry table (1 GiB), the largest this benchmark allocates: at 5-8 Mpps a run of
-    // 2.3 s fills 70-85% of it, so the figure includes inserts into a filling table (the row's
+    // 2.3 s fills 70-99% of it, so the figure includes inserts into a filling table (the row's
     // `entries` says how full; docs/performance.md, ninth pass). A full table under a flood
     // is the guarded scenario below.
     scenarios.push(lb("syn_100", TrafficSpec { syn_share: 1.0, ..spec(1024) }, 1 << 24, 300));
@@ -377,7 +377,7 @@ fn main() {
             panic!("--slices needs --only with the name of a balancing scenario");
         };
         // New connections fill the table as the run goes on (`syn_100`'s 16M-entry table is
-        // 70-85% full after 2.3 s): the slices would not measure the same thing.
+        // 70-99% full after 2.3 s): the slices would not measure the same thing.
         assert!(
             sc.spec.syn_share == 0.0,
             "--slices: {} makes new entries all along, its slices would differ; use --pairs",
