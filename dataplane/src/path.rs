@@ -186,17 +186,23 @@ pub fn process_burst<B: PacketBuf>(
     let mut last_rule = RuleCache::EMPTY;
     // Set when a new connection's candidate buckets are both full (a nearly full table).
     let mut crowded = false;
+    // Set when a new connection's insert prefetch was left for after the tail.
+    let mut deferred = false;
     for i in 0..n {
         if let Some(hash) = stage(&bufs[i], ctx, &mut last_rule, &mut staged[i]) {
             dpdk::prefetch(ctx.shard.primary_line(hash));
         }
         if i >= RECORD_LAG {
-            prefetch_record(&mut staged[i - RECORD_LAG], ctx, &mut crowded);
+            prefetch_record(&mut staged[i - RECORD_LAG], ctx, &mut crowded, Some(&mut deferred));
         }
     }
     let t1 = phase_clock::tick();
-    for st in &mut staged[n.saturating_sub(RECORD_LAG)..n] {
-        prefetch_record(st, ctx, &mut crowded);
+    let tail = n.saturating_sub(RECORD_LAG);
+    for st in &mut staged[tail..n] {
+        prefetch_record(st, ctx, &mut crowded, None);
+    }
+    if deferred {
+        crowded |= prefetch_deferred(&staged[..tail], ctx.shard);
     }
     if crowded {
         prefetch_relocation(&staged[..n], ctx.shard);
@@ -228,8 +234,14 @@ fn prefetch_secondary(shard: &Shard, hash: u64) {
 /// (or write, for a new connection's SYN; in a nearly full table, also the records the insert
 /// reads to make room, and `crowded` is set).
 #[inline(always)]
-fn prefetch_record(st: &mut Staged<'_>, ctx: &PathCtx<'_>, crowded: &mut bool) {
+fn prefetch_record(
+    st: &mut Staged<'_>,
+    ctx: &PathCtx<'_>,
+    crowded: &mut bool,
+    defer: Option<&mut bool>,
+) {
     match st {
+        Staged::NewLane(_) if defer.is_some() => *defer.unwrap() = true,
         Staged::NewLane(lane) => *crowded |= ctx.shard.insert_lines(lane.key_hash, dpdk::prefetch),
         Staged::Lane(lane) => {
             let (hint, line) = ctx.shard.probe(lane.key_hash);
@@ -241,12 +253,33 @@ fn prefetch_record(st: &mut Staged<'_>, ctx: &PathCtx<'_>, crowded: &mut bool) {
                 let (hint, line) = ctx.shard.probe(prep.key_hash);
                 prep.hint = hint;
                 dpdk::prefetch(line);
+            } else if let Some(d) = defer {
+                *d = true;
             } else {
                 *crowded |= ctx.shard.insert_lines(prep.key_hash, dpdk::prefetch);
             }
         }
         _ => {}
     }
+}
+
+/// The insert prefetches of the new connections staged before the tail, left until after it
+/// (`prefetch_record` with `defer`): their bucket headers have had the whole first pass to
+/// arrive. Returns true when one found both candidate buckets full. (Out of line: the burst
+/// loop's registers stay the common packet's.)
+#[inline(never)]
+fn prefetch_deferred(staged: &[Staged<'_>], shard: &Shard) -> bool {
+    let mut crowded = false;
+    for st in staged {
+        match st {
+            Staged::NewLane(lane) => crowded |= shard.insert_lines(lane.key_hash, dpdk::prefetch),
+            Staged::Decide { prep, .. } if prep.service.is_some() && !prep.lookup => {
+                crowded |= shard.insert_lines(prep.key_hash, dpdk::prefetch);
+            }
+            _ => {}
+        }
+    }
+    crowded
 }
 
 /// In a burst with a new connection whose candidate buckets are both full: once the records
