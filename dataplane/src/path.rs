@@ -159,9 +159,9 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// classified, its forwarding rule matched and its tracking key hashed, and the header of its
 /// conntrack bucket prefetched; `RECORD_LAG` packets behind, once that header has arrived,
 /// its signatures are matched ([`Shard::probe`]: the slot is kept as the lookup's hint) and
-/// the record they point to is prefetched (for a new connection's SYN, the record its insert
-/// writes, and in a nearly full table, once those records are in, the bucket headers its
-/// insert may read: `prefetch_relocation`); then each packet is decided and rewritten, a
+/// the record they point to is prefetched (for a new connection's SYN, after the tail, the
+/// record its insert writes, and in a nearly full table, once those records are in, the
+/// bucket headers its insert may read: `prefetch_deferred`, `prefetch_relocation`); then each packet is decided and rewritten, a
 /// packet of a tracked flow by a short way (`forward_tracked`) when its hint holds, a new
 /// connection's SYN by another (`forward_new`). The common packet (untagged IPv4 or IPv6 TCP
 /// or UDP to a service that tracks the 5-tuple and encapsulates) goes through both passes
