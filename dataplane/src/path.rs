@@ -232,7 +232,8 @@ fn prefetch_secondary(shard: &Shard, hash: u64) {
 
 /// Once its bucket header is in cache: prefetch the record a packet's decision will read
 /// (or write, for a new connection's SYN; in a nearly full table, also the records the insert
-/// reads to make room, and `crowded` is set).
+/// reads to make room, and `crowded` is set). With `defer`, a new connection's step is left
+/// for later instead (`*defer` set: [`prefetch_deferred`] does it after the tail).
 #[inline(always)]
 fn prefetch_record(
     st: &mut Staged<'_>,
