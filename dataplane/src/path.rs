@@ -150,23 +150,23 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
     finish(buf, ctx, &staged)
 }
 
-/// Process a burst of received frames (at most [`MAX_BURST`]); `out[i]` is what
-/// [`process`] would have returned for `bufs[i]`, and the packets are decided in order.
+/// Process a burst of received frames (at most [`MAX_BURST`]); `out[i]` is what [`process`]
+/// would have returned for `bufs[i]`, and the packets are decided in order.
 ///
 /// The work is done in stages over the whole burst, so that the cache misses of different
-/// packets overlap instead of following one another (the DPDK l3fwd / VPP way): the
-/// descriptors and first data lines of all packets are prefetched; then every frame is
-/// classified, its forwarding rule matched and its tracking key hashed, and the header of its
-/// conntrack bucket prefetched; `RECORD_LAG` packets behind, once that header has arrived,
-/// its signatures are matched ([`Shard::probe`]: the slot is kept as the lookup's hint) and
-/// the record they point to is prefetched (for a new connection's SYN, after the tail, the
-/// record its insert writes, and in a nearly full table, once those records are in, the
-/// bucket headers its insert may read: `prefetch_deferred`, `prefetch_relocation`); then each packet is decided and rewritten, a
-/// packet of a tracked flow by a short way (`forward_tracked`) when its hint holds, a new
-/// connection's SYN by another (`forward_new`). The common packet (untagged IPv4 or IPv6 TCP
-/// or UDP to a service that tracks the 5-tuple and encapsulates) goes through both passes
-/// with a smaller record ([`Lane`]). (A separate pass for the records, as before, began by
-/// waiting for the first packet's header; with the lag the one-worker replay benchmark at 1M
+/// packets overlap instead of following one another (the DPDK l3fwd / VPP way): the descriptors
+/// and first data lines of all packets are prefetched; then every frame is classified, its
+/// forwarding rule matched and its tracking key hashed, and the header of its conntrack bucket
+/// prefetched; `RECORD_LAG` packets behind, once that header has arrived, its signatures are
+/// matched ([`Shard::probe`]: the slot is kept as the lookup's hint) and the record they point
+/// to is prefetched (for a new connection's SYN, after the tail, the record its insert writes,
+/// and in a nearly full table, once those records are in, the bucket headers its insert may
+/// read: `prefetch_deferred`, `prefetch_relocation`); then each packet is decided and
+/// rewritten, a packet of a tracked flow by a short way (`forward_tracked`) when its hint
+/// holds, a new connection's SYN by another (`forward_new`). The common packet (untagged IPv4
+/// or IPv6 TCP or UDP to a service that tracks the 5-tuple and encapsulates) goes through both
+/// passes with a smaller record ([`Lane`]). (A separate pass for the records, as before, began
+/// by waiting for the first packet's header; with the lag the one-worker replay benchmark at 1M
 /// flows gained about 7%, median of 11 alternating runs.)
 pub fn process_burst<B: PacketBuf>(
     bufs: &mut [B],
@@ -271,14 +271,8 @@ fn prefetch_record(
 #[inline(never)]
 fn prefetch_deferred(staged: &[Staged<'_>], shard: &Shard) -> bool {
     let mut crowded = false;
-    for st in staged {
-        match st {
-            Staged::NewLane(lane) => crowded |= shard.insert_lines(lane.key_hash, dpdk::prefetch),
-            Staged::Decide { prep, .. } if prep.service.is_some() && !prep.lookup => {
-                crowded |= shard.insert_lines(prep.key_hash, dpdk::prefetch);
-            }
-            _ => {}
-        }
+    for hash in staged.iter().filter_map(Staged::new_connection_hash) {
+        crowded |= shard.insert_lines(hash, dpdk::prefetch);
     }
     crowded
 }
@@ -291,14 +285,8 @@ fn prefetch_deferred(staged: &[Staged<'_>], shard: &Shard) -> bool {
 #[cold]
 #[inline(never)]
 fn prefetch_relocation(staged: &[Staged<'_>], shard: &Shard) {
-    for st in staged {
-        match st {
-            Staged::NewLane(lane) => shard.relocation_heads(lane.key_hash, dpdk::prefetch),
-            Staged::Decide { prep, .. } if prep.service.is_some() && !prep.lookup => {
-                shard.relocation_heads(prep.key_hash, dpdk::prefetch);
-            }
-            _ => {}
-        }
+    for hash in staged.iter().filter_map(Staged::new_connection_hash) {
+        shard.relocation_heads(hash, dpdk::prefetch);
     }
 }
 
@@ -408,6 +396,19 @@ impl<'s> Lane<'s> {
 
 impl Staged<'_> {
     const EMPTY: Staged<'static> = Staged::Done(Outcome::Consumed);
+
+    /// The key hash of a new connection's entry, made by the last pass: a `NewLane`, or a
+    /// general record of a packet that is not looked up (a new-connection SYN).
+    #[inline(always)]
+    fn new_connection_hash(&self) -> Option<u64> {
+        match self {
+            Staged::NewLane(lane) => Some(lane.key_hash),
+            Staged::Decide { prep, .. } if prep.service.is_some() && !prep.lookup => {
+                Some(prep.key_hash)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Classify a frame and, when it is to be forwarded, match its rule and hash its key.
@@ -686,11 +687,7 @@ fn forward_tracked<B: PacketBuf>(
     info: &PacketInfo,
     (l3_offset, inner_len): (usize, usize),
 ) -> Option<Outcome> {
-    let (kind, gue_dport) = match svc.encap {
-        Encap::Ipip => (EncapKind::Ipip, 0),
-        Encap::Gue { port } => (EncapKind::Gue, port),
-        Encap::L2 => return None,
-    };
+    let (kind, gue_dport) = encap_kind(svc.encap)?;
     let hit = ctx.shard.hinted_hit(key, key_hash, hint, ctx.now)?;
     let backend = judge(&hit.value, hit.idle_ms, svc, ctx.snap, info, ctx.now).ok()?;
     let hop = ctx.next_hops.hop(backend)?;
@@ -765,11 +762,7 @@ fn forward_new<B: PacketBuf>(
     lane: &Lane<'_>,
 ) -> Option<Outcome> {
     let svc = lane.svc;
-    let (kind, gue_dport) = match svc.encap {
-        Encap::Ipip => (EncapKind::Ipip, 0),
-        Encap::Gue { port } => (EncapKind::Gue, port),
-        Encap::L2 => return None,
-    };
+    let (kind, gue_dport) = encap_kind(svc.encap)?;
     let (client_zone, slot) = decide::select_new(&lane.info(), svc, ctx.snap);
     let slot = slot?;
     let (outer, hdr) = Outer::prebuilt(ctx.next_hops.hop(slot)?, kind)?;
@@ -871,10 +864,7 @@ fn forward<B: PacketBuf>(
             Outcome::Transmit
         }
         Encap::Ipip | Encap::Gue { .. } => {
-            let (kind, gue_dport) = match svc.encap {
-                Encap::Gue { port } => (EncapKind::Gue, port),
-                _ => (EncapKind::Ipip, 0),
-            };
+            let (kind, gue_dport) = encap_kind(svc.encap).unwrap_or((EncapKind::Ipip, 0));
             // The outer headers prebuilt for this backend (IPv4, or IP-in-IPv6), else what to
             // build them from: the node's address of the backend's family.
             let (outer, hdr) = match hop.and_then(|h| Outer::prebuilt(h, kind)) {
@@ -923,6 +913,16 @@ fn forward<B: PacketBuf>(
     let new = reason.is_new() && !icmp_error;
     count_forwarded(c, (d.service, slot), reason, new.then_some(d.client_zone), inner_len);
     sent
+}
+
+/// The encapsulation of a service and its GUE destination port (0 for IPIP); `None` for L2.
+#[inline(always)]
+fn encap_kind(encap: Encap) -> Option<(EncapKind, u16)> {
+    match encap {
+        Encap::Ipip => Some((EncapKind::Ipip, 0)),
+        Encap::Gue { port } => Some((EncapKind::Gue, port)),
+        Encap::L2 => None,
+    }
 }
 
 /// The outer headers of an encapsulation: prebuilt for the backend, or built per packet.
