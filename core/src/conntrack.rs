@@ -798,9 +798,10 @@ impl Shard {
     /// [`Shard::next_line`], and the slot of the record it points at (the first way of the
     /// primary whose signature matches), for [`Shard::find_hinted`] to check first: the
     /// signature scan is then done once per packet, when the header arrives, instead of again
-    /// at the lookup.
+    /// at the lookup. When it names the secondary's header, it also sets `*secondary`: once
+    /// that header is in cache, [`Shard::probe_secondary`] gives the hint.
     #[inline]
-    pub fn probe(&self, hash: u64) -> (Hint, *const u8) {
+    pub fn probe(&self, hash: u64, secondary: &mut bool) -> (Hint, *const u8) {
         let p = self.bucket_index(hash);
         let head = &self.heads[p];
         let m = head.match_mask(sig_of(hash));
@@ -808,10 +809,33 @@ impl Shard {
             let w = m.trailing_zeros() as usize;
             (Hint(Slot::new(p, w).0), self.record_line(p, w))
         } else if head.overflow != 0 {
+            *secondary = true;
             (Hint::NONE, self.head_line(self.secondary_index(p, hash)))
         } else {
             (Hint::NONE, std::ptr::null())
         }
+    }
+
+    /// The second half of [`Shard::probe`] for a key it found no way for in its primary
+    /// bucket, whose primary has overflowed (the probe then named the secondary's header):
+    /// once that header is in cache, the first way of the secondary whose signature matches,
+    /// as a hint, and its record's line. No hint and a null pointer when the primary has not
+    /// overflowed (the key is in neither bucket: the secondary's header is not read) or the
+    /// secondary has no such way. Without it, a lookup of a key stored in its secondary (1% of
+    /// the entries at half load, 8% at 80%, 13% at 90%) waited in full for the record's miss.
+    #[inline]
+    pub fn probe_secondary(&self, hash: u64) -> (Hint, *const u8) {
+        let p = self.bucket_index(hash);
+        if self.heads[p].overflow == 0 {
+            return (Hint::NONE, std::ptr::null());
+        }
+        let s = self.secondary_index(p, hash);
+        let m = self.heads[s].match_mask(sig_of(hash));
+        if m == 0 {
+            return (Hint::NONE, std::ptr::null());
+        }
+        let w = m.trailing_zeros() as usize;
+        (Hint(Slot::new(s, w).0), self.record_line(s, w))
     }
 
     /// The slot `hint` points at, if it holds `key` (`hash` is the key's hash): its way is
@@ -1549,6 +1573,40 @@ mod tests {
         s.remove(Slot::new(1, 3));
         assert!(!s.insert_lines(target, |_| {}));
         assert!(heads_of(&s, target).is_empty());
+    }
+
+    #[test]
+    fn probe_secondary_names_the_way_of_a_key_stored_in_its_secondary() {
+        // Eight buckets; every key here has primary 0 and secondary 1, a signature of its own.
+        let mut s = Shard::with_capacity(64);
+        let hash = |i: u64| (i + 1) << 48 | 1 << 32;
+        assert_eq!(s.candidate_buckets(hash(0)), (0, 1));
+        let line = |s: &Shard, slot: Slot| s.record_line(slot.bucket(), slot.way());
+        // Nothing overflowed: nothing named, the secondary's header not needed.
+        s.insert(&key(0), hash(0), val(0), Time(0));
+        assert_eq!(s.probe_secondary(hash(0)), (Hint::NONE, std::ptr::null()));
+        assert_eq!(s.probe_secondary(hash(20)), (Hint::NONE, std::ptr::null()));
+        for i in 1..8 {
+            s.insert(&key(i as u32), hash(i), val(i as u32), Time(0));
+        }
+        // Key 8 and 9 go to the secondary; their primary's probe names only that header.
+        for i in [8, 9] {
+            let slot = s.insert(&key(i as u32), hash(i), val(i as u32), Time(0)).slot;
+            assert_eq!(slot.bucket(), 1);
+            let mut secondary = false;
+            assert_eq!(s.probe(hash(i), &mut secondary), (Hint::NONE, s.head_line(1)));
+            assert!(secondary);
+            let (hint, record) = s.probe_secondary(hash(i));
+            assert_eq!(hint, Hint(slot.0), "key {i}");
+            assert_eq!(record, line(&s, slot));
+            assert_eq!(
+                s.hinted_hit(&key(i as u32), hash(i), hint, Time(0)).map(|h| h.value),
+                Some(val(i as u32))
+            );
+        }
+        // A key in its primary, or in neither: the secondary has no way with its signature.
+        assert_eq!(s.probe_secondary(hash(3)), (Hint::NONE, std::ptr::null()));
+        assert_eq!(s.probe_secondary(hash(20)), (Hint::NONE, std::ptr::null()));
     }
 
     #[test]

@@ -429,7 +429,7 @@ proptest! {
     }
 
     /// A hint (`Shard::probe`, which the data plane takes when a bucket's header arrives and
-    /// uses at the lookup a few packets later) never changes what a lookup finds: after any
+    /// uses at the lookup a few packets later, or `Shard::probe_secondary`) never changes what a lookup finds: after any
     /// inserts (with moves and evictions in a small table), removals and sweeps since, and
     /// also when it was taken for another key, `find_hinted` answers exactly what `find` does,
     /// and what it finds is the key's entry; `hinted_hit` gives the key's entry or nothing,
@@ -458,7 +458,14 @@ proptest! {
                     s.sweep(1, Time(step as u64), |e| e.value.backend % 3 == u32::from(k % 3));
                 }
                 3 => {
-                    hints.insert(k, s.probe(h).0);
+                    // The data plane's two steps: the primary's probe, then, when it names
+                    // no way, the secondary's.
+                    let mut secondary = false;
+                    let hint = match s.probe(h, &mut secondary).0 {
+                        Hint::NONE if secondary => s.probe_secondary(h).0,
+                        hint => hint,
+                    };
+                    hints.insert(k, hint);
                 }
                 _ => {
                     // A hit through the key's hint is the key's entry, and touching it

@@ -188,18 +188,24 @@ pub fn process_burst<B: PacketBuf>(
     let mut crowded = false;
     // Set when a new connection's insert prefetch was left for after the tail.
     let mut deferred = false;
+    // Set when a lookup's key was not in its primary bucket, which has overflowed.
+    let mut secondary = false;
     for i in 0..n {
         if let Some(hash) = stage(&bufs[i], ctx, &mut last_rule, &mut staged[i]) {
             dpdk::prefetch(ctx.shard.primary_line(hash));
         }
         if i >= RECORD_LAG {
-            prefetch_record(&mut staged[i - RECORD_LAG], ctx, &mut crowded, Some(&mut deferred));
+            let flags = (&mut crowded, &mut secondary, Some(&mut deferred));
+            prefetch_record(&mut staged[i - RECORD_LAG], ctx, flags);
         }
     }
     let t1 = phase_clock::tick();
     let tail = n.saturating_sub(RECORD_LAG);
     for st in &mut staged[tail..n] {
-        prefetch_record(st, ctx, &mut crowded, None);
+        prefetch_record(st, ctx, (&mut crowded, &mut secondary, None));
+    }
+    if secondary {
+        probe_secondaries(&mut staged[..n], ctx.shard);
     }
     if deferred {
         crowded |= prefetch_deferred(&staged[..tail], ctx.shard);
@@ -232,26 +238,28 @@ fn prefetch_secondary(shard: &Shard, hash: u64) {
 
 /// Once its bucket header is in cache: prefetch the record a packet's decision will read
 /// (or write, for a new connection's SYN; in a nearly full table, also the records the insert
-/// reads to make room, and `crowded` is set). With `defer`, a new connection's step is left
-/// for later instead (`*defer` set: [`prefetch_deferred`] does it after the tail).
+/// reads to make room, and `crowded` is set). A lookup whose key is not in its primary
+/// bucket, which has overflowed, prefetches the secondary's header instead (`secondary` set:
+/// [`probe_secondaries`] finds the record after the tail). With `defer`, a new connection's
+/// step is left for later instead (`*defer` set: [`prefetch_deferred`] does it after the
+/// tail).
 #[inline(always)]
 fn prefetch_record(
     st: &mut Staged<'_>,
     ctx: &PathCtx<'_>,
-    crowded: &mut bool,
-    defer: Option<&mut bool>,
+    (crowded, secondary, defer): (&mut bool, &mut bool, Option<&mut bool>),
 ) {
     match st {
         Staged::NewLane(_) if defer.is_some() => *defer.unwrap() = true,
         Staged::NewLane(lane) => *crowded |= ctx.shard.insert_lines(lane.key_hash, dpdk::prefetch),
         Staged::Lane(lane) => {
-            let (hint, line) = ctx.shard.probe(lane.key_hash);
+            let (hint, line) = ctx.shard.probe(lane.key_hash, secondary);
             lane.hint = hint;
             dpdk::prefetch(line);
         }
         Staged::Decide { prep, .. } if prep.service.is_some() => {
             if prep.lookup {
-                let (hint, line) = ctx.shard.probe(prep.key_hash);
+                let (hint, line) = ctx.shard.probe(prep.key_hash, secondary);
                 prep.hint = hint;
                 dpdk::prefetch(line);
             } else if let Some(d) = defer {
@@ -261,6 +269,29 @@ fn prefetch_record(
             }
         }
         _ => {}
+    }
+}
+
+/// The second probe of the lookups whose key was not in its primary bucket, which has
+/// overflowed (`prefetch_record` set `secondary`): once the secondary's header is in cache,
+/// hint the way whose signature matches there and prefetch its record, which the lookup
+/// otherwise read in the last pass with nothing overlapping its miss (1% of the entries at
+/// half load, 8% at 80%). (Out of line: the burst loop's registers stay the common packet's.)
+#[inline(never)]
+fn probe_secondaries(staged: &mut [Staged<'_>], shard: &Shard) {
+    for st in staged {
+        let (hash, hint) = match st {
+            Staged::Lane(lane) => (lane.key_hash, &mut lane.hint),
+            Staged::Decide { prep, .. } if prep.service.is_some() && prep.lookup => {
+                (prep.key_hash, &mut prep.hint)
+            }
+            _ => continue,
+        };
+        if *hint == Hint::NONE {
+            let (h, line) = shard.probe_secondary(hash);
+            *hint = h;
+            dpdk::prefetch(line);
+        }
     }
 }
 

@@ -693,6 +693,50 @@ fn bursts_of_syns_into_a_crowded_table_are_decided_exactly_like_frame_by_frame()
     assert_eq!(burst.count(Reason::Forward(ForwardReason::NewConnection)), 256);
 }
 
+/// In a nearly full table many entries are stored in their secondary bucket; a burst finds
+/// those by a second probe after its first pass (the secondary's header, then the record).
+/// Packets of flows whose entries are in either bucket, in bursts, reach their entries'
+/// backends exactly as one by one: the same bytes, outcomes, counters and table.
+#[test]
+fn bursts_of_established_flows_in_a_nearly_full_table_are_decided_exactly_like_frame_by_frame() {
+    let make = || Rig { shard: Shard::with_capacity(64), ..Rig::new(Encap::Ipip) };
+    let (mut one_by_one, mut burst) = (make(), make());
+    let frame = |i: u16, flags: u8| {
+        let src = format!("198.18.10.{}", i + 1);
+        let ip = ipv4(&src, "198.18.0.100", 6, true, &tcp(30000 + i, 80, flags, b""));
+        eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip)
+    };
+    // 60 connections into 64 ways: the same table in both.
+    for i in 0..60 {
+        one_by_one.run(&frame(i, 0x02));
+        burst.run(&frame(i, 0x02));
+    }
+    let table = |r: &Rig| -> Vec<(FlowKey, u32)> {
+        let mut t: Vec<_> = r.shard.iter(r.now).map(|(_, e)| (e.key, e.value.backend)).collect();
+        t.sort_by_key(|(k, _)| (k.src, k.sport));
+        t
+    };
+    let before = table(&burst);
+    assert_eq!(before, table(&one_by_one));
+    // Not vacuous: some entries are in their secondary bucket.
+    let in_secondary = burst
+        .shard
+        .iter(burst.now)
+        .filter(|(slot, e)| burst.shard.candidate_buckets(key_hash(&e.key)).0 != slot.bucket())
+        .count();
+    assert!(in_secondary >= 4, "{in_secondary} entries in their secondary");
+    // Their ACKs, in bursts of 32, twice.
+    let acks: Vec<Vec<u8>> = (0..60).chain(0..60).map(|i| frame(i, 0x10)).collect();
+    for (n, chunk) in acks.chunks(MAX_BURST).enumerate() {
+        let want: Vec<_> = chunk.iter().map(|f| one_by_one.run(f)).collect();
+        assert_eq!(burst.run_burst(chunk), want, "burst {n}");
+        assert_eq!(burst.all_counters(), one_by_one.all_counters(), "burst {n}");
+    }
+    assert_eq!(table(&burst), before, "every entry kept, none made");
+    let hits = burst.count(Reason::Forward(ForwardReason::ConntrackHit));
+    assert_eq!(hits, 2 * before.len() as u64);
+}
+
 /// The short way builds a packet's tracking key from its 5-tuple as received; it is tried for
 /// services whose keys are that 5-tuple, and a packet it cannot send is decided in full.
 /// Beside such a service, a per-session service with client-IP affinity (one 2-tuple entry per
