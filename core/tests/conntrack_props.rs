@@ -40,10 +40,12 @@ fn real_hash(k: &FlowKey) -> u64 {
 enum HashMode {
     /// Every key gets the same hash: one primary, one secondary, one signature.
     Constant(u64),
-    /// Every key gets the same primary and secondary buckets (`bits` keeps the bucket bits and
-    /// the secondary bits 32..48) and a real signature reduced to its top `sig_bits` bits.
+    /// Every key gets the same primary bucket (`bits` keeps the bucket bits) and a real
+    /// signature reduced to its top `sig_bits` bits; the secondary follows from the signature,
+    /// so with few signature bits many keys share both buckets and their signature.
     SharedPair { bits: u64, sig_bits: u32 },
-    /// The real hash with only two bucket bits, two secondary bits and two signature bits kept.
+    /// The real hash with only two bucket bits and two signature bits kept (so at most four
+    /// secondaries per primary).
     FewBits,
     /// The real hash.
     Real,

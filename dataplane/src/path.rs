@@ -308,16 +308,17 @@ fn prefetch_deferred(staged: &[Staged<'_>], shard: &Shard) -> bool {
     crowded
 }
 
-/// In a burst with a new connection whose candidate buckets are both full: once the records
-/// of those buckets have arrived, prefetch the headers the move that makes room reads (each
-/// entry's other bucket, [`Shard::relocation_heads`]), for every such connection of the
-/// burst at once, so that those misses overlap instead of following one another in the
-/// last pass. (Out of line: only a nearly full table gets here.)
+/// In a burst with a new connection whose candidate buckets are both full: once the headers
+/// of their entries' other buckets have arrived, prefetch the lines the insert reads and
+/// writes next ([`Shard::relocation_lines`]: the record that moves and the way it goes to, or
+/// the records among which an eviction picks), for every such connection of the burst at
+/// once, so that those misses overlap instead of following one another in the last pass.
+/// (Out of line: only a nearly full table gets here.)
 #[cold]
 #[inline(never)]
 fn prefetch_relocation(staged: &[Staged<'_>], shard: &Shard) {
     for hash in staged.iter().filter_map(Staged::new_connection_hash) {
-        shard.relocation_heads(hash, dpdk::prefetch);
+        shard.relocation_lines(hash, dpdk::prefetch);
     }
 }
 
