@@ -1007,9 +1007,12 @@ impl Shard {
             return;
         }
         if self.evicting() {
-            for b in [p, s] {
-                for &sig in &self.heads[b].sig {
-                    prefetch(self.head_line(self.other_bucket(b, sig)));
+            // A full table has no empty way: no move, and no header to read.
+            if self.len < self.capacity() {
+                for b in [p, s] {
+                    for &sig in &self.heads[b].sig {
+                        prefetch(self.head_line(self.other_bucket(b, sig)));
+                    }
                 }
             }
         } else if let Some((b, w, to, to_w)) = self.movable(p, s) {
@@ -1241,6 +1244,10 @@ impl Shard {
     /// never a chain: it reads at most 16 other header lines, on an insert that would otherwise
     /// evict.
     fn relocate_one(&mut self, p: usize, s: usize) -> Option<(usize, usize)> {
+        if self.len >= self.capacity() {
+            // No empty way anywhere: nothing can move (and no header is read to learn it).
+            return None;
+        }
         let (b, w, to, to_w) = self.movable(p, s)?;
         self.move_way(b, w, to, to_w);
         Some((b, w))
@@ -1725,6 +1732,24 @@ mod tests {
         let mut lines = Vec::new();
         assert!(s.insert_lines(target, |p| lines.push(p)));
         assert!(lines.iter().all(|&p| p == s.head_line(0) || p == s.head_line(1)));
+        // The table full: no empty way anywhere, so no header is named (nothing can move);
+        // the insert evicts the least recently seen of the 16.
+        s.set_flood_guard(None);
+        for &h in hashes_with_candidates(&s, 7, (7, 6)).iter().skip(6).take(2) {
+            s.insert(&key(n), h, val(n), Time(0));
+            n += 1;
+        }
+        assert_eq!(s.len(), 64);
+        let mut lines = Vec::new();
+        assert!(s.insert_lines(target, |p| lines.push(p)));
+        assert_eq!(lines, records);
+        let mut lines = Vec::new();
+        s.relocation_lines(target, |p| lines.push(p));
+        assert!(lines.is_empty(), "{} lines", lines.len());
+        s.touch(s.find(&key(0), hashes_with_candidates(&s, 0, (0, 1))[0]).expect("key 0"), Time(5));
+        let out = s.insert(&key(100), target, val(100), Time(10));
+        assert_eq!(out.evicted.map(|e| e.key), Some(key(1)), "key 0 was touched");
+        assert_eq!(s.len(), 64);
     }
 
     #[test]
