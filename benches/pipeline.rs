@@ -29,6 +29,8 @@
 //! - established flows, IPIP, 1K and 1M distinct flows (random order, so a 1M-flow table is far
 //!   larger than the caches); the same for GUE and for IPv6 (IP6IP6) with 1K flows;
 //! - `syn_100`: every packet a SYN from a fresh random source (eligible set, hash, insert);
+//! - only with `--only`: `established_ipip_1m_80` (1.68M flows, the table 80% full) and
+//!   `syn_100_room` (a 64M-entry, 4.3 GiB table: room for every SYN of the run);
 //! - `mix`: 1M flows, 5% new connections, 20% UDP, 20% IPv6;
 //! - `floor_touch`, `floor_table_1m`: not Spillway but the least any encapsulating balancer
 //!   does per packet, a loop of a few lines in place of the worker (`floor_loop`): receive,
@@ -282,6 +284,9 @@ fn main() {
     };
     scenarios.push(lb("established_ipip_1k", spec(1024), 4096, 300));
     scenarios.push(lb("established_ipip_1m", spec(big), big as usize * 2, 3000));
+    // Run only when named by `--only` (OPT_IN): 1.68M flows in the same 2M-entry table, 80%
+    // full, where 8% of the entries are in their secondary bucket (1% at half load).
+    scenarios.push(lb("established_ipip_1m_80", spec(1_677_721), big as usize * 2, 4000));
     scenarios.push(lb(
         "established_gue_1k",
         TrafficSpec { dst_v4: VIP_GUE.parse().expect("vip"), ..spec(1024) },
@@ -299,6 +304,10 @@ fn main() {
     // `entries` says how full; docs/performance.md, ninth pass). A full table under a flood
     // is the guarded scenario below.
     scenarios.push(lb("syn_100", TrafficSpec { syn_share: 1.0, ..spec(1024) }, 1 << 24, 300));
+    // Run only when named by `--only` (OPT_IN): the same with a 64M-entry table (4.3 GiB), room
+    // for every SYN of the run (it ends about a third full): new connections alone, without
+    // the inserts into a nearly full table that `syn_100` ends with.
+    scenarios.push(lb("syn_100_room", TrafficSpec { syn_share: 1.0, ..spec(1024) }, 1 << 26, 300));
     scenarios.push(lb(
         "mix",
         TrafficSpec { syn_share: 0.05, udp_share: 0.2, ipv6_share: 0.2, ..spec(big) },
@@ -335,6 +344,8 @@ fn main() {
     // scaling`: the replay-source scaling run alone (one worker on its own core, no
     // cross-core traffic: the steadiest measure of the worker on this machine).
     let only = flag("--only").map(String::as_str);
+    const OPT_IN: [&str; 2] = ["established_ipip_1m_80", "syn_100_room"];
+    scenarios.retain(|s| !OPT_IN.contains(&s.name) || only == Some(s.name));
     if let Some(only) = only {
         scenarios.retain(|s| {
             only != "scaling"
