@@ -78,23 +78,22 @@
 //! # Eviction and sizing
 //!
 //! An insert of a new key takes an empty way of its primary bucket, else an empty way of its
-//! secondary (incrementing the primary's `overflow`). If both are full, it moves *one* entry of
-//! the two buckets to that entry's other candidate bucket, if one has an empty way there (the
-//! first found, primary's ways first; at most 16 headers read, then the one record that moves,
-//! and never a chain of moves), and takes the way it left. Only if none can move does it evict the entry with the
-//! oldest `last_seen` among the 16 ways of *both* buckets (ties go to the primary, then to the
-//! lowest way), report it ([`InsertOutcome::evicted`], [`ShardStats::evictions`]) and take its
-//! way. An eviction therefore means both candidate buckets and every other candidate of their
-//! entries are full, which with uniformly hashed keys happens only when the table is nearly
-//! full: filling a table to 90% evicts none of the inserted keys, to 95% about 0.13% and to
-//! 100% about 1.5% (one choice evicted 5% at 75% and 10% at 90%; the
-//! two-choice rule without the move 1% and 4%; the `eviction_rate_by_load` test prints the
-//! figures). The evicted entry is the oldest of the two sets, so an expired entry not yet swept
-//! goes first; only sixteen live entries with no room elsewhere lose a live connection. About
-//! 40% of the buckets have a non-zero `overflow` at 90% load (2% at 50%), so misses on a loaded
-//! table often read a second header. Size the capacity at about 1.25× the connections a
-//! worker must hold; [`Shard::with_capacity`] rounds up to a power of two buckets, so it often
-//! gives more.
+//! secondary (incrementing the primary's `overflow`). If both are full, it moves *one* entry of the
+//! two buckets to that entry's other candidate bucket, if one has an empty way there (the first
+//! found, primary's ways first; at most 16 headers read, then the one record that moves, and never
+//! a chain of moves), and takes the way it left. Only if none can move does it evict the entry with
+//! the oldest `last_seen` among the 16 ways of *both* buckets (ties go to the primary, then to the
+//! lowest way), report it ([`InsertOutcome::evicted`], [`ShardStats::evictions`]) and take its way.
+//! An eviction therefore means both candidate buckets and every other candidate of their entries
+//! are full, which with uniformly hashed keys happens only when the table is nearly full: filling a
+//! table to 90% evicts none of the inserted keys, to 95% about 0.13% and to 100% about 1.5% (one
+//! choice evicted 5% at 75% and 10% at 90%; the two-choice rule without the move 1% and 4%; the
+//! `eviction_rate_by_load` test prints the figures). The evicted entry is the oldest of the two
+//! sets, so an expired entry not yet swept goes first; only sixteen live entries with no room
+//! elsewhere lose a live connection. About 40% of the buckets have a non-zero `overflow` at 90%
+//! load (2% at 50%), so misses on a loaded table often read a second header. Size the capacity at
+//! about 1.25× the connections a worker must hold; [`Shard::with_capacity`] rounds up to a power of
+//! two buckets, so it often gives more.
 //!
 //! # Time
 //!
@@ -123,8 +122,9 @@
 //! and, once that is in cache, [`Shard::next_line`] (the matching record, or the
 //! secondary's header); an insert, [`Shard::secondary_line`] too and then
 //! [`Shard::insert_lines`] (the record it will write, or in a nearly full table the headers
-//! the move that makes room reads) and [`Shard::relocation_lines`] (the lines of that move). The data plane issues the prefetch instructions for a
-//! whole burst before deciding any of its packets (`path::process_burst`).
+//! the move that makes room reads) and [`Shard::relocation_lines`] (the lines of that move).
+//! The data plane issues the prefetch instructions for a whole burst before deciding any of
+//! its packets (`path::process_burst`).
 //! [`Shard::find_batch`] is the same idea with plain loads, kept as the comparison in
 //! `benches/conntrack.rs`.
 //!
@@ -595,8 +595,9 @@ impl Shard {
     /// Turn the flood guard on with at most `per_second` new entries per second (a token
     /// bucket of one second's worth), or off with `None` (the default). With the guard on,
     /// [`Shard::admit_new`] also refuses while the table is full, and [`Shard::insert_new`]
-    /// refuses when the key's two candidate buckets are full, instead of evicting an entry: under a SYN flood established connections keep their entries (Katran's
-    /// approach), and the flood's packets are forwarded by the consistent hash alone.
+    /// refuses when the key's two candidate buckets are full, instead of evicting an entry:
+    /// under a SYN flood established connections keep their entries (Katran's approach), and
+    /// the flood's packets are forwarded by the consistent hash alone.
     pub fn set_flood_guard(&mut self, per_second: Option<u32>) {
         self.guard = per_second.filter(|&r| r > 0).map(|r| FloodGuard {
             per_sec: u64::from(r),
@@ -796,9 +797,9 @@ impl Shard {
     }
 
     /// Once the primary's header is in cache: the line a [`Shard::find`] of this key reads
-    /// next, to prefetch a few packets after the header (`path::process_burst`). The record of the first way whose
-    /// signature matches, else the secondary bucket's header when the primary has overflowed,
-    /// else nothing (a null pointer).
+    /// next, to prefetch a few packets after the header (`path::process_burst`). The record
+    /// of the first way whose signature matches, else the secondary bucket's header when the
+    /// primary has overflowed, else nothing (a null pointer).
     #[inline]
     pub fn next_line(&self, hash: u64) -> *const u8 {
         let p = self.bucket_index(hash);
@@ -995,10 +996,10 @@ impl Shard {
     /// arrived: if both candidate buckets are still full, calls `prefetch` with the lines the
     /// insert then reads and writes: the record of the entry the move takes (the first of the
     /// 16 whose other bucket has an empty way, as in `insert_inner`) and the way it goes to;
-    /// or, none able to move, the 16 records among which the eviction picks the least
-    /// recently seen. Called a few packets before the insert, these misses overlap instead of
-    /// following one another. Nothing when the flood guard will most likely refuse the
-    /// connection.
+    /// or, none able to move and no flood guard, the 16 records among which the eviction picks
+    /// the least recently seen (a guard refuses the connection instead). Called a few packets
+    /// before the insert, these misses overlap instead of following one another. Nothing when
+    /// the flood guard will most likely refuse the connection.
     #[inline]
     pub fn relocation_lines(&self, hash: u64, mut prefetch: impl FnMut(*const u8)) {
         let (p, s) = self.candidate_buckets(hash);
@@ -1018,7 +1019,7 @@ impl Shard {
         } else if let Some((b, w, to, to_w)) = self.movable(p, s) {
             prefetch(self.record_line(b, w));
             prefetch(self.record_line(to, to_w));
-        } else {
+        } else if self.guard.is_none() {
             for b in [p, s] {
                 for w in 0..WAYS {
                     prefetch(self.record_line(b, w));
@@ -1693,7 +1694,14 @@ mod tests {
         let mut lines = Vec::new();
         s.relocation_lines(target, |p| lines.push(p));
         assert_eq!(lines, records);
-        // The insert indeed evicts one of them: the least recently seen, key 0.
+        // With a flood guard the insert is refused instead of evicting: nothing to read.
+        s.set_flood_guard(Some(1000));
+        let mut lines = Vec::new();
+        s.relocation_lines(target, |p| lines.push(p));
+        assert!(lines.is_empty());
+        assert!(s.insert_new(&key(100), target, val(100), Time(100)).is_none());
+        s.set_flood_guard(None);
+        // Without, the insert evicts one of them: the least recently seen, key 0.
         let out = s.insert(&key(100), target, val(100), Time(100));
         assert_eq!(out.evicted.map(|e| e.key), Some(key(0)));
     }
