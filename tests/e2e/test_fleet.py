@@ -265,16 +265,22 @@ def test_spread_exception_path_flood_and_fingerprints():
             wait_all_progress(ll, mark, more=int(flood_s / LL_PERIOD) // 2)
             # The worker hands frames for the kernel to the exception path's thread, which writes
             # them to spl0 while sharing the two CPUs with three busy workers: read the figures
-            # once it has caught up with the flood's last frames (what it drops is counted, so a
-            # lost frame still fails the accounting below, after this wait).
+            # once the worker has read the flood's last frames from its tap (what it handled no
+            # longer grows but for BGP and BFD) and the exception path has caught up with them
+            # (what either drops is counted, so a lost frame still fails the accounting below,
+            # after this wait).
             k1: dict[str, float] = {}
+            last_handled = [-1.0]
 
             def caught_up() -> bool:
                 k1.update(kernel_figures(sp1))
-                return k1["to_kernel"] + k1["to_kernel_dropped"] >= k1["kernel_frames"] - 100
+                handled = k1["kernel_frames"] + k1["kernel_busy"]
+                settled, last_handled[0] = handled - last_handled[0] <= 5, handled
+                return settled and k1["to_kernel"] + k1["to_kernel_dropped"] >= k1["kernel_frames"] - 100
 
             with contextlib.suppress(TimeoutError):
-                T.wait_until(caught_up, "i1's exception path to write what its worker queued", timeout=10)
+                T.wait_until(caught_up, "i1's worker and exception path to handle what its tap queued",
+                             timeout=10, poll=0.2)
         rep = ll.stop(drain=3.0)
         check_clean(rep, "flood")
         sessions_after = {k: v["since"] for k, v in f.router.bird.protocols().items() if k.startswith("i")}
