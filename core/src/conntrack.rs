@@ -970,17 +970,34 @@ impl Shard {
     /// picks the least recently seen ([`Shard::relocation_lines`] then names the headers).
     #[cold]
     #[inline(never)]
-    fn relocation_heads(&self, p: usize, s: usize, mut prefetch: impl FnMut(*const u8)) {
-        // (`s == p` only in a one-bucket table.)
-        let buckets = if s == p { 1 } else { 2 };
-        let evicting = self.evicting();
-        for b in [p, s].into_iter().take(buckets) {
-            for (w, &sig) in self.heads[b].sig.iter().enumerate() {
-                prefetch(if evicting {
-                    self.record_line(b, w)
-                } else {
-                    self.head_line(self.other_bucket(b, sig))
-                });
+    fn relocation_heads(&self, p: usize, s: usize, prefetch: impl FnMut(*const u8)) {
+        if self.evicting() {
+            self.records_of(p, s, prefetch);
+        } else {
+            self.other_heads_of(p, s, prefetch);
+        }
+    }
+
+    /// The candidate buckets `p` and `s`, once each (`s == p` only in a one-bucket table).
+    fn both(p: usize, s: usize) -> impl Iterator<Item = usize> {
+        [p, s].into_iter().take(if s == p { 1 } else { 2 })
+    }
+
+    /// Calls `prefetch` with every record of buckets `p` and `s`, way by way.
+    fn records_of(&self, p: usize, s: usize, mut prefetch: impl FnMut(*const u8)) {
+        for b in Self::both(p, s) {
+            for w in 0..WAYS {
+                prefetch(self.record_line(b, w));
+            }
+        }
+    }
+
+    /// Calls `prefetch` with the header of the other bucket of every entry of the full buckets
+    /// `p` and `s`, way by way (from the signatures: no record read).
+    fn other_heads_of(&self, p: usize, s: usize, mut prefetch: impl FnMut(*const u8)) {
+        for b in Self::both(p, s) {
+            for &sig in &self.heads[b].sig {
+                prefetch(self.head_line(self.other_bucket(b, sig)));
             }
         }
     }
@@ -1010,21 +1027,13 @@ impl Shard {
         if self.evicting() {
             // A full table has no empty way: no move, and no header to read.
             if self.len < self.capacity() {
-                for b in [p, s] {
-                    for &sig in &self.heads[b].sig {
-                        prefetch(self.head_line(self.other_bucket(b, sig)));
-                    }
-                }
+                self.other_heads_of(p, s, prefetch);
             }
         } else if let Some((b, w, to, to_w)) = self.movable(p, s) {
             prefetch(self.record_line(b, w));
             prefetch(self.record_line(to, to_w));
         } else if self.guard.is_none() {
-            for b in [p, s] {
-                for w in 0..WAYS {
-                    prefetch(self.record_line(b, w));
-                }
-            }
+            self.records_of(p, s, prefetch);
         }
     }
 
@@ -1258,8 +1267,7 @@ impl Shard {
     /// to: the first (`p`'s ways, then `s`'s) whose other candidate bucket, from its
     /// signature, has an empty way; as (bucket, way, to bucket, to way). Reads only headers.
     fn movable(&self, p: usize, s: usize) -> Option<(usize, usize, usize, usize)> {
-        let buckets = if s == p { 1 } else { 2 };
-        for b in [p, s].into_iter().take(buckets) {
+        for b in Self::both(p, s) {
             for (w, &sig) in self.heads[b].sig.iter().enumerate() {
                 let to = self.other_bucket(b, sig);
                 // `to == b` only in a one-bucket table, which is full.
