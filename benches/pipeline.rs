@@ -37,7 +37,9 @@
 //!   read the frame, write a 34-byte outer header, transmit; the second also reads and writes
 //!   one random line of a table as large as the 1M-flow scenario's (one cache miss per
 //!   packet). What the machine and the generator leave for a balancer's own work;
-//!   `floor_table_1g` the same over a table as large as `syn_100`'s (1 GiB);
+//!   `floor_two_lines_1m` reads a line of an 8 MiB array first, whose content names that
+//!   line (the 1M-flow connection table's bucket header, then its record: two dependent
+//!   misses per packet); `floor_table_1g` one line of a table as large as `syn_100`'s (1 GiB);
 //! - `syn_flood_guarded`: 1K established flows carry on while 95% of the packets are a SYN flood
 //!   from random sources, with the flood guard at 200k new entries/s: how many flood packets
 //!   were forwarded untracked, and whether the established flows kept their entries;
@@ -116,9 +118,8 @@ fn backend(v6: bool, i: u8) -> Addr {
 struct Scenario {
     name: &'static str,
     balance: bool,
-    /// Instead of the worker, the floor loop ([`floor_loop`]) over a table of this many
-    /// lines (0: no table).
-    floor: Option<usize>,
+    /// Instead of the worker, the floor loop ([`floor_loop`]) over this table.
+    floor: Option<Floor>,
     spec: TrafficSpec,
     /// Conntrack capacity of the worker.
     capacity: usize,
@@ -317,20 +318,25 @@ fn main() {
     // The floor (`floor_loop`): what any encapsulating balancer must do per packet, without
     // Spillway's code: touch each frame and write its outer header; then the same with one
     // cache line of a table the size of the 1M-flow scenario's read and written per packet.
-    let floor = |name, lines: usize| Scenario {
+    let floor = |name, lines: usize, heads: usize| Scenario {
         name,
         balance: false,
-        floor: Some(lines),
+        floor: Some(Floor { lines, heads }),
         spec: spec(big),
         capacity: 0,
         guard: None,
         warm: Duration::from_millis(300),
     };
-    scenarios.push(floor("floor_touch", 0));
-    scenarios.push(floor("floor_table_1m", (big as usize * 2).next_power_of_two()));
+    let lines_1m = (big as usize * 2).next_power_of_two();
+    scenarios.push(floor("floor_touch", 0, 0));
+    scenarios.push(floor("floor_table_1m", lines_1m, 0));
+    // The 1M-flow connection table's two lines per packet: a line of an array as large as its
+    // bucket headers (8 MiB, 32 bytes per 8 entries), whose content names a line of one as
+    // large as its records (128 MiB), prefetched 16 packets later as the worker's probe does.
+    scenarios.push(floor("floor_two_lines_1m", lines_1m, lines_1m / 16));
     // One line per packet of a table as large as `syn_100`'s (16M lines, 1 GiB): the least a
     // new connection costs in memory when the table has room for every SYN of the run.
-    scenarios.push(floor("floor_table_1g", 1 << 24));
+    scenarios.push(floor("floor_table_1g", 1 << 24, 0));
     scenarios.push(Scenario {
         guard: Some(200_000),
         ..lb("syn_flood_guarded", TrafficSpec { syn_share: 0.95, ..spec(1024) }, 1 << 16, 300)
@@ -423,18 +429,26 @@ fn main() {
     }
     let mut baseline = 0.0;
     for sc in &scenarios {
-        if let Some(lines) = sc.floor {
+        if let Some(Floor { lines, heads }) = sc.floor {
             let mut factory = FrameFactory::new(&sc.spec).expect("traffic spec");
             let mut table = vec![Line([0; 8]); lines];
             dpdk::advise_huge_pages(table.as_ptr().cast(), size_of_val(&*table));
             table.fill(Line([1; 8]));
+            let mut head_table = vec![Line([0; 8]); heads];
+            dpdk::advise_huge_pages(head_table.as_ptr().cast(), size_of_val(&*head_table));
+            // Words that look random, so that each packet's line follows from its header's.
+            let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+            for w in head_table.iter_mut().flat_map(|l| l.0.iter_mut()) {
+                x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                *w = (x ^ (x >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            }
             let (mpps, report) = floor_run(
                 &eal,
                 (worker_lcore, gen_lcore),
                 (&mut ring0_rx[0], &mut null_tx[0]),
                 (&mut ring0_tx[0], &pool),
                 &mut factory,
-                &mut table,
+                (&mut table, &head_table),
                 (sc.warm, measure),
                 tsc_hz,
             );
@@ -1104,7 +1118,16 @@ fn print_flood(r: &Row, f: &Flood) {
     );
 }
 
-/// One line of the floor loop's table.
+/// The floor loop's tables: `lines` lines, one of them read and written per packet (0: no
+/// table); with `heads` > 0, found through a line of a second array of `heads` lines, as a
+/// connection-table hit finds its record through its bucket's header.
+#[derive(Debug, Clone, Copy)]
+struct Floor {
+    lines: usize,
+    heads: usize,
+}
+
+/// One line of the floor loop's tables.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Line([u64; 8]);
@@ -1118,7 +1141,7 @@ fn floor_run<'p>(
     (rx, tx): (&mut RxQueue<'p>, &mut TxQueue<'p>),
     (gen_tx, pool): (&mut TxQueue<'p>, &Mempool<'p>),
     factory: &mut FrameFactory,
-    table: &mut [Line],
+    (table, heads): (&mut [Line], &[Line]),
     (warm, measure): (Duration, Duration),
     tsc_hz: u64,
 ) -> (f64, gen::SendReport) {
@@ -1129,7 +1152,7 @@ fn floor_run<'p>(
         .scope(|scope| {
             let (stop, count, report) = (&stop, &count, &report);
             scope
-                .launch(worker_lcore, move || floor_loop(rx, tx, table, stop, count))
+                .launch(worker_lcore, move || floor_loop(rx, tx, (table, heads), stop, count))
                 .expect("launch floor loop");
             scope
                 .launch(gen_lcore, move || {
@@ -1156,10 +1179,14 @@ fn floor_run<'p>(
 /// cache miss per packet: the least a flow table far larger than the caches costs), then read
 /// and write that line; prepend 20 bytes and write a 34-byte Ethernet + IPv4 outer header;
 /// transmit. No classification, no checks, no counters but the packet count.
+///
+/// With `heads`, the hash names a line of `heads` instead, and [`FLOOR_LAG`] packets later the
+/// word read there (with the hash) names the line of `table`, which is then prefetched: two
+/// dependent misses per packet, overlapped across the burst the way the worker's probe does.
 fn floor_loop<'p>(
     rx: &mut RxQueue<'p>,
     tx: &mut TxQueue<'p>,
-    table: &mut [Line],
+    (table, heads): (&mut [Line], &[Line]),
     stop: &AtomicBool,
     count: &AtomicU64,
 ) {
@@ -1168,7 +1195,9 @@ fn floor_loop<'p>(
         198, 18, 0, 1, 198, 18, 1, 1,
     ];
     let mask = table.len().saturating_sub(1);
+    let head_mask = heads.len().saturating_sub(1);
     let mut burst = MbufBurst::new();
+    let mut hash = [0u64; dpdk::MAX_BURST];
     let mut line = [0usize; dpdk::MAX_BURST];
     let mut total = 0u64;
     while !stop.load(Ordering::Relaxed) {
@@ -1180,7 +1209,7 @@ fn floor_loop<'p>(
             m.prefetch_data();
         }
         if !table.is_empty() {
-            for (m, l) in burst.iter().zip(&mut line) {
+            for (i, m) in burst.iter().enumerate() {
                 let d = m.data();
                 let (a, p) = match (d.get(26..34), d.get(34..38)) {
                     (Some(a), Some(p)) => (a, p),
@@ -1188,8 +1217,23 @@ fn floor_loop<'p>(
                 };
                 let k = u64::from_le_bytes(a.try_into().expect("8 bytes"))
                     ^ u64::from(u32::from_le_bytes(p.try_into().expect("4 bytes"))) << 17;
-                *l = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20) as usize & mask;
-                dpdk::prefetch(table[*l].0.as_ptr().cast());
+                let h = k.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                hash[i] = h;
+                if heads.is_empty() {
+                    line[i] = (h >> 20) as usize & mask;
+                    dpdk::prefetch(table[line[i]].0.as_ptr().cast());
+                } else {
+                    line[i] = (h >> 20) as usize & head_mask;
+                    dpdk::prefetch(heads[line[i]].0.as_ptr().cast());
+                    if let Some(j) = i.checked_sub(FLOOR_LAG) {
+                        line[j] = floor_resolve(table, heads, hash[j], line[j]);
+                    }
+                }
+            }
+            if !heads.is_empty() {
+                for j in n.saturating_sub(FLOOR_LAG)..n {
+                    line[j] = floor_resolve(table, heads, hash[j], line[j]);
+                }
             }
         }
         for (i, mut m) in burst.drain().enumerate() {
@@ -1210,6 +1254,19 @@ fn floor_loop<'p>(
     }
     tx.flush();
 }
+
+/// The line of `table` that the word of `heads[head]` picked by hash `h` names, prefetched.
+#[inline(always)]
+fn floor_resolve(table: &[Line], heads: &[Line], h: u64, head: usize) -> usize {
+    let w = heads[head].0[(h >> 61) as usize];
+    let l = (w ^ h) as usize & (table.len() - 1);
+    dpdk::prefetch(table[l].0.as_ptr().cast());
+    l
+}
+
+/// How many packets behind its header's prefetch the two-line floor reads the header and
+/// prefetches the line it names (the worker's `RECORD_LAG`).
+const FLOOR_LAG: usize = 16;
 
 /// A directory removed on drop.
 struct RuntimeDir(String);
