@@ -39,7 +39,8 @@
 //!   packet). What the machine and the generator leave for a balancer's own work;
 //!   `floor_two_lines_1m` reads a line of an 8 MiB array first, whose content names that
 //!   line (the 1M-flow connection table's bucket header, then its record: two dependent
-//!   misses per packet); `floor_table_1g` one line of a table as large as `syn_100`'s (1 GiB);
+//!   misses per packet); `floor_table_1g` one line of a table as large as `syn_100`'s (1 GiB),
+//!   `floor_two_lines_1g` its header (in 64 MiB) and record;
 //! - `syn_flood_guarded`: 1K established flows carry on while 95% of the packets are a SYN flood
 //!   from random sources, with the flood guard at 200k new entries/s: how many flood packets
 //!   were forwarded untracked, and whether the established flows kept their entries;
@@ -337,6 +338,8 @@ fn main() {
     // One line per packet of a table as large as `syn_100`'s (16M lines, 1 GiB): the least a
     // new connection costs in memory when the table has room for every SYN of the run.
     scenarios.push(floor("floor_table_1g", 1 << 24, 0));
+    // The same two lines in `syn_100`'s table: a header in 64 MiB, a record in 1 GiB.
+    scenarios.push(floor("floor_two_lines_1g", 1 << 24, 1 << 20));
     scenarios.push(Scenario {
         guard: Some(200_000),
         ..lb("syn_flood_guarded", TrafficSpec { syn_share: 0.95, ..spec(1024) }, 1 << 16, 300)
@@ -363,6 +366,9 @@ fn main() {
                             || s.name == "established_ipip_1m"
                             || s.name == "syn_100")))
         });
+        if only == "floor" {
+            print_memory_latency();
+        }
     }
     // --pairs N (with --only SCENARIO): the baseline and the scenario alternate N times, each
     // scenario between two baselines of its own, and the shares are summarised over the pairs
@@ -1253,6 +1259,45 @@ fn floor_loop<'p>(
         count.store(total, Ordering::Relaxed);
     }
     tx.flush();
+}
+
+/// What one load costs when it waits for the one before (a chase through a single random cycle
+/// over every line of an array, on 2 MiB pages), for arrays from the size of the L2 cache to
+/// that of `syn_100`'s table, in TSC cycles: where it jumps is how much cache this VM really
+/// has, and the rest is the latency that the floor loops' and the worker's prefetches hide.
+fn print_memory_latency() {
+    let mut out = String::from("memory latency, TSC cycles per dependent load:");
+    for mib in [1usize, 2, 4, 8, 64, 128, 1024] {
+        let lines = mib << 14;
+        let mut table: Vec<Line> = Vec::with_capacity(lines);
+        dpdk::advise_huge_pages(table.as_ptr().cast(), lines * size_of::<Line>());
+        table.resize(lines, Line([0; 8]));
+        // Sattolo's shuffle: one cycle through every line.
+        let mut next: Vec<u32> = (0..lines as u32).collect();
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        for i in (1..lines).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            next.swap(i, (x % i as u64) as usize);
+        }
+        for (l, n) in table.iter_mut().zip(&next) {
+            l.0[0] = u64::from(*n);
+        }
+        let chase = |steps: u32, mut p: usize| {
+            for _ in 0..steps {
+                p = table[p].0[0] as usize;
+            }
+            p
+        };
+        let p = chase(100_000, 0);
+        let steps = 1_000_000;
+        let t0 = dpdk::tsc();
+        std::hint::black_box(chase(steps, p));
+        let cycles = (dpdk::tsc() - t0) as f64 / f64::from(steps);
+        let _ = write!(out, " {mib} MiB {cycles:.0};");
+    }
+    println!("{}", out.trim_end_matches(';'));
 }
 
 /// The line of `table` that the word of `heads[head]` picked by hash `h` names, prefetched.

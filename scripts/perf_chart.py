@@ -36,10 +36,11 @@ LABELS = {
     "syn_flood_guarded": "SYN flood\n(guarded)",
     "floor_touch": "floor:\ntouch only",
     "floor_table_1m": "floor: touch\n+ 1M table",
+    "floor_two_lines_1m": "floor: touch\n+ 1M table,\n2 lines",
     "io_forward_end": "io-forward\nagain, last",
 }
 # Not Spillway: the bench's floor loops (the least any balancer does), drawn in light grey.
-FLOORS = {"floor_touch", "floor_table_1m"}
+FLOORS = {"floor_touch", "floor_table_1m", "floor_two_lines_1m"}
 
 
 def color(name: str) -> str:
