@@ -374,6 +374,9 @@ impl<'p, 'c> Worker<'p, 'c> {
             }
             dead
         });
+        // What the next sweep reads, in cache by then (a table larger than the caches
+        // otherwise costs a bucket's header and then each of its records, from DRAM).
+        b.shard.sweep_lines(dpdk::prefetch);
     }
 
     /// Transmits everything buffered on every port.
