@@ -9,7 +9,9 @@
 //! baseline for benchmarks and the foundation tests) every packet goes back out unchanged.
 //! It sweeps its connection table at a steady pace, one bucket at a time, so that every bucket
 //! is visited once per [`SWEEP_PERIOD_SECS`] (memory reclamation only: an entry invalid for
-//! every packet is removed; until then its next packet reports why it was replaced).
+//! every packet is removed; until then its next packet reports why it was replaced), at most
+//! one bucket per poll, each sweep prefetching the lines of the next
+//! ([`Shard::sweep_lines`]).
 //!
 //! It must never allocate, lock, log, or do a shared atomic read-modify-write per packet. Its
 //! counters ([`WorkerCounters`]) are written only by itself, with relaxed loads and stores,
