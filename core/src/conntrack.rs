@@ -35,8 +35,9 @@
 //! one header and *one* record line, and writes only that record line (`last_seen`): the
 //! headers, 1/17 of the table, stay clean and small enough to stay in the caches far longer
 //! than the records, where the caches are large enough for them (a 1M-flow table's headers
-//! are 8 MiB: within a 32 MiB L3, but not within the 2-4 MiB that this project's benchmark VM
-//! keeps in cache, where a hit misses to DRAM twice; docs/performance.md, twelfth pass). (The layout before kept the header inline, with the records at a 56-byte
+//! are 8 MiB: within a 32 MiB L3, but mostly not within what this project's benchmark VM
+//! keeps in cache, about 4 MiB, where a hit then misses to DRAM twice; docs/performance.md,
+//! twelfth pass). (The layout before kept the header inline, with the records at a 56-byte
 //! stride, for 64 bytes per connection: a hit read the header line and one or two record lines,
 //! 2.75 lines on average, and with a million flows cost 25-30% more per packet;
 //! docs/performance.md has the A/B. One line per hit needs a whole line per record, so the
