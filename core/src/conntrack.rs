@@ -418,6 +418,12 @@ impl Head {
         lanes_zero(word(0) ^ want) | lanes_zero(word(4) ^ want) << 4
     }
 
+    /// Bit `w` set when way `w` holds an entry.
+    #[inline(always)]
+    fn used_ways(&self) -> u32 {
+        !self.match_mask(0) & ((1 << WAYS) - 1)
+    }
+
     /// The lowest empty way, if any.
     #[inline(always)]
     fn empty_way(&self) -> Option<usize> {
@@ -1329,7 +1335,7 @@ impl Shard {
         for _ in 0..buckets.min(n) {
             let b = self.cursor;
             self.cursor = (self.cursor + 1) & (n - 1);
-            let mut occupied = !self.heads[b].match_mask(0) & ((1 << WAYS) - 1);
+            let mut occupied = self.heads[b].used_ways();
             while occupied != 0 {
                 let w = occupied.trailing_zeros() as usize;
                 occupied &= occupied - 1;
@@ -1360,7 +1366,7 @@ impl Shard {
         }
         let b = self.cursor;
         prefetch(self.head_line((b + 1) & (n - 1)));
-        let mut occupied = !self.heads[b].match_mask(0) & ((1 << WAYS) - 1);
+        let mut occupied = self.heads[b].used_ways();
         while occupied != 0 {
             prefetch(self.record_line(b, occupied.trailing_zeros() as usize));
             occupied &= occupied - 1;
