@@ -8,7 +8,7 @@
 //! ```text
 //! cargo bench -p spillway-gen --bench pipeline -- [--seconds S] [--quick] [--json FILE]
 //!     [--hugepages required|preferred|off] [--only SCENARIO|flood|scaling] [--pairs N]
-//!     [--slices N [--slice-ms MS]]
+//!     [--slices N [--slice-ms MS]] [--burst N]
 //! ```
 //!
 //! `--only` runs one scenario between the two io-forward baselines (for profiling and A/B runs),
@@ -19,7 +19,9 @@
 //! `--only SCENARIO` (established flows only) sets the scenario up once and has the worker's
 //! lcore alternate an io-forwarding worker and the balancing one on the same queues and the
 //! same frames, half a second each: N shares, each between two baselines measured within a
-//! second of it (the steadiest ratio this host gives).
+//! second of it (the steadiest ratio this host gives). `--burst N` sets the balancing worker's
+//! burst size (1..=64; default 64, the configuration's default); the generator sends bursts of
+//! 32 whatever it is.
 //!
 //! DPDK's memory is on hugepages when enough are free and mounted (`--hugepages preferred`, the
 //! default), else on ordinary memory; the first line and the `memory` row say which.
@@ -188,6 +190,12 @@ fn main() {
     let policy = flag("--hugepages").map_or(dpdk::HugepagePolicy::Preferred, |p| {
         dpdk::HugepagePolicy::from_name(p).expect("--hugepages: required, preferred or off")
     });
+    let burst: u16 = flag("--burst").map_or(dpdk::MAX_BURST as u16, |b| {
+        b.parse()
+            .ok()
+            .filter(|b| (1..=dpdk::MAX_BURST as u16).contains(b))
+            .expect("--burst: 1..=64")
+    });
     let big: u32 = if quick { 100_000 } else { 1_000_000 };
     let measure = Duration::from_secs_f64(seconds);
 
@@ -242,7 +250,7 @@ fn main() {
     let lcores = eal.worker_lcores();
     let (worker_lcore, gen_lcore) = (lcores[0], lcores[1]);
     let params =
-        WorkerParams { burst_size: 32, drain_ticks: (tsc_hz / 1_000_000).max(1) * 100, tsc_hz };
+        WorkerParams { burst_size: burst, drain_ticks: (tsc_hz / 1_000_000).max(1) * 100, tsc_hz };
     let snap = snapshot();
     let publisher = Publisher::new(snap);
     let neighbours = NeighbourTable::from_pairs((1..=BACKENDS).flat_map(|i| {

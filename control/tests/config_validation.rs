@@ -819,7 +819,7 @@ fn conntrack_capacity_at_least_1024() {
 
 #[test]
 fn dataplane_checks_are_collected_with_the_rest() {
-    let t = HEAD.replace("  ports: [net_null0]\n", "  ports: [a, a]\n  burst_size: 64\n");
+    let t = HEAD.replace("  ports: [net_null0]\n", "  ports: [a, a]\n  burst_size: 65\n");
     let e = parse(&t).unwrap_err();
     let fields: Vec<&str> = e.invalid_fields().iter().map(|f| f.field.as_str()).collect();
     assert_eq!(fields, ["dataplane.ports[1]", "dataplane.burst_size"], "{e}");

@@ -42,7 +42,7 @@ pub use validate::FieldError;
 pub const HUGEPAGES: &[&str] = &["required", "preferred", "off"];
 
 /// Largest RX/TX burst a worker handles at once (the size of its on-stack mbuf array).
-pub const MAX_BURST: u16 = 32;
+pub const MAX_BURST: u16 = 64;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -96,7 +96,7 @@ pub struct DataplaneConfig {
     pub mempool_size: u32,
     /// Per-lcore mempool cache size.
     pub mempool_cache_size: u32,
-    /// Packets a worker receives per poll, 1..=32.
+    /// Packets a worker receives per poll, 1..=64.
     pub burst_size: u16,
     /// Longest time a packet waits in a worker's TX buffer before it is flushed, in
     /// microseconds.
@@ -432,7 +432,7 @@ mod tests {
         let c = parse(MINIMAL).unwrap();
         assert_eq!(c.dataplane.ports, vec!["net_null0".to_owned()]);
         assert_eq!(c.dataplane.worker_count(), 1);
-        assert_eq!(c.dataplane.burst_size, 32);
+        assert_eq!(c.dataplane.burst_size, 64);
         assert_eq!(c.dataplane.rx_queue_size, 1024);
         assert!(c.dataplane.eal_args.is_empty());
         assert_eq!(c.dataplane.hugepages, "required");
@@ -517,7 +517,7 @@ mod tests {
             "dataplane.lcores[1]"
         );
         assert_eq!(
-            invalid_field("dataplane:\n  ports: [a]\n  burst_size: 33\n"),
+            invalid_field("dataplane:\n  ports: [a]\n  burst_size: 65\n"),
             "dataplane.burst_size"
         );
         assert_eq!(
@@ -536,11 +536,13 @@ mod tests {
 
     #[test]
     fn mempool_must_cover_all_queues() {
-        // 2 ports x 2 workers x (1024 + 1024 + 32) + 3 x 256 + 2 x 32 = 9152 > 8191.
+        // 2 ports x 2 workers x (1024 + 1024 + 64) + 3 x 256 + 2 x 64 = 9344 > 8191.
         let text = "dataplane:\n  ports: [a, b]\n  workers: 2\n";
         assert_eq!(invalid_field(text), "dataplane.mempool_size");
-        let ok = "dataplane:\n  ports: [a, b]\n  workers: 2\n  mempool_size: 9152\n";
+        let ok = "dataplane:\n  ports: [a, b]\n  workers: 2\n  mempool_size: 9344\n";
         assert!(parse(ok).is_ok());
+        let short = ok.replace("9344", "9343");
+        assert_eq!(invalid_field(&short), "dataplane.mempool_size");
     }
 
     #[test]

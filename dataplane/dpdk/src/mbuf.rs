@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use dpdk_sys::rte_mbuf;
 
 /// Most packets in one burst (the size of the on-stack array).
-pub const MAX_BURST: usize = 32;
+pub const MAX_BURST: usize = 64;
 
 /// Why a change to an mbuf's data was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
