@@ -198,8 +198,8 @@ pub fn process_burst<B: PacketBuf>(
     for g0 in (0..n).step_by(GROUP) {
         let g1 = (g0 + GROUP).min(n);
         let mut hashes = [None; GROUP];
-        for (i, h) in (g0..g1).zip(&mut hashes) {
-            *h = stage(&bufs[i], ctx, &mut last_rule, &mut staged[i]);
+        for i in g0..g1 {
+            hashes[i - g0] = stage(&bufs[i], ctx, &mut last_rule, &mut staged[i]);
         }
         for hash in hashes.iter().flatten() {
             dpdk::prefetch(ctx.shard.primary_line(*hash));
