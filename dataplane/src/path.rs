@@ -158,21 +158,26 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// packets overlap instead of following one another (the DPDK l3fwd / VPP way): the descriptors
 /// and first data lines of all packets are prefetched; then, [`GROUP`] packets at a time, every
 /// frame is classified, its forwarding rule matched and its tracking key hashed, and then the
-/// headers of the group's conntrack buckets are prefetched together; one group behind
-/// (`RECORD_LAG` packets), once those headers have arrived, their signatures are
-/// matched ([`Shard::probe`]: the slot is kept as the lookup's hint) and the record they point
-/// to is prefetched (for a new connection's SYN, after the tail, the record its insert writes,
+/// headers of the group's conntrack buckets are prefetched together; [`record_lag`] packets
+/// behind (one group in a short burst, after the whole first pass in a long one), once those
+/// headers have arrived, their signatures are matched ([`Shard::probe`]: the slot is kept as
+/// the lookup's hint) and the record they point to is prefetched (for a new connection's SYN,
+/// after the tail, the record its insert writes,
 /// and in a nearly full table, once those records are in, the bucket headers its insert may
 /// read: `prefetch_deferred`, `prefetch_relocation`); then each packet is decided and
 /// rewritten, a packet of a tracked flow by a short way (`forward_tracked`) when its hint
 /// holds, a new connection's SYN by another (`forward_new`). The common packet (untagged IPv4
 /// or IPv6 TCP or UDP to a service that tracks the 5-tuple and encapsulates) goes through both
-/// passes with a smaller record ([`Lane`]). (A separate pass for the records, as before, began
-/// by waiting for the first packet's header; with the lag the one-worker replay benchmark at 1M
-/// flows gained about 7%, median of 11 alternating runs. The groups: a prefetch of a line in a
-/// table far larger than the caches holds the core up while its address is translated, so the
-/// group's prefetches are issued back to back, where that wait overlaps, rather than one per
-/// packet between the classifier's work: established flows at 1M flows 7% faster.)
+/// passes with a smaller record ([`Lane`]).
+///
+/// Why the groups: a prefetch of a line in a table far larger than the caches holds the core up
+/// while its address is translated (profile: a third of the burst's samples sat just after the
+/// two prefetch instructions), so a group's header prefetches are issued back to back, where
+/// those waits overlap, rather than one per packet between the classifier's work. Why the
+/// probes wait as they do: with bursts of 32 and one prefetch per packet, probing 16 packets
+/// behind gained 7% over a separate pass that began by waiting for the first packet's header;
+/// with the grouped prefetches and bursts of 64, the separate pass is the faster one (numbers
+/// at [`GROUP`] and [`record_lag`]; docs/performance.md, thirteenth pass).
 pub fn process_burst<B: PacketBuf>(
     bufs: &mut [B],
     ctx: &mut PathCtx<'_>,
@@ -195,6 +200,7 @@ pub fn process_burst<B: PacketBuf>(
     let mut deferred = false;
     // Set when a lookup's key was not in its primary bucket, which has overflowed.
     let mut secondary = false;
+    let lag = record_lag(n);
     for g0 in (0..n).step_by(GROUP) {
         let g1 = (g0 + GROUP).min(n);
         let mut hashes = [None; GROUP];
@@ -204,14 +210,14 @@ pub fn process_burst<B: PacketBuf>(
         for hash in hashes.iter().flatten() {
             dpdk::prefetch(ctx.shard.primary_line(*hash));
         }
-        let behind = g0.saturating_sub(RECORD_LAG)..g1.saturating_sub(RECORD_LAG);
+        let behind = g0.saturating_sub(lag)..g1.saturating_sub(lag);
         for st in &mut staged[behind] {
             let flags = (&mut crowded, &mut secondary, Some(&mut deferred));
             prefetch_record(st, ctx, flags);
         }
     }
     let t1 = phase_clock::tick();
-    let tail = n.saturating_sub(RECORD_LAG);
+    let tail = n.saturating_sub(lag);
     for st in &mut staged[tail..n] {
         prefetch_record(st, ctx, (&mut crowded, &mut secondary, None));
     }
@@ -231,19 +237,32 @@ pub fn process_burst<B: PacketBuf>(
     phase_clock::add([t0, t1, t2, phase_clock::tick()], n);
 }
 
-/// How many packets behind the first pass the record prefetch runs: by then the bucket's
-/// header, prefetched when that packet was staged, has arrived. 16 rather than 8 since the
-/// first pass got shorter (the in-memory path benchmark at 1M flows: 82 against 90 ms per
-/// million packets, medians of 8 alternating runs; 24 measured worse than 16).
-const RECORD_LAG: usize = 16;
-
 /// How many packets the first pass stages before it prefetches their bucket headers together
-/// (and then probes the packets `RECORD_LAG` behind). In alternate slices of one pipeline run
-/// at 1M flows, groups of 16 against one prefetch per packet: burst path 94.8-98.0 against
-/// 101.4-107.1 cycles per packet, 6.5-7.3% more packets; groups of 4, 8 and 32 gained 3%, 4%
-/// and nothing. It divides `RECORD_LAG`, so that each group probes whole groups staged before.
+/// (and then probes the packets [`record_lag`] behind). In alternate slices of one pipeline run
+/// at 1M flows, bursts of 32, groups of 16 against one prefetch per packet: burst path
+/// 94.8-98.0 against 101.4-107.1 cycles per packet, 6.5-7.3% more packets; groups of 4, 8 and
+/// 32 gained 3%, 4% and nothing.
 const GROUP: usize = 16;
-const _: () = assert!(RECORD_LAG % GROUP == 0 && MAX_BURST % GROUP == 0);
+const _: () = assert!(MAX_BURST % GROUP == 0);
+
+/// How many packets behind the first pass the probes run (each reads a bucket header the
+/// first pass prefetched and prefetches the record it names; those not reached in the first
+/// pass run after it, in the tail): one group in a burst of up to two groups, so that a header
+/// has had a group's staging to arrive; in a longer burst, the whole burst (every probe after
+/// the first pass: the last group's headers then have the probes of two groups or more to
+/// arrive). Bursts of 64, 1M flows, alternate slices: the probes after the whole first pass
+/// against one group behind, burst path 85.9-92.2 against 94.6-96.4 cycles (48 and 32 behind:
+/// about 4% fewer); bursts of 32 measured better one group behind. (Before the groups: 16
+/// rather than 8 since the first pass got shorter, 82 against 90 ms per million packets in
+/// the in-memory path benchmark at 1M flows; 24 measured worse than 16.)
+#[inline(always)]
+fn record_lag(n: usize) -> usize {
+    if n > 2 * GROUP {
+        n
+    } else {
+        GROUP
+    }
+}
 
 /// A new connection's secondary bucket header, when the insert is likely to read it
 /// ([`Shard::secondary_line`]; out of line: the burst loop's registers stay the common

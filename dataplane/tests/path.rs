@@ -661,6 +661,19 @@ fn a_new_connections_syn_reaches_the_backend_the_decision_selects_and_makes_its_
     assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), 2 * n);
 }
 
+/// `frames` cut into bursts of the sizes whose first pass differs: a full burst (probes after the
+/// whole first pass), one group and one more packet (probes one group behind, the second group
+/// partial), two groups exactly, two groups and one packet, one packet, a group and a half.
+fn bursts_of_varied_sizes(frames: &[Vec<u8>]) -> impl Iterator<Item = &[Vec<u8>]> {
+    let sizes = [MAX_BURST, 17, 32, 33, 1, 24];
+    let mut rest = frames;
+    sizes.into_iter().cycle().map_while(move |size| {
+        let (chunk, after) = rest.split_at(size.min(rest.len()));
+        rest = after;
+        (!chunk.is_empty()).then_some(chunk)
+    })
+}
+
 /// In a nearly full table a new connection's two candidate buckets are often both full: the
 /// burst then prefetches the headers its insert reads to move an entry (or it evicts one).
 /// Bursts of SYNs into a 64-entry table filled far past its capacity leave the same bytes,
@@ -676,7 +689,7 @@ fn bursts_of_syns_into_a_crowded_table_are_decided_exactly_like_frame_by_frame()
             eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip)
         })
         .collect();
-    for (n, chunk) in frames.chunks(MAX_BURST).enumerate() {
+    for (n, chunk) in bursts_of_varied_sizes(&frames).enumerate() {
         let want: Vec<_> = chunk.iter().map(|f| one_by_one.run(f)).collect();
         assert_eq!(burst.run_burst(chunk), want, "burst {n}");
         assert_eq!(burst.all_counters(), one_by_one.all_counters(), "burst {n}");
@@ -725,9 +738,9 @@ fn bursts_of_established_flows_in_a_nearly_full_table_are_decided_exactly_like_f
         .filter(|(slot, e)| burst.shard.candidate_buckets(key_hash(&e.key)).0 != slot.bucket())
         .count();
     assert!(in_secondary >= 4, "{in_secondary} entries in their secondary");
-    // Their ACKs, in bursts of 32, twice.
+    // Their ACKs, twice, in bursts of every shape the burst path takes.
     let acks: Vec<Vec<u8>> = (0..60).chain(0..60).map(|i| frame(i, 0x10)).collect();
-    for (n, chunk) in acks.chunks(MAX_BURST).enumerate() {
+    for (n, chunk) in bursts_of_varied_sizes(&acks).enumerate() {
         let want: Vec<_> = chunk.iter().map(|f| one_by_one.run(f)).collect();
         assert_eq!(burst.run_burst(chunk), want, "burst {n}");
         assert_eq!(burst.all_counters(), one_by_one.all_counters(), "burst {n}");
