@@ -69,7 +69,8 @@ pub trait PacketBuf {
     fn is_writable(&self) -> bool {
         true
     }
-    /// Start loading the buffer's descriptor (an mbuf's header line); a hint, may do nothing.
+    /// Start loading the buffer's descriptor (an mbuf's two lines: the one the path reads and
+    /// the one freeing it reads); a hint, may do nothing.
     fn prefetch_descriptor(&self) {}
     /// Start loading the first line of the packet bytes; a hint, may do nothing.
     fn prefetch_data(&self) {}

@@ -17,10 +17,15 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::mem::offset_of;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, Ordering};
 
 use dpdk_sys::rte_mbuf;
+
+// The descriptor's second line, which `prefetch_second_line` names, holds `next`.
+const _: () = assert!(offset_of!(rte_mbuf, cacheline1) == 64);
+const _: () = assert!(offset_of!(rte_mbuf, next) == offset_of!(rte_mbuf, cacheline1));
 
 /// Most packets in one burst (the size of the on-stack array).
 pub const MAX_BURST: usize = 64;
@@ -123,6 +128,15 @@ impl<'p> Mbuf<'p> {
     #[inline(always)]
     pub fn prefetch_descriptor(&self) {
         super::prefetch(self.raw.as_ptr().cast::<u8>());
+    }
+
+    /// Starts loading the mbuf's second line (`next`, which freeing the mbuf reads, in the
+    /// driver's transmit or `rte_pktmbuf_free`): a hint.
+    #[inline(always)]
+    pub fn prefetch_second_line(&self) {
+        super::prefetch(
+            self.raw.as_ptr().cast::<u8>().wrapping_add(offset_of!(rte_mbuf, cacheline1)),
+        );
     }
 
     /// Starts loading the first line of the packet data: a hint (it reads the descriptor).
