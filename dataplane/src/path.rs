@@ -69,9 +69,6 @@ pub trait PacketBuf {
     fn is_writable(&self) -> bool {
         true
     }
-    /// Start loading the buffer's descriptor (an mbuf's two lines: the one the path reads and
-    /// the one freeing it reads); a hint, may do nothing.
-    fn prefetch_descriptor(&self) {}
     /// Start loading the first line of the packet bytes; a hint, may do nothing.
     fn prefetch_data(&self) {}
 }
@@ -156,8 +153,9 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// would have returned for `bufs[i]`, and the packets are decided in order.
 ///
 /// The work is done in stages over the whole burst, so that the cache misses of different
-/// packets overlap instead of following one another (the DPDK l3fwd / VPP way): the descriptors
-/// and first data lines of all packets are prefetched; then, [`GROUP`] packets at a time, every
+/// packets overlap instead of following one another (the DPDK l3fwd / VPP way): the first data
+/// lines of all packets are prefetched (their descriptors the worker prefetched as it received
+/// them); then, [`GROUP`] packets at a time, every
 /// frame is classified, its forwarding rule matched and its tracking key hashed, and then the
 /// headers of the group's conntrack buckets are prefetched together; [`record_lag`] packets
 /// behind (one group in a short burst, after the whole first pass in a long one), once those
@@ -186,9 +184,6 @@ pub fn process_burst<B: PacketBuf>(
 ) {
     let n = bufs.len().min(MAX_BURST);
     let bufs = &mut bufs[..n];
-    for b in bufs.iter() {
-        b.prefetch_descriptor();
-    }
     for b in bufs.iter() {
         b.prefetch_data();
     }

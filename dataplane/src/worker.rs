@@ -271,6 +271,21 @@ impl<'p, 'c> Worker<'p, 'c> {
     pub fn process(&mut self, port: usize, burst: &mut MbufBurst<'p>) {
         let c = self.counters;
         c.rx_packets.add(burst.len() as u64);
+        if self.balancer.is_some() {
+            // Both lines of every descriptor, before the byte count below reads the first: the
+            // path reads and writes the first, and freeing the mbuf after transmit reads the
+            // second (`next`), which the path never touches; written by whichever core
+            // allocated the mbuf (in the pipeline benchmark, the generator's), both miss
+            // otherwise. Established flows at 1M flows: 3-14% more packets for the second
+            // line, 1-2.5% more (new connections 7%) for issuing both before the count rather
+            // than in `process_burst` (docs/performance.md, thirteenth pass). Where the
+            // worker's own driver allocated the mbuf, the lines are local and this costs hits.
+            // (Not in io-forward mode, the benchmarks' baseline, left as it was.)
+            for m in burst.iter() {
+                m.prefetch_descriptor();
+                m.prefetch_second_line();
+            }
+        }
         c.rx_bytes.add(burst.iter().map(|m| m.pkt_len() as u64).sum());
         let tx = &mut self.ports[port].tx;
         let mut tally = TxTally::default();
@@ -456,17 +471,6 @@ impl PacketBuf for Mbuf<'_> {
     #[inline]
     fn is_writable(&self) -> bool {
         Mbuf::is_writable(self)
-    }
-
-    #[inline]
-    fn prefetch_descriptor(&self) {
-        Mbuf::prefetch_descriptor(self);
-        // Freeing the mbuf after transmit reads its second line (`next`), which the path never
-        // touches: written by whoever allocated the mbuf (in the pipeline benchmark, the
-        // generator's core), it is a miss there otherwise. Prefetched a whole burst ahead,
-        // established flows at 1M flows 3-14% more packets (docs/performance.md, thirteenth
-        // pass); where the worker's own driver allocated the mbuf, the line is already local.
-        Mbuf::prefetch_second_line(self);
     }
 
     #[inline]
