@@ -736,7 +736,7 @@ fn main() {
                     let pool = &pool;
                     let spec = TrafficSpec { seed: 7 + w as u64, ..spec(big) };
                     scope
-                        .launch(lc[w], move || replay(worker, pool, &spec, stop))
+                        .launch(lc[w], move || replay(worker, pool, &spec, burst, stop))
                         .expect("launch replay worker");
                 }
                 std::thread::sleep(Duration::from_secs(3));
@@ -804,20 +804,21 @@ fn main() {
     drop((ring0, ring1, null0));
 }
 
-/// A worker fed by its own replay source: each burst is 32 fresh mbufs written from the
+/// A worker fed by its own replay source: each burst is `burst` fresh mbufs written from the
 /// generator's templates on this core, then handed to [`Worker::process`] as a received burst
 /// would be (decided, encapsulated, sent to `net_null`).
 fn replay<'p>(
     worker: &mut Worker<'p, '_>,
     pool: &Mempool<'p>,
     spec: &TrafficSpec,
+    burst_size: u16,
     stop: &AtomicBool,
 ) {
     let mut factory = FrameFactory::new(spec).expect("traffic spec");
     let max = factory.max_frame_len();
     while !stop.load(Ordering::Relaxed) {
         let mut burst = MbufBurst::new();
-        if !pool.alloc_bulk(&mut burst, 32) {
+        if !pool.alloc_bulk(&mut burst, usize::from(burst_size)) {
             continue;
         }
         let now = dpdk::tsc();
