@@ -1323,7 +1323,8 @@ fn floor_resolve(table: &[Line], heads: &[Line], h: u64, head: usize) -> usize {
 }
 
 /// How many packets behind its header's prefetch the two-line floor reads the header and
-/// prefetches the line it names (the worker's `RECORD_LAG`).
+/// prefetches the line it names (what the worker's probe does in bursts of up to 32,
+/// `path::record_lag`).
 const FLOOR_LAG: usize = 16;
 
 /// A directory removed on drop.
