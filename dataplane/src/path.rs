@@ -155,9 +155,9 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// The work is done in stages over the whole burst, so that the cache misses of different
 /// packets overlap instead of following one another (the DPDK l3fwd / VPP way): the first data
 /// lines of all packets are prefetched (their descriptors the worker prefetched as it received
-/// them); then, [`GROUP`] packets at a time, every frame is classified, its forwarding rule
+/// them); then, `GROUP` packets at a time, every frame is classified, its forwarding rule
 /// matched and its tracking key hashed, and then the headers of the group's conntrack buckets
-/// are prefetched together; [`record_lag`] packets behind (one group in a short burst, after
+/// are prefetched together; `record_lag` packets behind (one group in a short burst, after
 /// the whole first pass in a long one), once those headers have arrived, their signatures are
 /// matched ([`Shard::probe`]: the slot is kept as the lookup's hint) and the record they point
 /// to is prefetched (for a new connection's SYN, after the tail, the record its insert writes,
@@ -175,7 +175,7 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// classifier's work. Why the probes wait as they do: with bursts of 32 and one prefetch per
 /// packet, probing 16 packets behind gained 7% over a separate pass that began by waiting for
 /// the first packet's header; with the grouped prefetches and bursts of 64, the separate pass
-/// is the faster one (numbers at [`GROUP`] and [`record_lag`]; docs/performance.md, thirteenth
+/// is the faster one (numbers at `GROUP` and `record_lag`; docs/performance.md, thirteenth
 /// pass).
 pub fn process_burst<B: PacketBuf>(
     bufs: &mut [B],
