@@ -1,6 +1,6 @@
 //! The packet path: what a worker does with one received frame.
 //!
-//! [`process`] classifies the frame once ([`wire::classify`]), answers what the node itself
+//! [`process`] classifies the frame once ([`wire::classify()`]), answers what the node itself
 //! must answer (ARP and neighbour solicitations for its addresses and VIPs, echo requests to
 //! them), learns neighbours, and sends every packet that matches a forwarding rule to the
 //! backend that [`decide`] picks: encapsulated (IPIP / IP6IP6 / 4in6, or GUE) or with its
@@ -166,7 +166,7 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// rewritten, a packet of a tracked flow by a short way (`forward_tracked`) when its hint
 /// holds, a new connection's SYN by another (`forward_new`). The common packet (untagged IPv4
 /// or IPv6 TCP or UDP to a service that tracks the 5-tuple and encapsulates) goes through both
-/// passes with a smaller record ([`Lane`]).
+/// passes with a smaller record (`Lane`).
 ///
 /// Why the groups: a prefetch of a line in a table far larger than the caches can hold the core
 /// up (its address to translate, a miss buffer to find; in a profile, a third of the burst's
@@ -1086,7 +1086,7 @@ fn too_big<B: PacketBuf>(
 /// hash, the header prefetch and the lagged record prefetch), in the record prefetch of the
 /// burst's last packets, and in its last pass (decide and rewrite), summed per thread. Only
 /// with the `phase-clock` feature, for the benchmarks (docs/performance.md); without it,
-/// [`phase_clock::tick`] is a constant and nothing is recorded.
+/// `phase_clock::tick` is a constant and nothing is recorded.
 pub mod phase_clock {
     /// Sums of cycles per pass, and the packets they were spent on.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
