@@ -194,7 +194,7 @@ fn main() {
         b.parse()
             .ok()
             .filter(|b| (1..=dpdk::MAX_BURST as u16).contains(b))
-            .expect("--burst: 1..=64")
+            .unwrap_or_else(|| panic!("--burst: 1..={}", dpdk::MAX_BURST))
     });
     let big: u32 = if quick { 100_000 } else { 1_000_000 };
     let measure = Duration::from_secs_f64(seconds);
@@ -344,7 +344,8 @@ fn main() {
     scenarios.push(floor("floor_table_1m", lines_1m, 0));
     // The 1M-flow connection table's two lines per packet: a line of an array as large as its
     // bucket headers (8 MiB, 32 bytes per 8 entries), whose content names a line of one as
-    // large as its records (128 MiB), prefetched 16 packets later as the worker's probe does.
+    // large as its records (128 MiB), prefetched 16 packets later as the worker's probe does in
+    // bursts of up to 32.
     scenarios.push(floor("floor_two_lines_1m", lines_1m, lines_1m / 16));
     // One line per packet of a table as large as `syn_100`'s (16M lines, 1 GiB): the least a
     // new connection costs in memory when the table has room for every SYN of the run.
@@ -1201,7 +1202,8 @@ fn floor_run<'p>(
 ///
 /// With `heads`, the hash names a line of `heads` instead, and [`FLOOR_LAG`] packets later the
 /// word read there (with the hash) names the line of `table`, which is then prefetched: two
-/// dependent misses per packet, overlapped across the burst the way the worker's probe does.
+/// dependent misses per packet, overlapped across the burst the way the worker's probe does in
+/// bursts of up to 32 (`path::record_lag`).
 fn floor_loop<'p>(
     rx: &mut RxQueue<'p>,
     tx: &mut TxQueue<'p>,

@@ -106,7 +106,7 @@ pub enum Mode {
 /// Settings fixed when the worker is built.
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerParams {
-    /// Packets per RX poll (1..=32).
+    /// Packets per RX poll (1..=[`dpdk::MAX_BURST`]).
     pub burst_size: u16,
     /// TSC ticks a buffered TX packet may wait before the buffers are flushed.
     pub drain_ticks: u64,
