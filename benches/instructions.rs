@@ -18,9 +18,9 @@
 //!   headers (`build::OuterV4::write` after the buffer moves: what the path does for an IPv4
 //!   backend), including reloading the frame (`reload`, per packet here);
 //! - `encap_general`: the same with `build::write_encap`, which builds every header field;
-//! - `burst_established` / `burst_syn`: `path::process_burst` over bursts of 32 frames of 1,000
-//!   established flows (ACKs) or new connections (SYNs), the whole path in memory; each burst
-//!   reloads its 32 buffers first, which `reload` alone measures (subtract it);
+//! - `burst_established` / `burst_syn`: `path::process_burst` over bursts of `MAX_BURST` (64)
+//!   frames of 1,000 established flows (ACKs) or new connections (SYNs), the whole path in
+//!   memory; each burst reloads its buffers first, which `reload` alone measures (subtract it);
 //! - `burst_established_v6`: the same for 1,000 established IPv6 flows (IP6IP6 to IPv6
 //!   backends: the general way, which the IPv4 packets' short way must not slow down).
 //!

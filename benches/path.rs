@@ -85,8 +85,8 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("path");
     g.measurement_time(Duration::from_secs(3)).sample_size(10);
     // Each size runs twice: frame by frame with `process` on a table in 4 KiB pages (the path
-    // before the performance work), and in bursts of 32 with `process_burst` (staged, with
-    // prefetch) on a table advised to use transparent huge pages (what the worker does).
+    // before the performance work), and in bursts of `MAX_BURST` with `process_burst` (staged,
+    // with prefetch) on a table advised to use transparent huge pages (what the worker does).
     // SPILLWAY_BENCH_FLOWS=1000 limits the run to one size (for profiling: every size's
     // setup inserts all its flows).
     let only: Option<usize> =

@@ -3,8 +3,9 @@
 //! whatever the bytes; a buffer shared with another owner is dropped as `shared_buffer` and
 //! left untouched.
 //!
-//! Input: one byte whose bit `i` marks frame `i` as a shared buffer, then up to 32 frames,
-//! each preceded by its length (2 bytes, big-endian). Corpus: `fuzz/make_corpus.py`.
+//! Input: one byte whose bit `i` marks frame `i` (of the first 8) as a shared buffer, then up
+//! to `MAX_BURST` (64) frames, each preceded by its length (2 bytes, big-endian). Corpus:
+//! `fuzz/make_corpus.py`.
 
 #![no_main]
 
