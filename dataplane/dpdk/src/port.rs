@@ -454,6 +454,14 @@ impl<'p> TxQueue<'p> {
 
     /// Transmits a whole burst now, bypassing the buffer; frees what the driver does not take.
     pub fn send(&mut self, mut burst: MbufBurst<'p>) -> TxResult {
+        self.send_now(&mut burst)
+    }
+
+    /// [`TxQueue::send`] for a burst the caller keeps: every packet of `burst` is transmitted
+    /// now, bypassing the buffer (what the driver does not take is freed), and `burst` is left
+    /// empty, to be filled again.
+    #[inline]
+    pub fn send_now(&mut self, burst: &mut MbufBurst<'p>) -> TxResult {
         let (port, queue) = (self.port, self.queue);
         // SAFETY: as in flush().
         unsafe { burst.hand_over(|pkts, len| send_raw(port, queue, pkts, len)) }
