@@ -207,8 +207,12 @@ pub fn process_burst<B: PacketBuf>(
         for (b, hash) in bufs[g0..g1].iter().zip(&mut hashes) {
             *hash = stage(b, ctx, &mut last_rule, &mut staged);
         }
+        // The table's bounds read once for the group (between prefetches, the compiler would
+        // read them again for every packet): instructions per packet 550.3 -> 546.4
+        // established, 771.5 -> 765.7 SYN.
+        let lines = ctx.shard.primary_lines();
         for hash in hashes.iter().flatten() {
-            dpdk::prefetch(ctx.shard.primary_line(*hash));
+            dpdk::prefetch(lines.line(*hash));
         }
         let behind = g0.saturating_sub(lag)..g1.saturating_sub(lag);
         for st in &mut staged[behind] {
