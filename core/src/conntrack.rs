@@ -121,8 +121,8 @@
 //! # Prefetch
 //!
 //! This crate forbids `unsafe`, and the prefetch intrinsics take raw pointers, so the shard
-//! only says *where* a lookup will read: [`Shard::primary_line`] (the primary bucket's header)
-//! and, once that is in cache, [`Shard::next_line`] (the matching record, or the
+//! only says *where* a lookup will read: [`Shard::primary_line`] (the primary bucket's header;
+//! for a group of keys, [`Shard::primary_lines`], what the data plane uses) and, once that is in cache, [`Shard::next_line`] (the matching record, or the
 //! secondary's header); an insert, [`Shard::secondary_line`] too and then
 //! [`Shard::insert_lines`] (the record it will write, or in a nearly full table the headers
 //! the move that makes room reads) and [`Shard::relocation_lines`] (the lines of that move).
