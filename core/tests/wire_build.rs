@@ -230,6 +230,52 @@ fn prebuilt_outer_v4_matches_the_reference() {
     assert_eq!(w, Err(BuildError::TooLong));
 }
 
+/// `write_ipip`, the packet path's way for IPIP over IPv4, writes what `write` does (the
+/// reference frames, the general builder's bytes) with the inner length taken from the frame,
+/// and refuses what it refuses.
+#[test]
+fn prebuilt_outer_v4_ipip_takes_the_inner_length_from_the_frame() {
+    let p = params(EncapKind::Ipip, false);
+    let outer = OuterV4::new(p.dst_mac, p.src_mac, p.outer_src, p.outer_dst).unwrap();
+    let with = |inner: &[u8]| {
+        let mut buf = vec![0xee; 34];
+        buf.extend_from_slice(inner);
+        assert_eq!(outer.write_ipip(&mut buf), Ok(buf.len()));
+        buf
+    };
+    assert_eq!(with(&hex(INNER_V4)), hex(EXPECT_IPIP_V4));
+    for (base, tc) in [(INNER_V4, 1usize), (INNER_V6, 0)] {
+        for (tos, pad) in [(0u8, 0usize), (0xff, 1), (0x10, 333), (0xb8, 1400)] {
+            let mut inner = hex(base);
+            // The DSCP/ECN byte (IPv4), or the traffic class across the first two bytes (IPv6).
+            if tc == 1 {
+                inner[1] = tos;
+            } else {
+                inner[0] = 0x60 | (tos >> 4);
+                inner[1] = (inner[1] & 0x0f) | (tos << 4);
+            }
+            inner.resize(inner.len() + pad, 0x5a);
+            let got = with(&inner);
+            assert_eq!(got, encap(EncapKind::Ipip, false, &inner), "tos {tos:#x} pad {pad}");
+            assert_eq!(got[14 + 1], tos);
+            assert_eq!(got[14 + 9], if tc == 1 { 4 } else { 41 }, "protocol");
+            let total = u16::from_be_bytes([got[16], got[17]]);
+            assert_eq!(usize::from(total), 20 + inner.len(), "total length");
+        }
+    }
+    // Shorter than the headers' room, or no inner packet version to read.
+    assert_eq!(outer.write_ipip(&mut [0u8; 33]), Err(BuildError::BufferTooSmall));
+    assert_eq!(outer.write_ipip(&mut [0u8; 34]), Err(BuildError::WrongKind));
+    let mut buf = vec![0u8; 34 + 40];
+    buf[34] = 0x55;
+    assert_eq!(outer.write_ipip(&mut buf), Err(BuildError::WrongKind));
+    let mut big = vec![0u8; 34 + 65535 - 19];
+    big[34] = 0x45;
+    assert_eq!(outer.write_ipip(&mut big), Err(BuildError::TooLong));
+    big.truncate(34 + 65535 - 20);
+    assert_eq!(outer.write_ipip(&mut big), Ok(big.len()), "the largest IPv4 packet");
+}
+
 /// The prebuilt IPv6 headers (IP-in-IPv6) give the reference 4in6 frame, and the general
 /// builder's bytes for IPv4 and IPv6 inners of several traffic classes, lengths and flow
 /// hashes (the flow label); they refuse what `write_encap` refuses.

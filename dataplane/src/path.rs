@@ -146,7 +146,7 @@ pub const MAX_BURST: usize = 64;
 #[inline]
 pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
     let (mut staged, mut last_rule) = (Staged::EMPTY, RuleCache::EMPTY);
-    stage(buf, ctx, &mut last_rule, &mut staged);
+    stage(buf, ctx, OwnMac::of(ctx.node), &mut last_rule, &mut staged);
     finish(buf, ctx, &staged)
 }
 
@@ -194,6 +194,7 @@ pub fn process_burst<B: PacketBuf>(
     // 559.1 -> 550.3, 801.4 -> 771.5, 574.2 -> 562.3 (docs/performance.md, fifteenth pass).
     let mut staged = ArrayVec::<Staged<'_>, MAX_BURST>::new();
     let mut last_rule = RuleCache::EMPTY;
+    let own_mac = OwnMac::of(ctx.node);
     // Set when a new connection's candidate buckets are both full (a nearly full table).
     let mut crowded = false;
     // Set when a new connection's insert prefetch was left for after the tail.
@@ -205,7 +206,7 @@ pub fn process_burst<B: PacketBuf>(
         let g1 = (g0 + GROUP).min(n);
         let mut hashes = [None; GROUP];
         for (b, hash) in bufs[g0..g1].iter().zip(&mut hashes) {
-            *hash = stage(b, ctx, &mut last_rule, &mut staged);
+            *hash = stage(b, ctx, own_mac, &mut last_rule, &mut staged);
         }
         // Every way through `stage` puts one record (the last pass pairs them with the frames).
         debug_assert_eq!(staged.len(), g1);
@@ -521,6 +522,7 @@ impl Staged<'_> {
 fn stage<'s, B: PacketBuf>(
     buf: &B,
     ctx: &PathCtx<'s>,
+    own_mac: OwnMac,
     last_rule: &mut RuleCache<'s>,
     out: &mut impl Put<'s>,
 ) -> Option<u64> {
@@ -535,11 +537,9 @@ fn stage<'s, B: PacketBuf>(
     let data = buf.data();
     // The port may be promiscuous: unicast frames for other hosts are not ours (checked on
     // the packet bytes, before any parsing).
-    if let Some(dst) = data.get(..6) {
-        if dst[0] & 1 == 0 && *dst != ctx.node.mac {
-            out.put(Staged::Done(drop_path(PathDrop::NotForUs)));
-            return None;
-        }
+    if !own_mac.admits(data) {
+        out.put(Staged::Done(drop_path(PathDrop::NotForUs)));
+        return None;
     }
     // The common frame (untagged IPv4 TCP/UDP; IPv6 in `stage_general`) without building a
     // whole `Frame`, and by the short way when it applies; the rest out of line (so that the
@@ -547,6 +547,39 @@ fn stage<'s, B: PacketBuf>(
     match wire::classify_ip_fast(data) {
         Some(f) => stage_fast(f, ctx, last_rule, out),
         None => stage_general(data, ctx, last_rule, out),
+    }
+}
+
+/// The node's MAC as a word, taken once per burst, for [`OwnMac::admits`].
+#[derive(Clone, Copy, Debug)]
+struct OwnMac(u64);
+
+impl OwnMac {
+    #[inline(always)]
+    fn of(node: &Node) -> OwnMac {
+        let m = node.mac;
+        OwnMac(u64::from_le_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]]))
+    }
+
+    /// False for a unicast frame to another MAC (a promiscuous port passes those too); true
+    /// for one to the node's MAC, for a group (multicast or broadcast) frame, and for one too
+    /// short to have a destination (the classifier drops it as malformed). The destination is
+    /// read as the first 8 bytes, shifted to its 6: two instructions where comparing six
+    /// bytes with the node's took eight.
+    #[inline(always)]
+    fn admits(self, data: &[u8]) -> bool {
+        match data.first_chunk::<8>() {
+            Some(w) => {
+                let w = u64::from_le_bytes(*w);
+                w & 1 != 0 || w << 16 == self.0
+            }
+            None => data.get(..6).is_none_or(|d| d[0] & 1 != 0 || d == OwnMac::bytes(self)),
+        }
+    }
+
+    fn bytes(self) -> [u8; 6] {
+        let b = self.0.to_le_bytes();
+        [b[2], b[3], b[4], b[5], b[6], b[7]]
     }
 }
 
@@ -787,22 +820,19 @@ fn forward_tracked<B: PacketBuf>(
     let (kind, gue_dport) = encap_kind(svc.encap)?;
     let hit = ctx.shard.hinted_hit(key, key_hash, hint, ctx.now)?;
     let backend = judge(&hit.value, hit.idle_ms, svc, ctx.snap, info, ctx.now).ok()?;
-    let hop = ctx.next_hops.hop(backend)?;
-    let mtu = u64::from(ctx.node.mtu);
     // The outer headers prebuilt for the backend: IPv4, or IP-in-IPv6.
-    let sent = match &hop.outer_v4 {
-        Some(outer) => send_tracked(buf, hit, (l3_offset, inner_len), kind, false, mtu, |f| {
-            outer.write(f, kind, inner_len, key_hash, gue_dport)
-        }),
-        None => {
-            let outer = hop.outer_v6_for(kind)?;
-            send_tracked(buf, hit, (l3_offset, inner_len), kind, true, mtu, |f| {
-                outer.write(f, inner_len, key_hash)
-            })
-        }
+    let (outer, hdr) = Outer::prebuilt(ctx.next_hops.hop(backend)?, kind)?;
+    if (inner_len + hdr - ethernet::HEADER_LEN) as u64 > u64::from(ctx.node.mtu) {
+        return None;
+    }
+    // CT-8: every hit restarts the idle clock.
+    hit.touch();
+    // When it cannot, nothing has changed: the full decision would drop the packet alike.
+    let Some(frame) = buf.reframe(l3_offset, inner_len, hdr) else {
+        return Some(drop_path(PathDrop::NoHeadroom));
     };
-    if let Some(drop) = sent? {
-        return Some(drop);
+    if outer.write(frame, kind, inner_len, key_hash, gue_dport).is_err() {
+        return Some(drop_path(PathDrop::NoHeadroom));
     }
     let c = ctx.counters;
     c.reason(Reason::Forward(ForwardReason::ConntrackHit)).inc();
@@ -815,35 +845,6 @@ fn forward_tracked<B: PacketBuf>(
         t.bytes.add(inner_len as u64);
     }
     Some(Outcome::Transmit)
-}
-
-/// The end of [`forward_tracked`] for one family of outer headers: `None` when the packet does
-/// not fit the MTU once encapsulated (nothing changed); else the entry is touched and the frame
-/// rewritten by `write`: `Some(None)` sent, `Some(Some(drop))` dropped.
-#[inline(always)]
-fn send_tracked<B: PacketBuf>(
-    buf: &mut B,
-    hit: conntrack::Hit<'_>,
-    (l3_offset, inner_len): (usize, usize),
-    kind: EncapKind,
-    outer_v6: bool,
-    mtu: u64,
-    write: impl FnOnce(&mut [u8]) -> Result<usize, build::BuildError>,
-) -> Option<Option<Outcome>> {
-    let hdr = build::encap_len(kind, outer_v6);
-    if (inner_len + hdr - ethernet::HEADER_LEN) as u64 > mtu {
-        return None;
-    }
-    // CT-8: every hit restarts the idle clock.
-    hit.touch();
-    // When it cannot, nothing has changed: the full decision would drop the packet alike.
-    let Some(frame) = buf.reframe(l3_offset, inner_len, hdr) else {
-        return Some(Some(drop_path(PathDrop::NoHeadroom)));
-    };
-    if write(frame).is_err() {
-        return Some(Some(drop_path(PathDrop::NoHeadroom)));
-    }
-    Some(None)
 }
 
 /// The short way for a new connection's SYN ([`Staged::NewLane`]): the backend its client's
@@ -1042,7 +1043,8 @@ impl<'h> Outer<'h> {
         }
     }
 
-    /// Write the headers in front of the `inner_len` bytes of the IP packet in `frame`.
+    /// Write the headers in front of the `inner_len` bytes of the IP packet in `frame`, which
+    /// is exactly the headers' room and that packet ([`PacketBuf::reframe`] makes it so).
     #[inline(always)]
     fn write(
         &self,
@@ -1053,6 +1055,10 @@ impl<'h> Outer<'h> {
         gue_dport: u16,
     ) -> Result<usize, build::BuildError> {
         match self {
+            Outer::Prebuilt(o) if kind == EncapKind::Ipip => {
+                debug_assert_eq!(frame.len(), build::encap_len(kind, false) + inner_len);
+                o.write_ipip(frame)
+            }
             Outer::Prebuilt(o) => o.write(frame, kind, inner_len, flow_hash, gue_dport),
             Outer::PrebuiltV6(o) => o.write(frame, inner_len, flow_hash),
             Outer::Build(params) => build::write_encap(frame, params, inner_len),

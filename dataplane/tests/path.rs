@@ -413,6 +413,41 @@ fn unicast_for_another_host_is_not_ours() {
     let (o, _) = r.run(&frame);
     assert_eq!(o, Outcome::Drop(Reason::Path(PathDrop::NotForUs)));
     assert_eq!(r.shard.len(), 0, "not decided, not tracked");
+    // Any one bit of the six bytes differing from ours (the check reads them as one word).
+    for byte in 0..6 {
+        for bit in 1..8 {
+            let (mut frame, _) = syn_to_vip();
+            frame[byte] ^= 1 << bit;
+            let (o, _) = r.run(&frame);
+            let want = Outcome::Drop(Reason::Path(PathDrop::NotForUs));
+            assert_eq!(o, want, "byte {byte} bit {bit}");
+        }
+    }
+    assert_eq!(r.shard.len(), 0);
+    // Group frames (the lowest bit of the first byte: multicast, broadcast) are not filtered:
+    // decided and forwarded like ours.
+    for dst in [[0x01, 0, 0x5e, 0, 0, 1], [0xff; 6], NODE_MAC] {
+        let (mut frame, _) = syn_to_vip();
+        frame[..6].copy_from_slice(&dst);
+        let (o, _) = r.run(&frame);
+        assert_eq!(o, Outcome::Transmit, "{dst:02x?}");
+    }
+    assert_eq!(r.shard.len(), 1, "one flow, sent three times");
+    // Too short to hold a whole header: malformed, whatever the destination (6, 7 and 8 bytes
+    // are read differently).
+    for len in [5, 6, 7, 8] {
+        for dst in [NODE_MAC, [0x02, 9, 9, 9, 9, 9]] {
+            let (mut frame, _) = syn_to_vip();
+            frame[..6].copy_from_slice(&dst);
+            let (o, _) = r.run(&frame[..len]);
+            let mine = dst == NODE_MAC || len < 6;
+            match o {
+                Outcome::Drop(Reason::Malformed(_)) => assert!(mine, "{len} {dst:02x?}"),
+                Outcome::Drop(Reason::Path(PathDrop::NotForUs)) => assert!(!mine, "{len}"),
+                other => panic!("{len} bytes to {dst:02x?}: {other:?}"),
+            }
+        }
+    }
 }
 
 #[test]

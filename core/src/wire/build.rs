@@ -309,7 +309,7 @@ pub fn write_encap(buf: &mut [u8], p: &EncapParams, inner_len: usize) -> Result<
 pub struct OuterV4 {
     /// Ethernet (next-hop MAC, our MAC, IPv4), then IPv4 with version and header length, DF,
     /// TTL and both addresses; DSCP/ECN, total length, protocol and checksum are per packet.
-    head: [u8; ethernet::HEADER_LEN + ipv4::HEADER_LEN],
+    head: [u8; IPV4_HEAD],
     /// The one's-complement sum (unfolded) of the IPv4 header's fixed words.
     sum: u32,
 }
@@ -349,38 +349,70 @@ impl OuterV4 {
         let hdr = encap_len(kind, false);
         let total = hdr + inner_len;
         let frame = buf.get_mut(..total).ok_or(BuildError::BufferTooSmall)?;
-        let (inner_proto, tos) = match frame.get(hdr..hdr + 2) {
+        let EncapKind::Gue = kind else {
+            return self.write_ipip(frame);
+        };
+        let (head, rest) =
+            frame.split_first_chunk_mut::<IPV4_HEAD>().ok_or(BuildError::BufferTooSmall)?;
+        let ip_total = self.fill(head, rest.get(udp::HEADER_LEN..), udp::HEADER_LEN, inner_len)?;
+        // Over IPv4 the UDP checksum is 0 (not computed), as `write_encap` leaves it.
+        let u = &mut frame[L3 + ipv4::HEADER_LEN..hdr];
+        let ulen = ip_total - ipv4::HEADER_LEN as u16;
+        u[0..2].copy_from_slice(&gue_source_port(flow_hash).to_be_bytes());
+        u[2..4].copy_from_slice(&gue_dport.to_be_bytes());
+        u[4..6].copy_from_slice(&ulen.to_be_bytes());
+        u[6..8].copy_from_slice(&[0, 0]);
+        Ok(total)
+    }
+
+    /// [`OuterV4::write`] for IPIP, where `frame` is exactly the headers' 34 bytes followed by
+    /// the inner packet (as [`encap_len`] and the inner length make it); returns the frame
+    /// length. The packet path's common case, with the header as a fixed-size array (no
+    /// bounds checks on its stores) and the inner length that of the frame.
+    #[inline(always)]
+    pub fn write_ipip(&self, frame: &mut [u8]) -> Result<usize, BuildError> {
+        let (head, inner) =
+            frame.split_first_chunk_mut::<IPV4_HEAD>().ok_or(BuildError::BufferTooSmall)?;
+        let inner_len = inner.len();
+        self.fill(head, Some(inner), 0, inner_len)?;
+        Ok(IPV4_HEAD + inner_len)
+    }
+
+    /// Write the Ethernet and IPv4 headers before an inner packet of `inner_len` bytes that
+    /// begins `inner` (its version and traffic class give the protocol and the DSCP/ECN
+    /// byte), with `udp_len` bytes of UDP header between; returns the IPv4 total length.
+    #[inline(always)]
+    fn fill(
+        &self,
+        head: &mut [u8; IPV4_HEAD],
+        inner: Option<&[u8]>,
+        udp_len: usize,
+        inner_len: usize,
+    ) -> Result<u16, BuildError> {
+        const L3: usize = ethernet::HEADER_LEN;
+        let (inner_proto, tos) = match inner.and_then(|i| i.first_chunk::<2>()) {
             Some([v, b1]) if v >> 4 == 4 => (ip_proto::IPIP, *b1),
             Some([v, b1]) if v >> 4 == 6 => (ip_proto::IPV6, (v << 4) | (b1 >> 4)),
             _ => return Err(BuildError::WrongKind),
         };
-        let (udp_len, proto) = match kind {
-            EncapKind::Ipip => (0, inner_proto),
-            EncapKind::Gue => (udp::HEADER_LEN, ip_proto::UDP),
-        };
+        let proto = if udp_len == 0 { inner_proto } else { ip_proto::UDP };
         let ip_total = u16::try_from(ipv4::HEADER_LEN + udp_len + inner_len)
             .map_err(|_| BuildError::TooLong)?;
         let sum = self.sum
             + u32::from(u16::from_be_bytes([0x45, tos]))
             + u32::from(ip_total)
             + u32::from(proto);
-        frame[..L3 + ipv4::HEADER_LEN].copy_from_slice(&self.head);
-        frame[L3 + 1] = tos;
-        frame[L3 + 2..L3 + 4].copy_from_slice(&ip_total.to_be_bytes());
-        frame[L3 + 9] = proto;
-        frame[L3 + 10..L3 + 12].copy_from_slice(&(!checksum::fold(u64::from(sum))).to_be_bytes());
-        if udp_len != 0 {
-            // Over IPv4 the UDP checksum is 0 (not computed), as `write_encap` leaves it.
-            let u = &mut frame[L3 + ipv4::HEADER_LEN..hdr];
-            let ulen = ip_total - ipv4::HEADER_LEN as u16;
-            u[0..2].copy_from_slice(&gue_source_port(flow_hash).to_be_bytes());
-            u[2..4].copy_from_slice(&gue_dport.to_be_bytes());
-            u[4..6].copy_from_slice(&ulen.to_be_bytes());
-            u[6..8].copy_from_slice(&[0, 0]);
-        }
-        Ok(total)
+        *head = self.head;
+        head[L3 + 1] = tos;
+        head[L3 + 2..L3 + 4].copy_from_slice(&ip_total.to_be_bytes());
+        head[L3 + 9] = proto;
+        head[L3 + 10..L3 + 12].copy_from_slice(&(!checksum::fold(u64::from(sum))).to_be_bytes());
+        Ok(ip_total)
     }
 }
+
+/// The Ethernet and IPv4 headers' length.
+const IPV4_HEAD: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
 
 /// The outer Ethernet and IPv6 headers towards one IPv6 backend, for IP-in-IPv6 (IPv6 or
 /// IPv4 inside): like [`OuterV4`], built once per backend and next hop, so that encapsulating
