@@ -25,7 +25,8 @@
 //!         overflow u32    entries whose primary is this bucket, stored in their secondary
 //!         reserved 12 B   zero
 //!
-//! Record: key FlowKey (40) | backend u32 | epoch u32 | flags u8 | in_secondary u8 | pad 2
+//! Record: key FlowKey (40) | backend u32 | epoch u32 | flags u8 | in_secondary u8
+//!         | sig u16 (the header's signature of this way, 0 = empty)
 //!         | other u32 (the key's other candidate bucket) | last_seen u32 (ms, wrapping)
 //!         | reserved 4
 //! ```
@@ -37,7 +38,7 @@
 //! than the records, where the caches are large enough for them (a 1M-flow table's headers
 //! are 8 MiB: within a 32 MiB L3, but mostly not within what this project's benchmark VM
 //! keeps in cache, about 4 MiB, where a hit then misses to DRAM twice; docs/performance.md,
-//! twelfth pass). (The layout before kept the header inline, with the records at a 56-byte
+//! twelfth pass; a hit in the key's home way, below, reads the record line alone). (The layout before kept the header inline, with the records at a 56-byte
 //! stride, for 64 bytes per connection: a hit read the header line and one or two record lines,
 //! 2.75 lines on average, and with a million flows cost 25-30% more per packet;
 //! docs/performance.md has the A/B. One line per hit needs a whole line per record, so the
@@ -63,6 +64,17 @@
 //! other; in memory, an insert into a table 80-95% full now takes 20-30% less time, and the
 //! eviction rates below dropped slightly: 0.014% -> 0% at 90%, 0.26% -> 0.13% at 95%.)
 //!
+//! # Home ways
+//!
+//! A new entry takes its key's *home way* ([`Shard::home_line`]: hash bits 32..35) of its
+//! primary bucket when that way is empty, else the lowest empty way. Each record repeats its
+//! way's signature, so a lookup can read the home way's record first, before or instead of
+//! the header: when the record's signature (and then key) match, the lookup has read one line
+//! of the table, not two ([`Shard::probe_home`]). With uniformly hashed keys, three entries in
+//! four are in their home way at half load (87% at a quarter, 60% at 80%); the others are
+//! found through the header as before. A hit through the header and one through the home way
+//! check the same thing, the way's signature and the whole key, in the record.
+//!
 //! Each bucket's `overflow` counts the entries whose *primary* it is and that are stored in
 //! their secondary. A lookup scans the primary's signatures; only if the key is not there **and**
 //! the primary's `overflow` is non-zero does it scan the secondary. The counter lives in the
@@ -80,8 +92,8 @@
 //!
 //! # Eviction and sizing
 //!
-//! An insert of a new key takes an empty way of its primary bucket, else an empty way of its
-//! secondary (incrementing the primary's `overflow`). If both are full, it moves *one* entry of the
+//! An insert of a new key takes an empty way of its primary bucket (its home way when empty),
+//! else an empty way of its secondary (incrementing the primary's `overflow`). If both are full, it moves *one* entry of the
 //! two buckets to that entry's other candidate bucket, if one has an empty way there (the first
 //! found, primary's ways first; at most 16 headers read, then the one record that moves, and never
 //! a chain of moves), and takes the way it left. Only if none can move does it evict the entry with
@@ -122,8 +134,11 @@
 //!
 //! This crate forbids `unsafe`, and the prefetch intrinsics take raw pointers, so the shard
 //! only says *where* a lookup will read: [`Shard::primary_line`] (the primary bucket's header;
-//! for a group of keys, [`Shard::primary_lines`], what the data plane uses) and, once that is in cache, [`Shard::next_line`] (the matching record, or the
-//! secondary's header); an insert, [`Shard::secondary_line`] too and then
+//! for a group of keys, [`Shard::primary_lines`], what the data plane uses) and, once that is
+//! in cache, [`Shard::next_line`] (the matching record, or the secondary's header), or first
+//! [`Shard::home_line`] (the home way's record, [`PrimaryLines::home`] for a group: the data
+//! plane's common packet starts there, and reads the header only when the entry is not in
+//! its home way); an insert, [`Shard::secondary_line`] too and then
 //! [`Shard::insert_lines`] (the record it will write, or in a nearly full table the headers
 //! the move that makes room reads) and [`Shard::relocation_lines`] (the lines of that move).
 //! The data plane issues the prefetch instructions for a whole burst before deciding any of
@@ -132,9 +147,10 @@
 //! `benches/conntrack.rs`.
 //!
 //! [`Shard::probe`] is [`Shard::next_line`] that also returns the slot it points at as a
-//! [`Hint`]; [`Shard::find_hinted`] and [`Shard::hinted_hit`] check that slot first (its
-//! signature and the whole key), so the signatures are matched once per packet, when the
-//! header arrives. A hint is never trusted: one that no longer holds the key, after any
+//! [`Hint`] ([`Shard::probe_home`] the home way, when its record has the key's signature);
+//! [`Shard::find_hinted`] and [`Shard::hinted_hit`] check that slot first (its signature and
+//! the whole key, both in the record), so the signatures are matched once per packet, when
+//! the line arrives. A hint is never trusted: one that no longer holds the key, after any
 //! insert, removal, move or sweep, only costs the check.
 //!
 //! On x86-64 a bucket's eight signatures are compared in one SSE2 instruction (through
@@ -307,7 +323,10 @@ struct Record {
     /// 1 when the entry is stored in its secondary bucket (counted in its primary's
     /// `overflow`), 0 when in its primary.
     in_secondary: u8,
-    _pad: [u8; 2],
+    /// The way's signature, as in the bucket's header (0 for an empty way): a lookup that
+    /// reads the record of the key's home way ([`Shard::probe_home`]) can tell from the record
+    /// alone whether it holds the key, without the header.
+    sig: u16,
     /// The key's other candidate bucket: its primary when `in_secondary`, else its secondary.
     other: u32,
     /// When the entry was inserted, touched or replaced: milliseconds, wrapping `u32`. In the
@@ -332,7 +351,7 @@ impl Record {
         epoch: 0,
         flags: 0,
         in_secondary: 0,
-        _pad: [0; 2],
+        sig: 0,
         other: 0,
         last_seen: 0,
         _reserved: [0; 4],
@@ -430,6 +449,24 @@ impl Head {
         let m = self.match_mask(0);
         (m != 0).then(|| m.trailing_zeros() as usize)
     }
+
+    /// The way a new entry whose home way is `home` takes in this bucket: its home when empty,
+    /// else the lowest empty way, if any.
+    #[inline(always)]
+    fn free_way(&self, home: usize) -> Option<usize> {
+        if self.sig[home] == 0 {
+            Some(home)
+        } else {
+            self.empty_way()
+        }
+    }
+}
+
+/// The way of its primary bucket a key's entry takes when that way is empty (its *home* way):
+/// hash bits 32..35, disjoint from the bucket's (below 28 bits) and the signature's (48..64).
+#[inline(always)]
+fn home_way(hash: u64) -> usize {
+    (hash >> 32) as usize & (WAYS - 1)
 }
 
 /// The way holding `key` among the ways of mask `m` (from [`Head::match_mask`]).
@@ -791,7 +828,33 @@ impl Shard {
     /// in registers (between prefetches, the compiler reads them again for every key).
     #[inline]
     pub fn primary_lines(&self) -> PrimaryLines {
-        PrimaryLines { base: self.heads.as_ptr().cast::<u8>(), mask: self.heads.len() - 1 }
+        PrimaryLines {
+            base: self.heads.as_ptr().cast::<u8>(),
+            records: self.records.as_ptr().cast::<u8>(),
+            mask: self.heads.len() - 1,
+        }
+    }
+
+    /// The line of the record of `hash`'s home way in its primary bucket: where an entry is
+    /// when the way was free as it was made (three in four at half load), and all that
+    /// [`Shard::probe_home`] reads.
+    #[inline]
+    pub fn home_line(&self, hash: u64) -> *const u8 {
+        self.record_line(self.bucket_index(hash), home_way(hash))
+    }
+
+    /// Once the line [`Shard::home_line`] names is in cache: the home way as a hint when its
+    /// record has the key's signature (the key itself is compared where the hint is used, as
+    /// after [`Shard::probe`]), else [`Hint::NONE`] (the entry is in another way, in its
+    /// secondary bucket, or absent: [`Shard::probe`] then looks in the header). Reads that
+    /// record only.
+    #[inline(always)]
+    pub fn probe_home(&self, hash: u64) -> Hint {
+        let (p, w) = (self.bucket_index(hash), home_way(hash));
+        match self.records.get(p) {
+            Some(ways) if ways[w].sig == sig_of(hash) => Hint(Slot::new(p, w).0),
+            _ => Hint::NONE,
+        }
     }
 
     /// The way holding `key` in bucket `b` among the ways whose signature is `sig`.
@@ -884,10 +947,10 @@ impl Shard {
             return None;
         }
         let s = Slot(hint.0);
-        let (b, w) = (s.bucket(), s.way());
-        let holds =
-            self.heads.get(b)?.sig[w] == sig_of(hash) && self.records.get(b)?[w].key == *key;
-        holds.then_some(s)
+        let r = self.records.get(s.bucket())?.get(s.way())?;
+        // The record's copy of the signature: the header is not read (a hit by the home way
+        // never brings it into the cache).
+        (r.sig == sig_of(hash) && r.key == *key).then_some(s)
     }
 
     /// [`Shard::find`], trying first the slot `hint` ([`Shard::probe`] of the same hash, at
@@ -968,7 +1031,7 @@ impl Shard {
             prefetch(self.record_line(p, m.trailing_zeros() as usize));
             return false;
         }
-        if let Some(w) = head.empty_way() {
+        if let Some(w) = head.free_way(home_way(hash)) {
             prefetch(self.record_line(p, w));
             return false;
         }
@@ -1165,7 +1228,7 @@ impl Shard {
             let p = self.bucket_index(hash);
             let head = &self.heads[p];
             if head.overflow == 0 && head.match_mask(sig_of(hash)) == 0 {
-                if let Some(w) = head.empty_way() {
+                if let Some(w) = head.free_way(home_way(hash)) {
                     self.place(key, hash, value, stamp(now), (p, self.secondary_index(p, hash)), w);
                     return Some(InsertOutcome {
                         slot: Slot::new(p, w),
@@ -1209,7 +1272,7 @@ impl Shard {
         }
         let (p, s) = self.candidate_buckets(hash);
         let mut evicted = None;
-        let (b, w) = if let Some(w) = self.heads[p].empty_way() {
+        let (b, w) = if let Some(w) = self.heads[p].free_way(home_way(hash)) {
             (p, w)
         } else if let Some(w) = self.heads[s].empty_way().filter(|_| s != p) {
             (s, w)
@@ -1258,6 +1321,7 @@ impl Shard {
             epoch: value.epoch,
             flags: value.flags,
             in_secondary: u8::from(in_secondary),
+            sig: sig_of(hash),
             // Below 2^28 buckets (MAX_CAPACITY / WAYS), so it fits.
             other: other as u32,
             last_seen: now32,
@@ -1399,6 +1463,7 @@ impl Shard {
 #[derive(Clone, Copy, Debug)]
 pub struct PrimaryLines {
     base: *const u8,
+    records: *const u8,
     mask: usize,
 }
 
@@ -1407,6 +1472,14 @@ impl PrimaryLines {
     #[inline(always)]
     pub fn line(&self, hash: u64) -> *const u8 {
         self.base.wrapping_add(((hash as usize) & self.mask) * size_of::<Head>())
+    }
+
+    /// The address of the record of `hash`'s home way in its primary bucket
+    /// ([`Shard::home_line`]), for prefetch.
+    #[inline(always)]
+    pub fn home(&self, hash: u64) -> *const u8 {
+        let way = ((hash as usize) & self.mask) * WAYS + home_way(hash);
+        self.records.wrapping_add(way * size_of::<Record>())
     }
 }
 
@@ -1529,6 +1602,71 @@ mod tests {
                     // Each record starts a cache line (what one prefetch brings in whole).
                     assert_eq!(record as usize % 64, 0);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_new_entry_takes_its_home_way_when_free_and_probe_home_finds_it_there() {
+        // Crafted hashes: bucket 3, home way 5 (bits 32..35), two signatures.
+        let (a, b) = (key(1), key(2));
+        let ha = (0x1111u64 << 48) | (5 << 32) | 3;
+        let hb = (0x2222u64 << 48) | (5 << 32) | 3;
+        let mut s = Shard::with_capacity(64);
+        let sa = s.insert(&a, ha, val(1), Time(0)).slot;
+        assert_eq!((sa.bucket(), sa.way()), (3, 5), "its home way");
+        // The same home taken: the lowest empty way.
+        let sb = s.insert_new(&b, hb, val(2), Time(0)).unwrap().slot;
+        assert_eq!((sb.bucket(), sb.way()), (3, 0));
+        assert_eq!(s.probe_home(ha), Hint(sa.0));
+        assert_eq!(s.find_hinted(&a, ha, s.probe_home(ha)), Some(sa));
+        assert_eq!(s.probe_home(hb), Hint::NONE, "not in its home way");
+        assert_eq!(s.probe(hb, &mut false).0, Hint(sb.0), "the header finds it");
+        // A key whose home holds another key with the same signature: a hint, which the
+        // lookup's key compare refuses (no entry is taken for another key's).
+        let hc = (0x1111u64 << 48) | (5 << 32) | 3;
+        assert_eq!(s.probe_home(hc), Hint(sa.0));
+        assert_eq!(s.find_hinted(&key(3), hc, s.probe_home(hc)), None);
+        // Removed: the record's signature is cleared with the header's.
+        s.remove(sa);
+        assert_eq!(s.probe_home(ha), Hint::NONE);
+        assert_eq!(s.find_hinted(&a, ha, Hint(sa.0)), None, "a stale hint finds nothing");
+        check_bookkeeping(&s, |k| if *k == b { hb } else { ha });
+
+        // Real hashes, a quarter full: most entries at home, and `probe_home` finds exactly
+        // those (any other entry only through its header).
+        let h = FlowHasher::default();
+        let mut s = Shard::with_capacity(1 << 14);
+        let keys: Vec<FlowKey> = (0..4096).map(key).collect();
+        for k in &keys {
+            s.insert(k, h.hash(k), val(1), Time(0));
+        }
+        let mut at_home = 0;
+        for k in &keys {
+            let hash = h.hash(k);
+            let slot = s.find(k, hash).expect("inserted");
+            let home = slot.bucket() == s.bucket_index(hash) && slot.way() == home_way(hash);
+            let want = if home { Hint(slot.0) } else { Hint::NONE };
+            // (A signature shared with the home's entry would give a hint too: none here.)
+            assert_eq!(s.probe_home(hash), want);
+            at_home += usize::from(home);
+        }
+        assert!(at_home * 100 > keys.len() * 80, "{at_home} of {} at home", keys.len());
+        check_bookkeeping(&s, |k| h.hash(k));
+    }
+
+    #[test]
+    fn home_lines_name_the_home_record() {
+        for capacity in [8, 1000, 1 << 20] {
+            let s = Shard::with_capacity(capacity);
+            let lines = s.primary_lines();
+            let mut hash = 0x9e37_79b9_7f4a_7c15u64;
+            for _ in 0..10_000 {
+                hash = hash.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let (b, w) = (hash as usize & (s.bucket_count() - 1), (hash >> 32) as usize & 7);
+                let record = (&raw const s.records[b][w]).cast::<u8>();
+                assert_eq!(s.home_line(hash), record, "capacity {capacity}, hash {hash:#x}");
+                assert_eq!(lines.home(hash), record);
             }
         }
     }
@@ -2031,6 +2169,10 @@ mod tests {
         }
         for (b, head) in s.heads.iter().enumerate() {
             assert_eq!(head.overflow, counts[b], "bucket {b}");
+            // Every way's record carries the header's signature (0 when empty).
+            for w in 0..WAYS {
+                assert_eq!(s.records[b][w].sig, head.sig[w], "bucket {b} way {w}");
+            }
         }
     }
 

@@ -157,13 +157,17 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// packets overlap instead of following one another (the DPDK l3fwd / VPP way): the first data
 /// lines of all packets are prefetched (their descriptors the worker prefetched as it received
 /// them); then, `GROUP` packets at a time, every frame is classified, its forwarding rule
-/// matched and its tracking key hashed, and then the headers of the group's conntrack buckets
-/// are prefetched together; `record_lag` packets behind (one group in a short burst, after
-/// the whole first pass in a long one), once those headers have arrived, their signatures are
-/// matched ([`Shard::probe`]: the slot is kept as the lookup's hint) and the record they point
-/// to is prefetched (for a new connection's SYN, after the tail, the record its insert writes,
-/// and in a nearly full table, once those records are in, the bucket headers its insert may
-/// read: `prefetch_deferred`, `prefetch_relocation`); then each packet is decided and
+/// matched and its tracking key hashed, and then the group's conntrack lines are prefetched
+/// together: the headers of their buckets, or for the common packet (below) the record of its
+/// key's home way; `record_lag` packets behind (one group in a short burst, after the whole
+/// first pass in a long one), once those lines have arrived, a home record whose signature
+/// is the key's becomes the lookup's hint ([`Shard::probe_home`]: one line of the table for
+/// three hits in four at half load; the others have their header prefetched then, and probed
+/// after the tail, `probe_headers`), and a header's signatures are matched ([`Shard::probe`]:
+/// the slot is kept as the hint) and the record they point to is prefetched (for a new
+/// connection's SYN, after the tail, the record its insert writes, and in a nearly full
+/// table, once those records are in, the bucket headers its insert may read:
+/// `prefetch_deferred`, `prefetch_relocation`); then each packet is decided and
 /// rewritten, a packet of a tracked flow by a short way (`forward_tracked`) when its hint
 /// holds, a new connection's SYN by another (`forward_new`). The common packet (untagged IPv4
 /// or IPv6 TCP or UDP to a service that tracks the 5-tuple and encapsulates) goes through both
@@ -201,6 +205,8 @@ pub fn process_burst<B: PacketBuf>(
     let mut deferred = false;
     // Set when a lookup's key was not in its primary bucket, which has overflowed.
     let mut secondary = false;
+    // Set when a lookup's key was not in its home way (its bucket header is needed).
+    let mut headers = false;
     let lag = record_lag(n);
     for g0 in (0..n).step_by(GROUP) {
         let g1 = (g0 + GROUP).min(n);
@@ -214,19 +220,25 @@ pub fn process_burst<B: PacketBuf>(
         // read them again for every packet): instructions per packet 550.3 -> 546.4
         // established, 771.5 -> 765.7 SYN.
         let lines = ctx.shard.primary_lines();
-        for hash in hashes.iter().flatten() {
-            dpdk::prefetch(lines.line(*hash));
+        for line in hashes.iter().flatten() {
+            dpdk::prefetch(match *line {
+                Line::Header(hash) => lines.line(hash),
+                Line::Home(hash) => lines.home(hash),
+            });
         }
         let behind = g0.saturating_sub(lag)..g1.saturating_sub(lag);
         for st in &mut staged[behind] {
-            let flags = (&mut crowded, &mut secondary, Some(&mut deferred));
+            let flags = (&mut crowded, &mut secondary, &mut headers, Some(&mut deferred));
             prefetch_record(st, ctx, flags);
         }
     }
     let t1 = phase_clock::tick();
     let tail = n.saturating_sub(lag);
     for st in &mut staged[tail..n] {
-        prefetch_record(st, ctx, (&mut crowded, &mut secondary, None));
+        prefetch_record(st, ctx, (&mut crowded, &mut secondary, &mut headers, None));
+    }
+    if headers {
+        probe_headers(&mut staged[..n], ctx.shard, &mut secondary);
     }
     if secondary {
         probe_secondaries(&mut staged[..n], ctx.shard);
@@ -292,15 +304,17 @@ fn prefetch_secondary(shard: &Shard, hash: u64) {
 fn prefetch_record(
     st: &mut Staged<'_>,
     ctx: &PathCtx<'_>,
-    (crowded, secondary, defer): (&mut bool, &mut bool, Option<&mut bool>),
+    (crowded, secondary, headers, defer): (&mut bool, &mut bool, &mut bool, Option<&mut bool>),
 ) {
     match st {
         Staged::NewLane(_) if defer.is_some() => *defer.unwrap() = true,
         Staged::NewLane(lane) => *crowded |= ctx.shard.insert_lines(lane.key_hash, dpdk::prefetch),
         Staged::Lane(lane) => {
-            let (hint, line) = ctx.shard.probe(lane.key_hash, secondary);
-            lane.hint = hint;
-            dpdk::prefetch(line);
+            lane.hint = ctx.shard.probe_home(lane.key_hash);
+            if lane.hint == Hint::NONE {
+                dpdk::prefetch(ctx.shard.primary_line(lane.key_hash));
+                *headers = true;
+            }
         }
         Staged::Decide { prep, .. } if prep.service.is_some() => {
             if prep.lookup {
@@ -314,6 +328,24 @@ fn prefetch_record(
             }
         }
         _ => {}
+    }
+}
+
+/// The lookups by the short way whose key was not in its home way (`prefetch_record` set
+/// `headers`): once their bucket headers are in cache, hint the way whose signature matches
+/// and prefetch its record, as [`Shard::probe`] does (setting `secondary` when the key may be
+/// in its secondary bucket). (Out of line: the burst loop's registers stay the common
+/// packet's.)
+#[inline(never)]
+fn probe_headers(staged: &mut [Staged<'_>], shard: &Shard, secondary: &mut bool) {
+    for st in staged {
+        if let Staged::Lane(lane) = st {
+            if lane.hint == Hint::NONE {
+                let (hint, line) = shard.probe(lane.key_hash, secondary);
+                lane.hint = hint;
+                dpdk::prefetch(line);
+            }
+        }
     }
 }
 
@@ -517,7 +549,7 @@ impl Staged<'_> {
 /// general way (`stage_general`) out of line: the common packet's values then stay in
 /// registers.
 ///
-/// Returns the hash of the key whose conntrack bucket the packet's decision reads, if any.
+/// Returns the line of the connection table the packet's decision reads first, if any.
 #[inline(always)]
 fn stage<'s, B: PacketBuf>(
     buf: &B,
@@ -525,7 +557,7 @@ fn stage<'s, B: PacketBuf>(
     own_mac: OwnMac,
     last_rule: &mut RuleCache<'s>,
     out: &mut impl Put<'s>,
-) -> Option<u64> {
+) -> Option<Line> {
     if !buf.is_contiguous() {
         out.put(Staged::Done(drop_path(PathDrop::NoHeadroom)));
         return None;
@@ -583,6 +615,15 @@ impl OwnMac {
     }
 }
 
+/// The line of the connection table the first pass prefetches for a packet, from its key's
+/// hash: the header of the key's primary bucket, or, for a lookup by the short way, the
+/// record of the key's home way ([`Shard::home_line`]: a hit there needs no header).
+#[derive(Clone, Copy, Debug)]
+enum Line {
+    Header(u64),
+    Home(u64),
+}
+
 /// [`stage`] for a frame of the fast classifiers: by the short way when it applies.
 #[inline(always)]
 fn stage_fast<'s>(
@@ -590,7 +631,7 @@ fn stage_fast<'s>(
     ctx: &PathCtx<'s>,
     last_rule: &mut RuleCache<'s>,
     out: &mut impl Put<'s>,
-) -> Option<u64> {
+) -> Option<Line> {
     match Lane::of(&f, ctx, last_rule) {
         Some(lane) if f.info.is_syn() => {
             // A new connection's insert may read its secondary bucket too (beyond half load,
@@ -599,11 +640,11 @@ fn stage_fast<'s>(
                 prefetch_secondary(ctx.shard, lane.key_hash);
             }
             out.put(Staged::NewLane(lane));
-            Some(lane.key_hash)
+            Some(Line::Header(lane.key_hash))
         }
         Some(lane) => {
             out.put(Staged::Lane(lane));
-            Some(lane.key_hash)
+            Some(Line::Home(lane.key_hash))
         }
         None => stage_ip(f, false, ctx, last_rule, out),
     }
@@ -617,7 +658,7 @@ fn stage_general<'s>(
     ctx: &PathCtx<'s>,
     last_rule: &mut RuleCache<'s>,
     out: &mut impl Put<'s>,
-) -> Option<u64> {
+) -> Option<Line> {
     if let Some(f) = wire::classify_ip6_fast(data) {
         return stage_fast(f, ctx, last_rule, out);
     }
@@ -651,7 +692,7 @@ fn stage_ip<'s>(
     ctx: &PathCtx<'s>,
     last_rule: &mut RuleCache<'s>,
     out: &mut impl Put<'s>,
-) -> Option<u64> {
+) -> Option<Line> {
     // The node's own traffic (for an ICMP error, `info` is the quoted packet reversed: its
     // `dst` is the quoted packet's source, the node's address when the node sent it).
     if ctx.for_kernel(&info.dst) {
@@ -659,7 +700,7 @@ fn stage_ip<'s>(
         return None;
     }
     let prep = prepare_for(&info, ctx.snap.service_for_cached(&info, last_rule));
-    let hash = prep.service.map(|_| prep.key_hash);
+    let hash = prep.service.map(|_| Line::Header(prep.key_hash));
     // A new connection's insert may read its secondary bucket too (beyond half load, often):
     // its header is prefetched with the primary's, for `prefetch_record` to read.
     if prep.service.is_some() && !prep.lookup && ctx.shard.half_full() {
