@@ -2290,6 +2290,30 @@ mod tests {
         }
     }
 
+    /// How many entries a lookup finds in their home way, by load (`--nocapture` prints it):
+    /// what [`Shard::probe_home`] saves the data plane, one line of the table per hit.
+    #[test]
+    fn home_share_by_load() {
+        let cap = 1 << 16;
+        for (load, min_share) in [(0.25, 0.84), (0.5, 0.71), (0.8, 0.56), (0.9, 0.5)] {
+            let mut s = Shard::with_capacity(cap);
+            let n = (cap as f64 * load) as u32;
+            for i in 0..n {
+                s.insert(&key(i), key_hash(&key(i)), val(i), Time(0));
+            }
+            let home = (0..n)
+                .filter(|&i| {
+                    let hash = key_hash(&key(i));
+                    s.find_hinted(&key(i), hash, s.probe_home(hash)).map(|x| x.0)
+                        == Some(s.probe_home(hash).0)
+                })
+                .count();
+            let share = home as f64 / f64::from(n);
+            println!("load {load}: {:.1}% of the entries in their home way", share * 100.0);
+            assert!(share >= min_share, "load {load}: {share}");
+        }
+    }
+
     /// The table's hash spreads keys that differ in one field only (sequential clients,
     /// source ports, services, IPv4 and IPv6) evenly over the buckets and the signatures:
     /// Pearson's chi-square over 4,096 cells with 100 keys per cell on average stays within
