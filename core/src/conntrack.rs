@@ -38,8 +38,9 @@
 //! than the records, where the caches are large enough for them (a 1M-flow table's headers
 //! are 8 MiB: within a 32 MiB L3, but mostly not within what this project's benchmark VM
 //! keeps in cache, about 4 MiB, where a hit then misses to DRAM twice; docs/performance.md,
-//! twelfth pass; a hit in the key's home way, below, reads the record line alone). (The layout before kept the header inline, with the records at a 56-byte
-//! stride, for 64 bytes per connection: a hit read the header line and one or two record lines,
+//! twelfth pass; a hit in the key's home way, below, reads the record line alone). (The
+//! layout before kept the header inline, with the records at a 56-byte stride, for 64 bytes
+//! per connection: a hit read the header line and one or two record lines,
 //! 2.75 lines on average, and with a million flows cost 25-30% more per packet;
 //! docs/performance.md has the A/B. One line per hit needs a whole line per record, so the
 //! headers cannot fit in 64 bytes per entry as well.)
@@ -93,9 +94,9 @@
 //! # Eviction and sizing
 //!
 //! An insert of a new key takes an empty way of its primary bucket (its home way when empty),
-//! else an empty way of its secondary (incrementing the primary's `overflow`). If both are full, it moves *one* entry of the
-//! two buckets to that entry's other candidate bucket, if one has an empty way there (the first
-//! found, primary's ways first; at most 16 headers read, then the one record that moves, and never
+//! else an empty way of its secondary (incrementing the primary's `overflow`). If both are
+//! full, it moves *one* entry of the two buckets to that entry's other candidate bucket, if
+//! one has an empty way there (the first found, primary's ways first; at most 16 headers read, then the one record that moves, and never
 //! a chain of moves), and takes the way it left. Only if none can move does it evict the entry with
 //! the oldest `last_seen` among the 16 ways of *both* buckets (ties go to the primary, then to the
 //! lowest way), report it ([`InsertOutcome::evicted`], [`ShardStats::evictions`]) and take its way.
@@ -938,8 +939,8 @@ impl Shard {
         (Hint(Slot::new(s, w).0), self.record_line(s, w))
     }
 
-    /// The slot `hint` points at, if it holds `key` (`hash` is the key's hash): its way is
-    /// occupied with the key's signature and its record holds the key. The check every use of
+    /// The slot `hint` points at, if it holds `key` (`hash` is the key's hash): its record
+    /// holds the key's signature (so the way is occupied) and the key. The check every use of
     /// a hint makes: a hint is never trusted.
     #[inline(always)]
     fn hinted_slot(&self, key: &FlowKey, hash: u64, hint: Hint) -> Option<Slot> {
@@ -1458,8 +1459,9 @@ impl Shard {
     }
 }
 
-/// The bucket header lines of a [`Shard`] ([`Shard::primary_lines`]): `line(hash)` is
-/// `shard.primary_line(hash)`.
+/// The lines a [`Shard`]'s lookups start from ([`Shard::primary_lines`]), with the table's
+/// bounds taken once: `line(hash)` is `shard.primary_line(hash)`, `home(hash)`
+/// `shard.home_line(hash)`.
 #[derive(Clone, Copy, Debug)]
 pub struct PrimaryLines {
     base: *const u8,

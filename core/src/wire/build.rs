@@ -345,7 +345,6 @@ impl OuterV4 {
         flow_hash: u64,
         gue_dport: u16,
     ) -> Result<usize, BuildError> {
-        const L3: usize = ethernet::HEADER_LEN;
         let hdr = encap_len(kind, false);
         let total = hdr + inner_len;
         let frame = buf.get_mut(..total).ok_or(BuildError::BufferTooSmall)?;
@@ -354,9 +353,11 @@ impl OuterV4 {
         };
         let (head, rest) =
             frame.split_first_chunk_mut::<IPV4_HEAD>().ok_or(BuildError::BufferTooSmall)?;
-        let ip_total = self.fill(head, rest.get(udp::HEADER_LEN..), udp::HEADER_LEN, inner_len)?;
+        let (u, inner) = rest
+            .split_first_chunk_mut::<{ udp::HEADER_LEN }>()
+            .ok_or(BuildError::BufferTooSmall)?;
+        let ip_total = self.fill(head, inner, udp::HEADER_LEN, inner_len)?;
         // Over IPv4 the UDP checksum is 0 (not computed), as `write_encap` leaves it.
-        let u = &mut frame[L3 + ipv4::HEADER_LEN..hdr];
         let ulen = ip_total - ipv4::HEADER_LEN as u16;
         u[0..2].copy_from_slice(&gue_source_port(flow_hash).to_be_bytes());
         u[2..4].copy_from_slice(&gue_dport.to_be_bytes());
@@ -374,7 +375,7 @@ impl OuterV4 {
         let (head, inner) =
             frame.split_first_chunk_mut::<IPV4_HEAD>().ok_or(BuildError::BufferTooSmall)?;
         let inner_len = inner.len();
-        self.fill(head, Some(inner), 0, inner_len)?;
+        self.fill(head, inner, 0, inner_len)?;
         Ok(IPV4_HEAD + inner_len)
     }
 
@@ -385,12 +386,12 @@ impl OuterV4 {
     fn fill(
         &self,
         head: &mut [u8; IPV4_HEAD],
-        inner: Option<&[u8]>,
+        inner: &[u8],
         udp_len: usize,
         inner_len: usize,
     ) -> Result<u16, BuildError> {
         const L3: usize = ethernet::HEADER_LEN;
-        let (inner_proto, tos) = match inner.and_then(|i| i.first_chunk::<2>()) {
+        let (inner_proto, tos) = match inner.first_chunk::<2>() {
             Some([v, b1]) if v >> 4 == 4 => (ip_proto::IPIP, *b1),
             Some([v, b1]) if v >> 4 == 6 => (ip_proto::IPV6, (v << 4) | (b1 >> 4)),
             _ => return Err(BuildError::WrongKind),
