@@ -11,8 +11,12 @@
 //! No allocation, no lock, no logging: one rule lookup, one or two hashes, one table probe.
 
 use crate::conntrack::{self, EntryValue, Shard};
-use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowKey, PacketInfo};
+use crate::flow::{
+    is_new_connection_syn, selection_tuple, tracking_key, FlowKey, PacketInfo,
+    FLOW_KEY_SERVICE_BYTES,
+};
 use crate::model::ZoneId;
+use crate::policy::Affinity;
 use crate::snapshot::{BackendRef, ServiceView, Snapshot};
 use crate::time::Time;
 
@@ -277,6 +281,36 @@ pub fn select_new(
 ) -> (Option<ZoneId>, Option<u16>) {
     let client_zone = snap.client_zone(p.src);
     (client_zone, select_in(p, svc, snap, client_zone))
+}
+
+/// [`select_new`] for a TCP or UDP packet (not a fragment) of a service that tracks the
+/// 5-tuple as received ([`crate::flow::tracks_five_tuple`]), from its tracking key `key`: the
+/// data plane's short way for new connections. When the service selects by the 5-tuple as
+/// well (affinity `NONE` or `CLIENT_IP_PORT_PROTO`), the selection tuple is the key with
+/// service 0 (the hash never depends on this instance's ids, CH-1), so the packet's fields
+/// are not gathered into a tuple again; otherwise it is [`select_new`] of the packet's
+/// fields, which `info` gives.
+#[inline]
+pub fn select_new_tracked(
+    key: &FlowKey,
+    info: impl FnOnce() -> PacketInfo,
+    svc: &ServiceView,
+    snap: &Snapshot,
+) -> (Option<ZoneId>, Option<u16>) {
+    match svc.affinity {
+        Affinity::None | Affinity::ClientIpPortProto => {
+            let client_zone = snap.client_zone(key.src);
+            debug_assert_eq!(
+                key.with_service(0),
+                selection_tuple(&info(), svc.affinity, svc.symmetric_hashing)
+            );
+            // The byte image of the key with service 0, without copying the key first.
+            let mut bytes = key.to_bytes();
+            bytes[FLOW_KEY_SERVICE_BYTES].fill(0);
+            (client_zone, svc.choice(client_zone).table.lookup(snap.hasher.hash_bytes(&bytes)))
+        }
+        _ => select_new(&info(), svc, snap),
+    }
 }
 
 /// The entry of a new connection to `backend` (CT-6; CT-2: a new-connection SYN replaces any

@@ -115,6 +115,9 @@ pub struct FlowKey {
 /// Size of [`FlowKey`] and of its byte image.
 pub const FLOW_KEY_BYTES: usize = 40;
 
+/// Where [`FlowKey::service`] sits in the byte image ([`FlowKey::to_bytes`]).
+pub const FLOW_KEY_SERVICE_BYTES: std::ops::Range<usize> = 38..40;
+
 /// Every field equal. The five small fields are compared as one 64-bit word (they are the
 /// key's last eight bytes, which the compiler then loads at once): the connection table
 /// compares a key per lookup, in about half the instructions of five separate compares.
@@ -196,7 +199,7 @@ impl FlowKey {
         b[34..36].copy_from_slice(&self.dport.to_le_bytes());
         b[36] = self.proto;
         b[37] = self.kind;
-        b[38..40].copy_from_slice(&self.service.to_le_bytes());
+        b[FLOW_KEY_SERVICE_BYTES].copy_from_slice(&self.service.to_le_bytes());
         b
     }
 }

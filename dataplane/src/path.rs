@@ -902,7 +902,7 @@ fn forward_new<B: PacketBuf>(
 ) -> Option<Outcome> {
     let svc = lane.svc;
     let (kind, gue_dport) = encap_kind(svc.encap)?;
-    let (client_zone, slot) = decide::select_new(&lane.info(), svc, ctx.snap);
+    let (client_zone, slot) = decide::select_new_tracked(&lane.key, || lane.info(), svc, ctx.snap);
     let slot = slot?;
     let (outer, hdr) = Outer::prebuilt(ctx.next_hops.hop(slot)?, kind)?;
     let inner_len = usize::from(lane.l3_len);

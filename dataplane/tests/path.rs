@@ -696,6 +696,71 @@ fn a_new_connections_syn_reaches_the_backend_the_decision_selects_and_makes_its_
     assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), 2 * n);
 }
 
+/// A service that tracks each connection by its 5-tuple may still select its backend by
+/// fewer fields (its affinity): the SYN of every client and port reaches the backend the
+/// decision function selects, whatever the affinity, in a burst as one by one. (The short
+/// way for new connections hashes the tracking key itself when the selection tuple is the
+/// 5-tuple; with a client-IP affinity that would scatter one client's connections.)
+#[test]
+fn a_new_connections_syn_reaches_the_selected_backend_whatever_the_affinity() {
+    let backends: Vec<Addr> = (1..=8).map(|i| Addr::v4(198, 18, 1, i)).collect();
+    let affinities = [
+        Affinity::None,
+        Affinity::ClientIpPortProto,
+        Affinity::ClientIpProto,
+        Affinity::ClientIp,
+        Affinity::ClientIpNoDestination,
+    ];
+    for affinity in affinities {
+        let mut svc =
+            service("web", Encap::Ipip, RuleProtocol::L3Default, &["198.18.0.100"], "g", {
+                backends.clone()
+            });
+        svc.affinity = affinity;
+        let rig = || Rig {
+            snap: snapshot(model("r", [svc.clone()])),
+            neighbours: NeighbourTable::from_pairs(
+                (1..=8u8).map(|i| (Addr::v4(198, 18, 1, i), [2, 0, 0, 0, 1, i])),
+            ),
+            ..Rig::new(Encap::Ipip)
+        };
+        // Eight clients, eight source ports each.
+        let frames: Vec<Vec<u8>> = (0..MAX_BURST as u16)
+            .map(|i| {
+                let src = format!("198.18.10.{}", 1 + i / 8);
+                let ip = ipv4(&src, "198.18.0.100", 6, true, &tcp(30000 + i % 8, 80, 0x02, b""));
+                eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip)
+            })
+            .collect();
+        let (mut burst, mut one_by_one) = (rig(), rig());
+        let mut reference = Shard::with_capacity(1024);
+        let selected: Vec<Addr> = frames
+            .iter()
+            .map(|f| {
+                let FrameKind::Ip { info, .. } = wire::classify(f).expect("valid").kind else {
+                    panic!("not an IP frame")
+                };
+                let slot = decide(&info, &burst.snap, &mut reference, Time::ZERO)
+                    .backend()
+                    .expect("forwarded");
+                burst.snap.backend(slot).expect("backend").endpoint.addr
+            })
+            .collect();
+        let out = burst.run_burst(&frames);
+        for (i, ((o, bytes), backend)) in out.iter().zip(&selected).enumerate() {
+            assert_eq!(*o, Outcome::Transmit, "{affinity:?}, SYN {i}");
+            assert_eq!(&bytes[30..34], &backend.0[12..16], "{affinity:?}, SYN {i}: backend");
+        }
+        let want: Vec<_> = frames.iter().map(|f| one_by_one.run(f)).collect();
+        assert_eq!(out, want, "{affinity:?}: in a burst as one by one");
+        assert_eq!(burst.shard.len(), MAX_BURST, "{affinity:?}: an entry per connection");
+        // Not vacuous: the selections differ between connections (for client-IP affinities,
+        // between clients), so a tuple of the wrong fields would reach other backends.
+        let distinct: std::collections::BTreeSet<_> = selected.iter().collect();
+        assert!(distinct.len() >= 3, "{affinity:?}: {distinct:?}");
+    }
+}
+
 /// `frames` cut into bursts of the sizes whose first pass differs: a full burst (probes after the
 /// whole first pass), one group and one more packet (probes one group behind, the second group
 /// partial), two groups exactly, two groups and one packet, one packet, a group and a half.
