@@ -21,6 +21,9 @@
 //! - `burst_established` / `burst_syn`: `path::process_burst` over bursts of `MAX_BURST` (64)
 //!   frames of 1,000 established flows (ACKs) or new connections (SYNs), the whole path in
 //!   memory; each burst reloads its buffers first, which `reload` alone measures (subtract it);
+//! - `burst_syn_crowded`: `burst_syn` into a table of 1M entries filled to 90% with other keys
+//!   first (94% after the longer run): the inserts that find both candidate buckets full and
+//!   move an entry to make room (a third of them at 90%), and the prefetches that prepare them;
 //! - `burst_established_v6`: the same for 1,000 established IPv6 flows (IP6IP6 to IPv6
 //!   backends: the general way, which the IPv4 packets' short way must not slow down).
 //!
@@ -35,10 +38,12 @@ use std::process::Command;
 use crossbeam::queue::ArrayQueue;
 use fixture::{model, node, path_ctx, service, snapshot, tcp_frame};
 use spillway_core::addr::Addr;
-use spillway_core::conntrack::Shard;
+use spillway_core::conntrack::{key_hash, EntryValue, Shard};
 use spillway_core::counters::WorkerCounters;
 use spillway_core::decide::{decide_prepared, prepare};
+use spillway_core::flow::FlowKey;
 use spillway_core::model::{Encap, RuleProtocol};
+use spillway_core::rng::SplitMix64;
 use spillway_core::time::Time;
 use spillway_core::wire::build::{self, EncapKind, EncapParams, OuterV4};
 use spillway_core::wire::{self, FrameKind};
@@ -46,7 +51,7 @@ use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
 use spillway_dataplane::path::{process_burst, Outcome, PacketBuf, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
 
-const CASES: [&str; 10] = [
+const CASES: [&str; 11] = [
     "classify",
     "classify_ip",
     "decide_hit",
@@ -56,6 +61,7 @@ const CASES: [&str; 10] = [
     "reload",
     "burst_established",
     "burst_syn",
+    "burst_syn_crowded",
     "burst_established_v6",
 ];
 
@@ -65,6 +71,9 @@ const FLOWS: usize = 1000;
 /// Entries of the connection table (new connections of the insert cases fill it to at most
 /// half).
 const SHARD_CAPACITY: usize = 1 << 17;
+
+/// Entries of the table of `burst_syn_crowded`, 90% full before its first SYN.
+const CROWDED_CAPACITY: usize = 1 << 20;
 
 /// Most packets a case runs (the new connections fill at most half the table).
 const MAX_PACKETS: usize = SHARD_CAPACITY / 2 - FLOWS;
@@ -185,6 +194,36 @@ fn run_case(case: &str, packets: usize) {
                     build::write_encap(buf.data_mut(), &params, 40)
                 };
                 black_box(ok && written.is_ok());
+            }
+        }
+        "burst_syn_crowded" => {
+            let mut crowded = Shard::with_capacity(CROWDED_CAPACITY);
+            let mut rng = SplitMix64::new(90);
+            let value = EntryValue { backend: u32::MAX, epoch: 0, flags: 0 };
+            while crowded.len() * 10 < crowded.capacity() * 9 {
+                let [a, b, c, d, e, f, ..] = rng.next_u64().to_le_bytes();
+                let key = FlowKey {
+                    src: Addr::v4(198, 19, a, b),
+                    dst: Addr::v4(198, 18, c, d),
+                    sport: u16::from_le_bytes([e, f]),
+                    dport: 80,
+                    proto: 6,
+                    kind: 5,
+                    service: 7,
+                };
+                crowded.insert(&key, key_hash(&key), value, Time::ZERO);
+            }
+            let mut ctx =
+                path_ctx(&snap, &mut crowded, &node, &neighbours, &next_hops, &events, &counters);
+            let mut done = 0;
+            while done < packets {
+                let n = MAX_BURST.min(packets - done);
+                for (k, b) in bufs[..n].iter_mut().enumerate() {
+                    b.load(&new[done + k]);
+                }
+                process_burst(&mut bufs[..n], &mut ctx, &mut out);
+                black_box(&bufs);
+                done += n;
             }
         }
         "reload" | "burst_established" | "burst_syn" | "burst_established_v6" => {
