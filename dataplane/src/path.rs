@@ -889,11 +889,11 @@ fn forward_tracked<B: PacketBuf>(
 }
 
 /// The short way for a new connection's SYN ([`Staged::NewLane`]): the backend its client's
-/// zone's choice hashes it to ([`decide::select_new`]), its entry ([`decide::track_new`]),
-/// and the packet encapsulated with that backend's prebuilt outer headers. `None`, with
-/// nothing changed, for anything else: no eligible backend, no prebuilt outer headers, too
-/// big for the MTU once encapsulated; [`forward`] then decides it in full (and drops or
-/// answers it the same way).
+/// zone's choice hashes it to ([`decide::select_new_tracked`]), its entry
+/// ([`decide::track_new`]), and the packet encapsulated with that backend's prebuilt outer
+/// headers. `None`, with nothing changed, for anything else: no eligible backend, no prebuilt
+/// outer headers, too big for the MTU once encapsulated; [`forward`] then decides it in full
+/// (and drops or answers it the same way).
 #[inline(always)]
 fn forward_new<B: PacketBuf>(
     buf: &mut B,
