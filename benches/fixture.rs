@@ -7,11 +7,13 @@
 #![allow(dead_code)]
 
 use spillway_core::addr::{Addr, Prefix};
-use spillway_core::conntrack::Shard;
+use spillway_core::conntrack::{key_hash, EntryValue, Shard};
 use spillway_core::counters::WorkerCounters;
+use spillway_core::flow::FlowKey;
 use spillway_core::model::{
     Encap, Endpoint, Group, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
 };
+use spillway_core::rng::SplitMix64;
 use spillway_core::snapshot::Snapshot;
 use spillway_core::state::PolicyState;
 use spillway_core::time::Time;
@@ -118,5 +120,26 @@ pub fn path_ctx<'a>(
         events,
         counters,
         kernel: false,
+    }
+}
+
+/// Fill `shard` to `percent` of its capacity with entries of random TCP keys (sources in
+/// 198.19.0.0/16, destinations in 198.18.0.0/16, service 7, which no frame of the benchmarks
+/// uses), drawn from `seed`: a loaded table for new connections to be inserted into.
+pub fn fill_to(shard: &mut Shard, percent: usize, seed: u64) {
+    let mut rng = SplitMix64::new(seed);
+    let value = EntryValue { backend: u32::MAX, epoch: 0, flags: 0 };
+    while shard.len() * 100 < shard.capacity() * percent {
+        let [a, b, c, d, e, f, ..] = rng.next_u64().to_le_bytes();
+        let key = FlowKey {
+            src: Addr::v4(198, 19, a, b),
+            dst: Addr::v4(198, 18, c, d),
+            sport: u16::from_le_bytes([e, f]),
+            dport: 80,
+            proto: 6,
+            kind: 5,
+            service: 7,
+        };
+        shard.insert(&key, key_hash(&key), value, Time::ZERO);
     }
 }

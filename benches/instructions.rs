@@ -38,12 +38,10 @@ use std::process::Command;
 use crossbeam::queue::ArrayQueue;
 use fixture::{model, node, path_ctx, service, snapshot, tcp_frame};
 use spillway_core::addr::Addr;
-use spillway_core::conntrack::{key_hash, EntryValue, Shard};
+use spillway_core::conntrack::Shard;
 use spillway_core::counters::WorkerCounters;
 use spillway_core::decide::{decide_prepared, prepare};
-use spillway_core::flow::FlowKey;
 use spillway_core::model::{Encap, RuleProtocol};
-use spillway_core::rng::SplitMix64;
 use spillway_core::time::Time;
 use spillway_core::wire::build::{self, EncapKind, EncapParams, OuterV4};
 use spillway_core::wire::{self, FrameKind};
@@ -198,21 +196,7 @@ fn run_case(case: &str, packets: usize) {
         }
         "burst_syn_crowded" => {
             let mut crowded = Shard::with_capacity(CROWDED_CAPACITY);
-            let mut rng = SplitMix64::new(90);
-            let value = EntryValue { backend: u32::MAX, epoch: 0, flags: 0 };
-            while crowded.len() * 10 < crowded.capacity() * 9 {
-                let [a, b, c, d, e, f, ..] = rng.next_u64().to_le_bytes();
-                let key = FlowKey {
-                    src: Addr::v4(198, 19, a, b),
-                    dst: Addr::v4(198, 18, c, d),
-                    sport: u16::from_le_bytes([e, f]),
-                    dport: 80,
-                    proto: 6,
-                    kind: 5,
-                    service: 7,
-                };
-                crowded.insert(&key, key_hash(&key), value, Time::ZERO);
-            }
+            fixture::fill_to(&mut crowded, 90, 90);
             let mut ctx =
                 path_ctx(&snap, &mut crowded, &node, &neighbours, &next_hops, &events, &counters);
             let mut done = 0;

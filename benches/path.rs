@@ -13,15 +13,13 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use crossbeam::queue::ArrayQueue;
 use fixture::{model, node, path_ctx, service, snapshot, tcp_frame};
 use spillway_core::addr::Addr;
-use spillway_core::conntrack::{key_hash, EntryValue, Shard};
+use spillway_core::conntrack::{key_hash, Shard};
 use spillway_core::counters::WorkerCounters;
 use spillway_core::flow::{tracking_key, FlowKey};
 use spillway_core::model::{Encap, RuleProtocol};
-use spillway_core::rng::SplitMix64;
-use spillway_core::time::Time;
 use spillway_core::wire::classify::{classify, Frame, FrameKind};
 use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
-use spillway_dataplane::path::{process, process_burst, Outcome, MAX_BURST};
+use spillway_dataplane::path::{process, process_burst, Outcome, PathCtx, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -37,6 +35,21 @@ fn syn_frames(n: usize, third: u8) -> Vec<Vec<u8>> {
             )
         })
         .collect()
+}
+
+/// `frames` through `process_burst` in bursts of `MAX_BURST` (each loaded into `bufs` first);
+/// the time it took.
+fn bursts(frames: &[Vec<u8>], bufs: &mut [VecBuf], ctx: &mut PathCtx<'_>) -> Duration {
+    let mut out = [Outcome::Consumed; MAX_BURST];
+    let start = Instant::now();
+    for chunk in frames.chunks(MAX_BURST) {
+        for (buf, f) in bufs.iter_mut().zip(chunk) {
+            buf.load(f);
+        }
+        process_burst(&mut bufs[..chunk.len()], ctx, &mut out);
+        black_box(&out);
+    }
+    start.elapsed()
 }
 
 fn bench(c: &mut Criterion) {
@@ -168,21 +181,12 @@ fn bench(c: &mut Criterion) {
     g.bench_function(format!("fresh_syn_{}_flows_burst", fresh.len()), |b| {
         b.iter_custom(|rounds| {
             let mut bufs = vec![VecBuf::new(); MAX_BURST];
-            let mut out = [Outcome::Consumed; MAX_BURST];
             let mut timed = Duration::ZERO;
             for _ in 0..rounds {
                 shard.clear();
                 let mut ctx =
                     path_ctx(&snap, &mut shard, &node, &neighbours, &next_hops, &events, &counters);
-                let start = Instant::now();
-                for chunk in fresh.chunks(MAX_BURST) {
-                    for (buf, f) in bufs.iter_mut().zip(chunk) {
-                        buf.load(f);
-                    }
-                    process_burst(&mut bufs[..chunk.len()], &mut ctx, &mut out);
-                    black_box(&out);
-                }
-                timed += start.elapsed();
+                timed += bursts(&fresh, &mut bufs, &mut ctx);
             }
             timed
         })
@@ -203,30 +207,15 @@ fn bench(c: &mut Criterion) {
             tracking_key(&info, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id)
         })
         .collect();
-    for load in [0u64, 50, 90] {
+    for load in [0usize, 50, 90] {
         let mut big = Shard::with_capacity_advised(1 << 22, |p, n| {
             spillway_dataplane::dpdk::advise_huge_pages(p, n);
         });
-        let mut rng = SplitMix64::new(load);
-        let value = EntryValue { backend: u32::MAX, epoch: 0, flags: 0 };
-        while (big.len() as u64) * 100 < big.capacity() as u64 * load {
-            let [a, b, c, d, e, f, ..] = rng.next_u64().to_le_bytes();
-            let key = FlowKey {
-                src: Addr::v4(198, 19, a, b),
-                dst: Addr::v4(198, 18, c, d),
-                sport: u16::from_le_bytes([e, f]),
-                dport: 80,
-                proto: 6,
-                kind: 5,
-                service: 7,
-            };
-            big.insert(&key, key_hash(&key), value, Time::ZERO);
-        }
+        fixture::fill_to(&mut big, load, load as u64);
         let filled = big.len();
         g.bench_function(format!("new_connections_{load}pct_full_burst"), |b| {
             b.iter_custom(|rounds| {
                 let mut bufs = vec![VecBuf::new(); MAX_BURST];
-                let mut out = [Outcome::Consumed; MAX_BURST];
                 let mut timed = Duration::ZERO;
                 for _ in 0..rounds {
                     let mut ctx = path_ctx(
@@ -238,15 +227,7 @@ fn bench(c: &mut Criterion) {
                         &events,
                         &counters,
                     );
-                    let start = Instant::now();
-                    for chunk in fresh.chunks(MAX_BURST) {
-                        for (buf, f) in bufs.iter_mut().zip(chunk) {
-                            buf.load(f);
-                        }
-                        process_burst(&mut bufs[..chunk.len()], &mut ctx, &mut out);
-                        black_box(&out);
-                    }
-                    timed += start.elapsed();
+                    timed += bursts(&fresh, &mut bufs, &mut ctx);
                     // (In a nearly full table a SYN may have evicted an earlier one.)
                     for k in &syn_keys {
                         if let Some(slot) = big.find(k, key_hash(k)) {
