@@ -9,6 +9,7 @@ and smooths it (5 s time constant), so the split is measured after a warm-up.
 
 from __future__ import annotations
 
+import select
 import socket
 import subprocess
 import time
@@ -21,30 +22,58 @@ RATE = 80                   # twice zone-a's capacity (2 endpoints x 20)
 WARMUP_S = 15
 MEASURE_S = 12
 TOLERANCE = 0.15            # the in-zone share must be 0.5 +- 0.15
+REPLY_WAIT_S = 0.5          # a flow with no answer by then counts as lost
 
 pytestmark = needs_built(BIN)
 
 
 def open_flows(client, rate: int, seconds: float) -> list[str]:
-    """Open `rate` new UDP flows per second (a fresh socket each), return the answering
-    backends' names in order."""
+    """Open `rate` new UDP flows per second (a fresh socket each) and return the answering
+    backends' names in the order the flows were opened ("-" for a flow with no answer within
+    REPLY_WAIT_S).
+
+    Sends keep to the schedule whatever the answers do: a lost or slow reply is waited for
+    beside the next sends, never before them, so the balancer sees `rate` new connections per
+    second even on a slow machine (a blocking wait per flow would lower the offered rate, and
+    with it the share the balancer is right to keep in zone-a)."""
     names: list[str] = []
+    waiting: dict[socket.socket, tuple[int, float]] = {}  # socket -> (index, give-up time)
     interval = 1.0 / rate
-    deadline = time.monotonic() + seconds
-    next_at = time.monotonic()
-    while time.monotonic() < deadline:
-        s = client.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.settimeout(0.3)
-        try:
-            s.sendto(b"x", (VIP4, UDP_PORT))
-            reply, _ = s.recvfrom(256)
-            names.append(reply.split()[0].decode())
-        except OSError:
+    start = time.monotonic()
+    sends = int(rate * seconds)
+    sent = 0
+    while sent < sends or waiting:
+        now = time.monotonic()
+        if sent < sends and now >= start + sent * interval:
+            s = client.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.setblocking(False)
             names.append("-")
-        finally:
+            try:
+                s.sendto(b"x", (VIP4, UDP_PORT))
+                waiting[s] = (sent, now + REPLY_WAIT_S)
+            except OSError:
+                s.close()
+            sent += 1
+            continue
+        next_send = start + sent * interval if sent < sends else float("inf")
+        give_up = min((t for _, t in waiting.values()), default=float("inf"))
+        timeout = max(0.0, min(next_send, give_up) - now)
+        if not waiting:
+            time.sleep(timeout)
+            continue
+        ready, _, _ = select.select(list(waiting), [], [], timeout)
+        for s in ready:
+            index, _ = waiting.pop(s)
+            try:
+                reply, _ = s.recvfrom(256)
+                names[index] = reply.split()[0].decode()
+            except OSError:
+                pass
             s.close()
-        next_at += interval
-        time.sleep(max(0.0, next_at - time.monotonic()))
+        now = time.monotonic()
+        for s in [s for s, (_, t) in waiting.items() if t <= now]:
+            del waiting[s]
+            s.close()
     return names
 
 
