@@ -582,6 +582,35 @@ pub struct Shard {
     guard: Option<FloodGuard>,
     cursor: usize,
     stats: ShardStats,
+    /// The moves [`Shard::relocation_lines`] found for the inserts about to come, by key hash
+    /// (its low bits pick the place): the insert takes its planned move if it still holds,
+    /// instead of searching the 16 headers again.
+    planned: [PlannedMove; PLANNED_MOVES],
+}
+
+/// Places in [`Shard::planned`]: a burst's worth of crowded inserts (at most 64 new
+/// connections per burst; two with the same low hash bits share one, and the second's insert
+/// searches again).
+const PLANNED_MOVES: usize = 256;
+
+/// A move that makes room for the insert of the key of hash `hash`: the entry of signature
+/// `sig` in way `way` of bucket `from` (one of the key's candidate buckets) to the empty way
+/// `to_way` of its other bucket `to`. It still holds while that way has that signature and
+/// the target way is empty ([`Shard::planned_move`]): the entry there then has the same other
+/// bucket, `to` (a function of `from` and the signature alone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PlannedMove {
+    hash: u64,
+    from: u32,
+    to: u32,
+    sig: u16,
+    way: u8,
+    to_way: u8,
+}
+
+impl PlannedMove {
+    /// Holds for no key: signature 0 is an empty way's.
+    const NONE: PlannedMove = PlannedMove { hash: 0, from: 0, to: 0, sig: 0, way: 0, to_way: 0 };
 }
 
 impl fmt::Debug for Shard {
@@ -636,6 +665,7 @@ impl Shard {
             guard: None,
             cursor: 0,
             stats: ShardStats { capacity, ..ShardStats::default() },
+            planned: [PlannedMove::NONE; PLANNED_MOVES],
         }
     }
 
@@ -695,6 +725,7 @@ impl Shard {
         self.records.fill([Record::EMPTY; WAYS]);
         self.len = 0;
         self.cursor = 0;
+        self.planned = [PlannedMove::NONE; PLANNED_MOVES];
     }
 
     /// Entries the table can hold.
@@ -1094,13 +1125,14 @@ impl Shard {
     /// After [`Shard::insert_lines`] returned true for `hash` and the headers it named have
     /// arrived: if both candidate buckets are still full, calls `prefetch` with the lines the
     /// insert then reads and writes: the record of the entry the move takes (the first of the
-    /// 16 whose other bucket has an empty way, as in `insert_inner`) and the way it goes to;
-    /// or, none able to move and no flood guard, the 16 records among which the eviction picks
-    /// the least recently seen (a guard refuses the connection instead). Called a few packets
-    /// before the insert, these misses overlap instead of following one another. Nothing when
-    /// the flood guard will most likely refuse the connection.
+    /// 16 whose other bucket has an empty way, as in `insert_inner`) and the way it goes to,
+    /// and remembers that move for the insert (which takes it if it still holds, without
+    /// searching again); or, none able to move and no flood guard, the 16 records among which
+    /// the eviction picks the least recently seen (a guard refuses the connection instead).
+    /// Called a few packets before the insert, these misses overlap instead of following one
+    /// another. Nothing when the flood guard will most likely refuse the connection.
     #[inline]
-    pub fn relocation_lines(&self, hash: u64, mut prefetch: impl FnMut(*const u8)) {
+    pub fn relocation_lines(&mut self, hash: u64, mut prefetch: impl FnMut(*const u8)) {
         let (p, s) = self.candidate_buckets(hash);
         let full = |b: usize| self.heads[b].empty_way().is_none();
         if s == p || !full(p) || !full(s) || self.likely_refused() {
@@ -1114,6 +1146,15 @@ impl Shard {
         } else if let Some((b, w, to, to_w)) = self.movable(p, s) {
             prefetch(self.record_line(b, w));
             prefetch(self.record_line(to, to_w));
+            // Below 2^28 buckets and eight ways: the casts do not truncate.
+            self.planned[(hash as usize) % PLANNED_MOVES] = PlannedMove {
+                hash,
+                from: b as u32,
+                to: to as u32,
+                sig: self.heads[b].sig[w],
+                way: w as u8,
+                to_way: to_w as u8,
+            };
         } else if self.guard.is_none() {
             self.records_of(p, s, prefetch);
         }
@@ -1277,7 +1318,7 @@ impl Shard {
             (p, w)
         } else if let Some(w) = self.heads[s].empty_way().filter(|_| s != p) {
             (s, w)
-        } else if let Some(bw) = self.relocate_one(p, s) {
+        } else if let Some(bw) = self.relocate_one(p, s, hash) {
             bw
         } else if !may_evict {
             return None;
@@ -1332,18 +1373,39 @@ impl Shard {
         self.len += 1;
     }
 
-    /// Both `p` and `s` are full: move the first entry of theirs (`p`'s ways, then `s`'s) whose
+    /// Both `p` and `s` are full: move the entry [`Shard::relocation_lines`] planned for `hash`
+    /// if that move still holds, else the first entry of theirs (`p`'s ways, then `s`'s) whose
     /// other candidate bucket has an empty way there, and return the way it left. One move,
     /// never a chain: it reads at most 16 other header lines, on an insert that would otherwise
     /// evict.
-    fn relocate_one(&mut self, p: usize, s: usize) -> Option<(usize, usize)> {
+    fn relocate_one(&mut self, p: usize, s: usize, hash: u64) -> Option<(usize, usize)> {
         if self.len >= self.capacity() {
             // No empty way anywhere: nothing can move (and no header is read to learn it).
             return None;
         }
-        let (b, w, to, to_w) = self.movable(p, s)?;
+        let (b, w, to, to_w) = match self.planned_move(hash) {
+            Some(m) => m,
+            None => self.movable(p, s)?,
+        };
         self.move_way(b, w, to, to_w);
         Some((b, w))
+    }
+
+    /// The move planned for the insert of `hash`, as (bucket, way, to bucket, to way), if one
+    /// was and it still holds: the way still has the signature it had (so the entry there,
+    /// whichever it is, has the same other bucket) and the target way is still empty. Such a
+    /// move always makes room correctly; it is the one [`Shard::movable`] would find now
+    /// unless an earlier entry of the 16 has become movable since it was planned.
+    #[inline]
+    fn planned_move(&self, hash: u64) -> Option<(usize, usize, usize, usize)> {
+        let m = self.planned[(hash as usize) % PLANNED_MOVES];
+        let (b, w, to, to_w) =
+            (m.from as usize, usize::from(m.way), m.to as usize, usize::from(m.to_way));
+        (m.hash == hash
+            && m.sig != 0
+            && self.heads[b].sig[w] == m.sig
+            && self.heads[to].sig[to_w] == 0)
+            .then_some((b, w, to, to_w))
     }
 
     /// The entry [`Shard::relocate_one`] moves out of the full buckets `p` and `s`, and where
@@ -1944,6 +2006,50 @@ mod tests {
     }
 
     #[test]
+    fn a_planned_move_whose_target_way_was_taken_since_is_not_made() {
+        // Buckets 0 and 1 full as in the test above; the move planned for `target` is then
+        // spoilt: its target way gets an entry of its own before the insert.
+        let mut s = Shard::with_capacity(64);
+        let hashes: Vec<u64> = (0..16u64).map(|i| ((i + 1) << 48) | (i / 8)).collect();
+        for (i, &h) in hashes.iter().enumerate() {
+            let w = u32::try_from(i).expect("small");
+            s.insert(&key(w), h, val(w), Time(0));
+        }
+        let target = hashes_with_candidates(&s, 0, (0, 1))[20];
+        let mut lines = Vec::new();
+        s.relocation_lines(target, |p| lines.push(p));
+        let (to, to_w) = (0..s.bucket_count())
+            .flat_map(|b| (0..WAYS).map(move |w| (b, w)))
+            .find(|&(b, w)| s.record_line(b, w) == lines[1])
+            .expect("the move's target way");
+        assert!(to > 1 && s.heads[to].sig[to_w] == 0);
+        // Fill every empty way of `to` with keys whose primary it is.
+        let mut all: Vec<(FlowKey, u64)> =
+            hashes.iter().enumerate().map(|(i, &h)| (key(i as u32), h)).collect();
+        let fillers = hashes_with_candidates(&s, to as u64, s.candidate_buckets(to as u64));
+        for (n, &h) in fillers.iter().take(WAYS).enumerate() {
+            let k = key(200 + n as u32);
+            if s.heads[to].empty_way().is_none() {
+                break;
+            }
+            s.insert(&k, h, val(200), Time(0));
+            all.push((k, h));
+        }
+        assert_eq!(s.heads[to].empty_way(), None, "the planned target way is taken");
+        let out = s.insert(&key(100), target, val(100), Time(0));
+        all.push((key(100), target));
+        // Every entry is still there (the one in the planned target way too), where its key
+        // says, and the counts agree.
+        for (k, h) in &all {
+            assert!(s.find(k, *h).is_some(), "{k:?} lost");
+        }
+        assert_eq!((s.len(), s.iter(Time(0)).count()), (all.len(), all.len()));
+        assert_eq!(out.evicted, None, "another entry could move");
+        let by_key: std::collections::HashMap<FlowKey, u64> = all.iter().copied().collect();
+        check_bookkeeping(&s, |k| by_key[k]);
+    }
+
+    #[test]
     fn when_no_entry_can_move_the_crowded_insert_names_the_records_the_eviction_reads() {
         // Sixteen keys whose candidates are buckets 0 and 1, both full, the table a quarter
         // full: every entry's other bucket is the other full one.
@@ -2199,6 +2305,10 @@ mod tests {
                 let now = Time(t);
                 match (rng >> 32) % 10 {
                     0..=5 => {
+                        // A move planned for this key or another, maybe long before that
+                        // key's insert: one that no longer holds must not be taken.
+                        let planned = key(((rng >> 24) % 120) as u32);
+                        s.relocation_lines(hash(&planned), |_| {});
                         s.insert(&k, hash(&k), val(1), now);
                     }
                     6 | 7 => {
@@ -2220,6 +2330,7 @@ mod tests {
                 }
                 check_bookkeeping(&s, &hash);
                 assert!(s.len() <= s.capacity());
+                assert_eq!(s.iter(now).count(), s.len(), "no entry lost or counted twice");
             }
         }
     }

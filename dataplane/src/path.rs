@@ -393,7 +393,7 @@ fn prefetch_deferred(staged: &[Staged<'_>], shard: &Shard) -> bool {
 /// (Out of line: only a nearly full table gets here.)
 #[cold]
 #[inline(never)]
-fn prefetch_relocation(staged: &[Staged<'_>], shard: &Shard) {
+fn prefetch_relocation(staged: &[Staged<'_>], shard: &mut Shard) {
     for hash in staged.iter().filter_map(Staged::new_connection_hash) {
         shard.relocation_lines(hash, dpdk::prefetch);
     }
