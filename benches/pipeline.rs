@@ -59,7 +59,9 @@
 //!   pre-built templates into fresh mbufs itself, no generator lcore: this machine has two
 //!   cores), 1M flows each.
 //!
-//! The whole run and `--only floor` first print the machine's memory latency: TSC cycles per
+//! Every run first prints its host (`host:`: the processor, the TSC rate, and a cache line's
+//! round trip between the two vCPUs, which bounds what the generator-to-worker pipeline moves);
+//! the whole run and `--only floor` then print the machine's memory latency: TSC cycles per
 //! load when each waits for the one before, over arrays of 1 MiB to 1 GiB.
 //!
 //! Results are printed as a table and, with `--json`, written as one JSON object per line.
@@ -249,6 +251,9 @@ fn main() {
     let tsc_hz = eal.tsc_hz();
     let lcores = eal.worker_lcores();
     let (worker_lcore, gen_lcore) = (lcores[0], lcores[1]);
+    // Every run says which host it ran on: the VM moves between hosts whose pipelines differ
+    // threefold (docs/performance.md, "The machine").
+    print_host(&eal, worker_lcore, tsc_hz);
     let params =
         WorkerParams { burst_size: burst, drain_ticks: (tsc_hz / 1_000_000).max(1) * 100, tsc_hz };
     let snap = snapshot();
@@ -1274,6 +1279,57 @@ fn floor_loop<'p>(
         count.store(total, Ordering::Relaxed);
     }
     tx.flush();
+}
+
+/// The host's processor (`/proc/cpuinfo`), TSC rate, and what a cache line costs to move
+/// between the two vCPUs: the round trip of a counter that the main lcore (vCPU 0) and
+/// `other` (vCPU 1) increment in turn, in TSC cycles. Every frame of the pipeline crosses
+/// between them (written by the generator, read and freed by the worker, its mbuf reused by
+/// the generator), so this is what bounds io-forward, and what makes a share of io-forward
+/// differ between hosts.
+fn print_host(eal: &Eal, other: LcoreId, tsc_hz: u64) {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.split_once(':').filter(|(k, _)| k.trim() == name))
+            .map_or("?", |(_, v)| v.trim())
+    };
+    #[repr(align(64))]
+    struct Shared(AtomicU64);
+    let turn = Shared(AtomicU64::new(0));
+    const ROUNDS: u64 = 200_000;
+    let cycles = eal
+        .scope(|scope| {
+            let turn = &turn.0;
+            scope
+                .launch(other, move || {
+                    for i in (1..2 * ROUNDS).step_by(2) {
+                        while turn.load(Ordering::Acquire) != i {
+                            std::hint::spin_loop();
+                        }
+                        turn.store(i + 1, Ordering::Release);
+                    }
+                })
+                .expect("launch the other side of the round trip");
+            let t0 = dpdk::tsc();
+            for i in (0..2 * ROUNDS).step_by(2) {
+                while turn.load(Ordering::Acquire) != i {
+                    std::hint::spin_loop();
+                }
+                turn.store(i + 1, Ordering::Release);
+            }
+            (dpdk::tsc() - t0) as f64 / ROUNDS as f64
+        })
+        .expect("the benchmark runs on the main lcore");
+    println!(
+        "host: {} family {} model {} ({}), TSC {:.2} GHz; a cache line's round trip between the \
+         two vCPUs: {cycles:.0} TSC cycles",
+        field("vendor_id"),
+        field("cpu family"),
+        field("model"),
+        field("model name"),
+        tsc_hz as f64 / 1e9
+    );
 }
 
 /// What one load costs when it waits for the one before (a chase through a single random cycle
