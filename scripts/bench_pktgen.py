@@ -9,7 +9,8 @@ script:
 
 1. warms up, then measures for ``--seconds``: what pktgen sent (Spillway's port received it or
    missed it: ``ipackets + imissed``), what Spillway forwarded (its worker's forward counters) and
-   sent back, as rates; and Spillway's drop reasons;
+   sent back, as rates; and Spillway's drop reasons, apart for the warm-up (``drops_before``),
+   the measured seconds (``drops_during``) and the reconnects (``drops_over_reconnects``);
 2. kills pktgen (SIGKILL) and starts it again ``--reconnects`` times, each time checking that
    Spillway is still running and forwards the new pktgen's traffic;
 3. prints the figures and writes them to ``target/bench/pktgen.json``.
@@ -264,6 +265,9 @@ def main() -> int:
             "spillway_forwarded_mpps": round((s1["forwarded"] - s0["forwarded"]) / dt / 1e6, 3),
             "spillway_tx_mpps": round((s1["tx"] - s0["tx"]) / dt / 1e6, 3),
             "drops_during": {k: s1["dropped"].get(k, 0) - s0["dropped"].get(k, 0) for k in s1["dropped"]},
+            # Before the measured seconds: pktgen sends before it answers Spillway's first ARP
+            # request for the next hop (`neighbour_unresolved`) and while the entries are made.
+            "drops_before": s0["dropped"],
         })
         reconnects = []
         for i in range(a.reconnects):
@@ -280,6 +284,10 @@ def main() -> int:
                 time.sleep(0.1)
             reconnects.append(round(time.monotonic() - t0, 2))
         result["reconnects_forwarding_again_s"] = reconnects
+        s2 = r.sample()
+        result["drops_over_reconnects"] = {
+            k: s2["dropped"].get(k, 0) - s1["dropped"].get(k, 0) for k in s2["dropped"]
+        }
         result["spillway_alive_after_reconnects"] = r.spw.poll() is None
     finally:
         out = r.stop()
