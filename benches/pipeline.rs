@@ -1475,6 +1475,17 @@ fn print_pairs(rows: &[Row]) {
         median(&mut all),
         median(&mut fast)
     );
+    // Below this the generator-to-worker pipeline, not the worker, sets both rates: the shares
+    // in the at-a-glance table were all measured above it (docs/performance.md, "The host of
+    // 2026-12-04").
+    const MEASURES_THE_WORKER_MPPS: f64 = 40.0;
+    if typical < MEASURES_THE_WORKER_MPPS {
+        println!(
+            "pairs: io_forward's median {typical:.2} Mpps is below {MEASURES_THE_WORKER_MPPS} \
+             Mpps: on this host the pipeline, not the worker, sets the rates, and a share of \
+             io_forward says little of the worker (see the host line above)"
+        );
+    }
 }
 
 /// Writes the rows, one JSON object per line, to `path` when given.
