@@ -42,6 +42,7 @@ const FUNCTIONS: &[&str] = &[
     "rte_mempool_free",
     "rte_mempool_avail_count",
     "rte_mempool_in_use_count",
+    "rte_mempool_get_bulk",
     "rte_pktmbuf_pool_create",
     "rte_pktmbuf_alloc",
     "rte_pktmbuf_alloc_bulk",

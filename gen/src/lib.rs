@@ -994,6 +994,12 @@ impl SendReport {
     }
 }
 
+/// How many mbufs ahead of the one being written [`send_and_receive`] prefetches a frame's
+/// first line for writing. On the 2026-12-04 host the pipeline benchmark's io-forward
+/// baseline ran at 38-42 Mpps with it against 35-38 without (docs/performance.md, nineteenth
+/// pass).
+const DATA_AHEAD: usize = 8;
+
 /// Generates and transmits frames on `tx` until `stop` is set or `limit` is reached; see
 /// [`send_and_receive`].
 pub fn send<'a>(
@@ -1076,8 +1082,19 @@ pub fn send_and_receive<'a>(
             poll_rx(&mut rx, &mut report);
             continue;
         }
+        // The mbufs come back from the consumer (on a pipeline, another core) with their data
+        // lines in its cache (`alloc_bulk` took their descriptors ahead): take each frame's
+        // first line for writing a few mbufs ahead of its write (its address is in the
+        // descriptor).
+        for m in burst.iter().take(DATA_AHEAD) {
+            m.prefetch_fresh_data_for_write();
+        }
         let mut broken = false;
-        for (m, len) in burst.iter_mut().zip(lens.iter_mut()) {
+        for (i, len) in lens.iter_mut().enumerate().take(burst.len()) {
+            if let Some(a) = burst.as_slice().get(i + DATA_AHEAD) {
+                a.prefetch_fresh_data_for_write();
+            }
+            let m = &mut burst.as_mut_slice()[i];
             let Ok(data) = m.reset(max_len16) else {
                 broken = true;
                 break;

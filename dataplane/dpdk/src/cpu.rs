@@ -34,6 +34,25 @@ pub fn prefetch(p: *const u8) {
     let _ = p;
 }
 
+/// Asks the CPU to bring the cache line holding `p` into the cache ready to be written
+/// (`rte_prefetch0_write`: `prefetchw`, which takes the line in exclusive state, so that the
+/// stores that follow need not ask the other cores for it again). A line another core wrote
+/// last (an mbuf the worker freed, reused by the generator) is then taken once, not read and
+/// then claimed. CPUs without the instruction run it as a no-op. Any address may be given.
+#[inline(always)]
+pub fn prefetch_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: prefetchw is a hint: it never faults, touches no register but its address
+        // operand's, and neither reads nor writes memory architecturally, whatever the address.
+        unsafe {
+            core::arch::asm!("prefetchw [{p}]", p = in(reg) p, options(nostack, preserves_flags));
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Asks the kernel to back `len` bytes at `start` with transparent huge pages
 /// (`madvise(MADV_HUGEPAGE)`), best before the memory is first written. Only the whole pages
 /// inside the range are advised. Returns false when the kernel refused (THP disabled, or part

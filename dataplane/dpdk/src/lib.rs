@@ -19,7 +19,7 @@ pub mod memory;
 mod mempool;
 mod port;
 
-pub use cpu::{advise_huge_pages, prefetch, tsc};
+pub use cpu::{advise_huge_pages, prefetch, prefetch_write, tsc};
 pub use eal::{Eal, LcoreId};
 pub use error::DpdkError;
 pub use lcore::LaunchScope;

@@ -139,6 +139,16 @@ impl<'p> Mbuf<'p> {
         );
     }
 
+    /// Starts taking, for writing, the first line of the data a [`Mbuf::reset`] makes (at the
+    /// default headroom): a hint. It reads the descriptor's buffer address (best after
+    /// [`Mbuf::prefetch_descriptor_for_write`] has brought it).
+    #[inline(always)]
+    pub fn prefetch_fresh_data_for_write(&self) {
+        let m = self.m();
+        let headroom = (dpdk_sys::RTE_PKTMBUF_HEADROOM as usize).min(usize::from(m.buf_len));
+        super::prefetch_write(m.buf_addr.cast::<u8>().wrapping_add(headroom));
+    }
+
     /// Starts loading the first line of the packet data: a hint (it reads the descriptor).
     #[inline(always)]
     pub fn prefetch_data(&self) {
