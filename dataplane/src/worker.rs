@@ -281,9 +281,15 @@ impl<'p, 'c> Worker<'p, 'c> {
             // line, 1-2.5% more (new connections 7%) for issuing both before the count rather
             // than in `process_burst` (docs/performance.md, thirteenth pass). Where the
             // worker's own driver allocated the mbuf, the lines are local and this costs hits.
-            // (Not in io-forward mode, the benchmarks' baseline, left as it was.)
+            // (Not in io-forward mode, the benchmarks' baseline, left as it was.) The first line
+            // is taken for writing (`prefetchw`): the path writes it (the new data offset and
+            // lengths), and a line read from another core's cache had to be claimed again for
+            // that write. On the 2026-12-04 host, established flows at 1M flows in alternate
+            // slices: 16.1-17.4 Mpps against 15.2-16.9 read-prefetched; the frame's data line
+            // taken for writing too measured 7-10% slower, so it is only read-prefetched
+            // (docs/performance.md, nineteenth pass).
             for m in burst.iter() {
-                m.prefetch_descriptor();
+                m.prefetch_descriptor_for_write();
                 m.prefetch_second_line();
             }
         }

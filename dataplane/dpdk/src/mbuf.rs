@@ -139,6 +139,13 @@ impl<'p> Mbuf<'p> {
         );
     }
 
+    /// Starts taking the mbuf's first line for writing (`prefetchw`): for a path that will
+    /// write it (a new data offset, new lengths) when another core may hold it.
+    #[inline(always)]
+    pub fn prefetch_descriptor_for_write(&self) {
+        super::prefetch_write(self.raw.as_ptr().cast::<u8>());
+    }
+
     /// Starts taking, for writing, the first line of the data a [`Mbuf::reset`] makes (at the
     /// default headroom): a hint. It reads the descriptor's buffer address (best after
     /// [`Mbuf::prefetch_descriptor_for_write`] has brought it).
