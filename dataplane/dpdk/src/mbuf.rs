@@ -124,12 +124,6 @@ impl<'p> Mbuf<'p> {
         usize::from(m.buf_len) - usize::from(m.data_off) - usize::from(m.data_len)
     }
 
-    /// Starts loading the mbuf's first line (buffer address, data offset, lengths): a hint.
-    #[inline(always)]
-    pub fn prefetch_descriptor(&self) {
-        super::prefetch(self.raw.as_ptr().cast::<u8>());
-    }
-
     /// Starts loading the mbuf's second line (`next`, which freeing the mbuf reads, in the
     /// driver's transmit or `rte_pktmbuf_free`): a hint.
     #[inline(always)]
@@ -139,8 +133,8 @@ impl<'p> Mbuf<'p> {
         );
     }
 
-    /// Starts taking the mbuf's first line for writing (`prefetchw`): for a path that will
-    /// write it (a new data offset, new lengths) when another core may hold it.
+    /// Starts taking the mbuf's first line (buffer address, data offset, lengths) for writing
+    /// (`prefetchw`): a hint, for a path that will write it (a new data offset, new lengths) when another core may hold it.
     #[inline(always)]
     pub fn prefetch_descriptor_for_write(&self) {
         super::prefetch_write(self.raw.as_ptr().cast::<u8>());
