@@ -134,7 +134,8 @@ impl<'p> Mbuf<'p> {
     }
 
     /// Starts taking the mbuf's first line (buffer address, data offset, lengths) for writing
-    /// (`prefetchw`): a hint, for a path that will write it (a new data offset, new lengths) when another core may hold it.
+    /// (`prefetchw`): a hint, for a path that will write it (a new data offset, new lengths)
+    /// when another core may hold it.
     #[inline(always)]
     pub fn prefetch_descriptor_for_write(&self) {
         super::prefetch_write(self.raw.as_ptr().cast::<u8>());
