@@ -27,6 +27,11 @@
 //! - `burst_established_v6`: the same for 1,000 established IPv6 flows (IP6IP6 to IPv6
 //!   backends: the general way, which the IPv4 packets' short way must not slow down).
 //!
+//! `--fill PERCENT` (default 90) sets how full `burst_syn_crowded`'s table is before its
+//! first SYN: `cargo bench -p spillway-dataplane --bench instructions -- crowded --fill 70` is
+//! the instructions of a new connection at 70-74% load (docs/performance.md, twenty-first
+//! pass, has them from 1% to 95%).
+//!
 //! Run one case (what the driver does under valgrind):
 //! `target/release/deps/instructions-* --case classify --packets 100000`.
 
@@ -97,8 +102,8 @@ const V6_CLIENTS: u128 = 0xfd00_0000_0000_0000_0000_0000_000a_0000;
 /// fd00::100, the IPv6 VIP.
 const V6_VIP: u128 = 0xfd00_0000_0000_0000_0000_0000_0000_0100;
 
-/// Runs `case` over `packets` packets.
-fn run_case(case: &str, packets: usize) {
+/// Runs `case` over `packets` packets (`burst_syn_crowded` into a table `fill` percent full).
+fn run_case(case: &str, packets: usize, fill: usize) {
     let backends = || (1..=16).map(|i| Addr::v4(198, 18, 1, i));
     let backends_v6 = || {
         (1..=16u8).map(|i| {
@@ -196,7 +201,7 @@ fn run_case(case: &str, packets: usize) {
         }
         "burst_syn_crowded" => {
             let mut crowded = Shard::with_capacity(CROWDED_CAPACITY);
-            fixture::fill_to(&mut crowded, 90, 90);
+            fixture::fill_to(&mut crowded, fill, 90);
             let mut ctx =
                 path_ctx(&snap, &mut crowded, &node, &neighbours, &next_hops, &events, &counters);
             let mut done = 0;
@@ -234,11 +239,11 @@ fn run_case(case: &str, packets: usize) {
 }
 
 /// Instructions callgrind counted for one run of `case` over `packets` packets.
-fn count(exe: &str, case: &str, packets: usize) -> u64 {
+fn count(exe: &str, case: &str, packets: usize, fill: usize) -> u64 {
     let out = Command::new("valgrind")
         .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
         .arg(exe)
-        .args(["--case", case, "--packets", &packets.to_string()])
+        .args(["--case", case, "--packets", &packets.to_string(), "--fill", &fill.to_string()])
         .output()
         .expect("valgrind (Debian package `valgrind`)");
     let text = String::from_utf8_lossy(&out.stderr);
@@ -252,12 +257,21 @@ fn count(exe: &str, case: &str, packets: usize) -> u64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
+    let fill: usize = arg("--fill").map_or(90, |f| match f.parse() {
+        Ok(f) if f < 100 => f,
+        _ => panic!("--fill: a percentage below 100"),
+    });
     if let Some(case) = arg("--case") {
         let packets = arg("--packets").and_then(|p| p.parse().ok()).unwrap_or(10_000);
-        return run_case(case, packets);
+        return run_case(case, packets, fill);
     }
-    // `cargo bench` passes `--bench`; anything else selects cases by name.
-    let only: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with("--")).collect();
+    // `cargo bench` passes `--bench`; anything else selects cases by name (but `--fill`'s value).
+    let only: Vec<&String> = args[1..]
+        .iter()
+        .enumerate()
+        .filter(|&(i, a)| !a.starts_with("--") && args[i] != "--fill")
+        .map(|(_, a)| a)
+        .collect();
     let exe = std::env::current_exe().expect("own path");
     let exe = exe.to_str().expect("utf-8 path");
     let (n1, n2) = (4_000usize, 44_000usize);
@@ -267,8 +281,13 @@ fn main() {
         if !only.is_empty() && !only.iter().any(|o| case.contains(o.as_str())) {
             continue;
         }
-        let (a, b) = (count(exe, case, n1), count(exe, case, n2));
+        let (a, b) = (count(exe, case, n1, fill), count(exe, case, n2, fill));
         let per = (b.saturating_sub(a)) as f64 / (n2 - n1) as f64;
+        // A crowded table other than the default 90% says so.
+        let case = match case {
+            "burst_syn_crowded" if fill != 90 => format!("{case}@{fill}%"),
+            _ => case.to_string(),
+        };
         println!("{case:<20} {per:>14.1}");
         rows.push(format!("    {{\"case\": \"{case}\", \"instructions_per_packet\": {per:.1}}}"));
     }

@@ -8,14 +8,17 @@
 //! ```text
 //! cargo bench -p spillway-gen --bench pipeline -- [--seconds S] [--quick] [--json FILE]
 //!     [--hugepages required|preferred|off] [--only SCENARIO|flood|scaling] [--pairs N]
-//!     [--slices N [--slice-ms MS]] [--burst N]
+//!     [--slices N [--slice-ms MS]] [--burst N] [--by-load]
 //! ```
 //!
 //! `--only` runs one scenario between the two io-forward baselines (for profiling and A/B runs),
 //! or the flood experiments, or the replay-source scaling run alone; `--only floor` runs the
 //! baselines, the floor loops, the established 1M-flow scenario and `syn_100`. `--pairs N` with
 //! `--only SCENARIO` alternates the baseline and that scenario N times and reports each
-//! scenario run's share of the two baselines around it, and their median. `--slices N` with
+//! scenario run's share of the two baselines around it, and their median. `--by-load` prints,
+//! for a scenario that makes new connections, their rate every 100 ms of the measured window
+//! against how full the connection table was (`by load:` lines): where a filling table slows
+//! the inserts. `--slices N` with
 //! `--only SCENARIO` (established flows only) sets the scenario up once and has the worker's
 //! lcore alternate an io-forwarding worker and the balancing one on the same queues and the
 //! same frames, half a second each: N shares, each between two baselines measured within a
@@ -76,7 +79,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use fixture::{a, model, service, NODE_MAC};
 use spillway_core::addr::Addr;
-use spillway_core::conntrack::{Shard, BYTES_PER_ENTRY};
+use spillway_core::conntrack::{Shard, BYTES_PER_ENTRY, WAYS};
 use spillway_core::counters::Reason;
 use spillway_core::decide::ForwardReason;
 use spillway_core::mailbox::Mailbox;
@@ -192,6 +195,7 @@ fn main() {
     let policy = flag("--hugepages").map_or(dpdk::HugepagePolicy::Preferred, |p| {
         dpdk::HugepagePolicy::from_name(p).expect("--hugepages: required, preferred or off")
     });
+    let by_load = args.iter().any(|a| a == "--by-load");
     let burst: u16 = flag("--burst").map_or(dpdk::MAX_BURST as u16, |b| {
         b.parse()
             .ok()
@@ -531,7 +535,11 @@ fn main() {
                 let hits_before =
                     counters.reason(Reason::Forward(ForwardReason::ConntrackHit)).get();
                 let t0 = Instant::now();
-                std::thread::sleep(measure);
+                if by_load && sc.spec.syn_share > 0.0 {
+                    print_rate_by_load(&counters, sc.capacity, measure);
+                } else {
+                    std::thread::sleep(measure);
+                }
                 let after = CounterValues::read(&counters);
                 let elapsed = t0.elapsed().as_secs_f64();
                 stop.store(true, Ordering::Relaxed);
@@ -1517,4 +1525,26 @@ fn to_json(r: &Row) -> String {
         r.evictions,
         r.entries
     )
+}
+
+/// `--by-load`: for `window`, every 100 ms, the new connections' rate and how full the
+/// connection table of `capacity` entries (as configured; the table rounds it up as
+/// `Shard::with_capacity` does) was at the start and the end of those 100 ms.
+fn print_rate_by_load(counters: &WorkerCounters, capacity: usize, window: Duration) {
+    let slots = (capacity.max(WAYS).div_ceil(WAYS).next_power_of_two() * WAYS) as f64;
+    let new = || counters.reason(Reason::Forward(ForwardReason::NewConnection)).get();
+    let load = || counters.ct_entries.get() as f64 / slots * 100.0;
+    let t0 = Instant::now();
+    let (mut t_last, mut new_last, mut load_last) = (Instant::now(), new(), load());
+    while t0.elapsed() < window {
+        std::thread::sleep(Duration::from_millis(100).min(window.saturating_sub(t0.elapsed())));
+        let (t, n, l) = (Instant::now(), new(), load());
+        let secs = t.duration_since(t_last).as_secs_f64();
+        println!(
+            "by load: {load_last:5.1}% -> {l:5.1}% full: {:5.2} Mpps new connections, {} evictions so far",
+            (n - new_last) as f64 / secs / 1e6,
+            counters.ct_evictions.get()
+        );
+        (t_last, new_last, load_last) = (t, n, l);
+    }
 }
