@@ -18,13 +18,12 @@
 //! scenario run's share of the two baselines around it, and their median. `--by-load` prints,
 //! for a scenario that makes new connections, their rate every 100 ms of the measured window
 //! against how full the connection table was (`by load:` lines): where a filling table slows
-//! the inserts. `--slices N` with
-//! `--only SCENARIO` (established flows only) sets the scenario up once and has the worker's
-//! lcore alternate an io-forwarding worker and the balancing one on the same queues and the
-//! same frames, half a second each: N shares, each between two baselines measured within a
-//! second of it (the steadiest ratio this host gives). `--burst N` sets the balancing worker's
-//! burst size (1..=64; default 64, the configuration's default); the generator sends bursts of
-//! 32 whatever it is.
+//! the inserts. `--slices N` with `--only SCENARIO` (established flows only) sets the scenario
+//! up once and has the worker's lcore alternate an io-forwarding worker and the balancing one
+//! on the same queues and the same frames, half a second each: N shares, each between two
+//! baselines measured within a second of it (the steadiest ratio this host gives). `--burst N`
+//! sets the balancing worker's burst size (1..=64; default 64, the configuration's default);
+//! the generator sends bursts of 32 whatever it is.
 //!
 //! DPDK's memory is on hugepages when enough are free and mounted (`--hugepages preferred`, the
 //! default), else on ordinary memory; the first line and the `memory` row say which.
@@ -1541,7 +1540,8 @@ fn print_rate_by_load(counters: &WorkerCounters, capacity: usize, window: Durati
         let (t, n, l) = (Instant::now(), new(), load());
         let secs = t.duration_since(t_last).as_secs_f64();
         println!(
-            "by load: {load_last:5.1}% -> {l:5.1}% full: {:5.2} Mpps new connections, {} evictions so far",
+            "by load: {load_last:5.1}% -> {l:5.1}% full: {:5.2} Mpps new connections, \
+             {} evictions so far",
             (n - new_last) as f64 / secs / 1e6,
             counters.ct_evictions.get()
         );
