@@ -78,7 +78,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use fixture::{a, model, service, NODE_MAC};
 use spillway_core::addr::Addr;
-use spillway_core::conntrack::{Shard, BYTES_PER_ENTRY, WAYS};
+use spillway_core::conntrack::{rounded_capacity, Shard, BYTES_PER_ENTRY};
 use spillway_core::counters::Reason;
 use spillway_core::decide::ForwardReason;
 use spillway_core::mailbox::Mailbox;
@@ -791,13 +791,13 @@ fn main() {
     // Memory.
     let hwm = status_kib("VmHWM");
     let cap_10m = (10_000_000f64 * 1.25) as usize;
-    let buckets = cap_10m.div_ceil(8).next_power_of_two();
+    let entries_10m = rounded_capacity(cap_10m);
     println!(
         "memory: peak RSS {} MiB; {BYTES_PER_ENTRY} bytes per tracked connection; 10M \
          connections at 80% load: {} entries = {} MiB per worker",
         hwm / 1024,
-        buckets * 8,
-        (buckets * 8 * BYTES_PER_ENTRY) >> 20
+        entries_10m,
+        (entries_10m * BYTES_PER_ENTRY) >> 20
     );
     rows.push(Row {
         name: "memory".into(),
@@ -805,8 +805,8 @@ fn main() {
         extra: format!(
             "\"peak_rss_kib\":{hwm},\"bytes_per_connection\":{BYTES_PER_ENTRY},\
              \"ten_million_entries\":{},\"ten_million_mib\":{},\"hugepages\":{}",
-            buckets * 8,
-            (buckets * 8 * BYTES_PER_ENTRY) >> 20,
+            entries_10m,
+            (entries_10m * BYTES_PER_ENTRY) >> 20,
             plan.hugepages
         ),
         ..Row::default()
@@ -1527,10 +1527,10 @@ fn to_json(r: &Row) -> String {
 }
 
 /// `--by-load`: for `window`, every 100 ms, the new connections' rate and how full the
-/// connection table of `capacity` entries (as configured; the table rounds it up as
-/// `Shard::with_capacity` does) was at the start and the end of those 100 ms.
+/// connection table made for `capacity` entries (`rounded_capacity` of them) was at the start
+/// and the end of those 100 ms.
 fn print_rate_by_load(counters: &WorkerCounters, capacity: usize, window: Duration) {
-    let slots = (capacity.max(WAYS).div_ceil(WAYS).next_power_of_two() * WAYS) as f64;
+    let slots = rounded_capacity(capacity) as f64;
     let new = || counters.reason(Reason::Forward(ForwardReason::NewConnection)).get();
     let load = || counters.ct_entries.get() as f64 / slots * 100.0;
     let t0 = Instant::now();

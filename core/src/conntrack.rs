@@ -180,6 +180,12 @@ pub const BYTES_PER_ENTRY: usize = BUCKET_BYTES / WAYS;
 /// Largest capacity [`Shard::with_capacity`] accepts (a [`Slot`] is a `u32`).
 pub const MAX_CAPACITY: usize = 1 << 31;
 
+/// The entries a table made for `entries` holds ([`Shard::with_capacity`]): whole buckets of
+/// [`WAYS`], a power of two of them, at least one.
+pub fn rounded_capacity(entries: usize) -> usize {
+    entries.max(WAYS).div_ceil(WAYS).next_power_of_two() * WAYS
+}
+
 /// Largest idle time the shard measures exactly; see the module doc for the invariant.
 pub const MAX_EXACT_IDLE_MS: u64 = 1 << 31;
 
@@ -660,7 +666,7 @@ impl Shard {
         mut advise: impl FnMut(*const u8, usize),
     ) -> Shard {
         assert!(entries <= MAX_CAPACITY, "conntrack capacity {entries} > {MAX_CAPACITY}");
-        let n = entries.max(WAYS).div_ceil(WAYS).next_power_of_two();
+        let n = rounded_capacity(entries) / WAYS;
         let mut heads: Vec<Head> = Vec::with_capacity(n);
         advise(heads.as_ptr().cast::<u8>(), n * size_of::<Head>());
         heads.resize(n, Head::EMPTY);

@@ -5,7 +5,7 @@
 //! alone cannot work (FAIL); below the whole estimate it may (WARN).
 
 use spillway_control::config::{Config, DataplaneConfig};
-use spillway_core::conntrack::{BYTES_PER_ENTRY, WAYS};
+use spillway_core::conntrack::{rounded_capacity, BYTES_PER_ENTRY};
 
 use spillway_dataplane::dpdk::memory::{DESC_BYTES, EAL_OVERHEAD, MBUF_BYTES};
 
@@ -470,7 +470,7 @@ fn reserved(
 
 /// Entries of one worker's connection table for `capacity` (whole buckets, a power of two).
 fn table_entries(capacity: u32) -> u64 {
-    (capacity as usize).max(WAYS).div_ceil(WAYS).next_power_of_two() as u64 * WAYS as u64
+    rounded_capacity(capacity as usize) as u64
 }
 
 /// Bytes of one worker's connection table for `capacity`.
