@@ -711,9 +711,10 @@ fn flood_guard_keeps_established_entries_and_forwards_the_flood_by_hash() {
     let later = decide(&syn("198.18.10.7", 1), &snap, &mut shard, Time::from_secs(2));
     assert!(later.tracked);
     // A full table refuses new entries instead of evicting established ones.
-    let mut small = Shard::with_capacity(8);
+    let mut small = Shard::with_capacity(16);
+    assert_eq!(small.capacity(), 16);
     small.set_flood_guard(Some(1_000_000));
-    for p in 0..8 {
+    for p in 0..16 {
         assert!(decide(&syn("198.18.10.5", p), &snap, &mut small, t0).tracked);
     }
     let d = decide(&syn("198.18.10.5", 99), &snap, &mut small, t0);

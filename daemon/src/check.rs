@@ -20,7 +20,7 @@
 //! object header), plus (`rx_queue_size` + `tx_queue_size`) x ports x workers x 64 B of
 //! descriptors, plus a fixed 64 MiB for EAL. Less than the mbufs and descriptors is a FAIL,
 //! less than the whole estimate a WARN. Connection tables are not DPDK memory but ordinary
-//! (THP-backed) allocations: `conntrack_capacity` (rounded up to a power of two buckets of 8
+//! (THP-backed) allocations: `conntrack_capacity` (rounded up to a power of two buckets of 16
 //! entries) x 68 B per worker.
 
 mod admin;

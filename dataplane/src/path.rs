@@ -199,8 +199,9 @@ pub fn process_burst<B: PacketBuf>(
     let mut staged = ArrayVec::<Staged<'_>, MAX_BURST>::new();
     let mut last_rule = RuleCache::EMPTY;
     let own_mac = OwnMac::of(ctx.node);
-    // Set when a new connection's candidate buckets are both full (a nearly full table).
-    let mut crowded = false;
+    // Set when a new connection's insert has a step left after the tail: below 7/8 load, its
+    // primary is full (its secondary's header is on its way); from 7/8 on, both are.
+    let mut full_primary = false;
     // Set when a new connection's insert prefetch was left for after the tail.
     let mut deferred = false;
     // Set when a lookup's key was not in its primary bucket, which has overflowed.
@@ -228,14 +229,14 @@ pub fn process_burst<B: PacketBuf>(
         }
         let behind = g0.saturating_sub(lag)..g1.saturating_sub(lag);
         for st in &mut staged[behind] {
-            let flags = (&mut crowded, &mut secondary, &mut headers, Some(&mut deferred));
+            let flags = (&mut full_primary, &mut secondary, &mut headers, Some(&mut deferred));
             prefetch_record(st, ctx, flags);
         }
     }
     let t1 = phase_clock::tick();
     let tail = n.saturating_sub(lag);
     for st in &mut staged[tail..n] {
-        prefetch_record(st, ctx, (&mut crowded, &mut secondary, &mut headers, None));
+        prefetch_record(st, ctx, (&mut full_primary, &mut secondary, &mut headers, None));
     }
     if headers {
         probe_headers(&mut staged[..n], ctx.shard, &mut secondary);
@@ -244,8 +245,11 @@ pub fn process_burst<B: PacketBuf>(
         probe_secondaries(&mut staged[..n], ctx.shard);
     }
     if deferred {
-        crowded |= prefetch_deferred(&staged[..tail], ctx.shard);
+        full_primary |= prefetch_deferred(&staged[..tail], ctx.shard);
     }
+    // Set when a new connection's candidate buckets are both full (a filling table).
+    let crowded = full_primary
+        && (ctx.shard.nearly_full() || prefetch_secondary_inserts(&staged[..n], ctx.shard));
     if crowded {
         prefetch_relocation(&staged[..n], ctx.shard);
     }
@@ -294,9 +298,10 @@ fn prefetch_secondary(shard: &Shard, hash: u64) {
 }
 
 /// Once its bucket header is in cache: prefetch the record a packet's decision will read
-/// (or write, for a new connection's SYN; in a nearly full table, also the records the insert
-/// reads to make room, and `crowded` is set). A lookup whose key is not in its primary
-/// bucket, which has overflowed, prefetches the secondary's header instead (`secondary` set:
+/// (or write, for a new connection's SYN; when the SYN's primary bucket is full, its
+/// secondary's header instead, and `full_primary` is set: [`prefetch_secondary_inserts`]
+/// goes on after the tail). A lookup whose key is not in its primary bucket, which has
+/// overflowed, prefetches the secondary's header instead (`secondary` set:
 /// [`probe_secondaries`] finds the record after the tail). With `defer`, a new connection's
 /// step is left for later instead (`*defer` set: [`prefetch_deferred`] does it after the
 /// tail).
@@ -304,11 +309,13 @@ fn prefetch_secondary(shard: &Shard, hash: u64) {
 fn prefetch_record(
     st: &mut Staged<'_>,
     ctx: &PathCtx<'_>,
-    (crowded, secondary, headers, defer): (&mut bool, &mut bool, &mut bool, Option<&mut bool>),
+    (full_primary, secondary, headers, defer): (&mut bool, &mut bool, &mut bool, Option<&mut bool>),
 ) {
     match st {
         Staged::NewLane(_) if defer.is_some() => *defer.unwrap() = true,
-        Staged::NewLane(lane) => *crowded |= ctx.shard.insert_lines(lane.key_hash, dpdk::prefetch),
+        Staged::NewLane(lane) => {
+            *full_primary |= ctx.shard.insert_lines_primary(lane.key_hash, dpdk::prefetch);
+        }
         Staged::Lane(lane) => {
             lane.hint = ctx.shard.probe_home(lane.key_hash);
             if lane.hint == Hint::NONE {
@@ -324,7 +331,7 @@ fn prefetch_record(
             } else if let Some(d) = defer {
                 *d = true;
             } else {
-                *crowded |= ctx.shard.insert_lines(prep.key_hash, dpdk::prefetch);
+                *full_primary |= ctx.shard.insert_lines_primary(prep.key_hash, dpdk::prefetch);
             }
         }
         _ => {}
@@ -352,8 +359,9 @@ fn probe_headers(staged: &mut [Staged<'_>], shard: &Shard, secondary: &mut bool)
 /// The second probe of the lookups whose key was not in its primary bucket, which has
 /// overflowed (`prefetch_record` set `secondary`): once the secondary's header is in cache,
 /// hint the way whose signature matches there and prefetch its record, which the lookup
-/// otherwise read in the last pass with nothing overlapping its miss (1% of the entries at
-/// half load, 8% at 80%). (Out of line: the burst loop's registers stay the common packet's.)
+/// otherwise read in the last pass with nothing overlapping its miss (with eight ways 1% of
+/// the entries at half load, 8% at 80%; fewer with sixteen). (Out of line: the burst loop's
+/// registers stay the common packet's.)
 #[inline(never)]
 fn probe_secondaries(staged: &mut [Staged<'_>], shard: &Shard) {
     for st in staged {
@@ -374,13 +382,29 @@ fn probe_secondaries(staged: &mut [Staged<'_>], shard: &Shard) {
 
 /// The insert prefetches of the new connections staged before the tail, left until after it
 /// (`prefetch_record` with `defer`): their bucket headers have had the whole first pass to
-/// arrive. Returns true when one found both candidate buckets full. (Out of line: the burst
-/// loop's registers stay the common packet's.)
+/// arrive. Returns true when one found its primary bucket full (and named its secondary's
+/// header). (Out of line: the burst loop's registers stay the common packet's.)
 #[inline(never)]
 fn prefetch_deferred(staged: &[Staged<'_>], shard: &Shard) -> bool {
+    let mut full_primary = false;
+    for hash in staged.iter().filter_map(Staged::new_connection_hash) {
+        full_primary |= shard.insert_lines_primary(hash, dpdk::prefetch);
+    }
+    full_primary
+}
+
+/// In a burst with a new connection whose primary bucket is full: once the secondaries'
+/// headers named for them have arrived, prefetch what their inserts write there, or, both
+/// buckets full, what the move that makes room reads ([`Shard::insert_lines_secondary`], which
+/// passes over the others). Returns true when one found both full. Below 7/8 load only these
+/// inserts read a secondary's header, where before every new connection's was prefetched from
+/// half load (docs/performance.md, twenty-second pass). (Out of line: a burst of new
+/// connections into a filling table.)
+#[inline(never)]
+fn prefetch_secondary_inserts(staged: &[Staged<'_>], shard: &Shard) -> bool {
     let mut crowded = false;
     for hash in staged.iter().filter_map(Staged::new_connection_hash) {
-        crowded |= shard.insert_lines(hash, dpdk::prefetch);
+        crowded |= shard.insert_lines_secondary(hash, dpdk::prefetch);
     }
     crowded
 }
@@ -634,9 +658,10 @@ fn stage_fast<'s>(
 ) -> Option<Line> {
     match Lane::of(&f, ctx, last_rule) {
         Some(lane) if f.info.is_syn() => {
-            // A new connection's insert may read its secondary bucket too (beyond half load,
-            // often): its header is prefetched with the primary's, for `prefetch_record`.
-            if ctx.shard.half_full() {
+            // A new connection's insert reads its secondary bucket too when its primary is
+            // full (most of them beyond 7/8 load): its header is prefetched with the
+            // primary's then; below, only once the primary's says so (`prefetch_record`).
+            if ctx.shard.nearly_full() {
                 prefetch_secondary(ctx.shard, lane.key_hash);
             }
             out.put(Staged::NewLane(lane));
@@ -701,9 +726,9 @@ fn stage_ip<'s>(
     }
     let prep = prepare_for(&info, ctx.snap.service_for_cached(&info, last_rule));
     let hash = prep.service.map(|_| Line::Header(prep.key_hash));
-    // A new connection's insert may read its secondary bucket too (beyond half load, often):
-    // its header is prefetched with the primary's, for `prefetch_record` to read.
-    if prep.service.is_some() && !prep.lookup && ctx.shard.half_full() {
+    // A new connection's insert reads its secondary bucket too when its primary is full (most
+    // of them beyond 7/8 load): its header is prefetched with the primary's then.
+    if prep.service.is_some() && !prep.lookup && ctx.shard.nearly_full() {
         prefetch_secondary(ctx.shard, prep.key_hash);
     }
     out.put(Staged::Decide { prep, info, ip, icmp_error });
