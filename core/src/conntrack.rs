@@ -288,8 +288,8 @@ pub struct InsertOutcome {
     /// The key was already present: its value and idle clock were overwritten in place
     /// (e.g. a new-connection SYN replacing an entry, CT-2); this was its previous value.
     pub overwritten: Option<EntryValue>,
-    /// Both candidate buckets of the key were full and this entry, the least recently seen of
-    /// their 16 ways, was evicted to make room. Whether that entry was still valid is for the
+    /// Both candidate buckets of the key were full, no entry of its primary could move, and
+    /// this entry, the least recently seen of the primary's 16 ways, was evicted to make room. Whether that entry was still valid is for the
     /// caller to judge (e.g. `idle_ms` against the idle timeout): evicting a valid entry loses a
     /// tracked connection.
     pub evicted: Option<Entry>,

@@ -201,7 +201,7 @@ pub fn process_burst<B: PacketBuf>(
     let own_mac = OwnMac::of(ctx.node);
     // Set when a new connection's insert has a step left after the tail: below 7/8 load, its
     // primary is full (its secondary's header is on its way); from 7/8 on, both are.
-    let mut full_primary = false;
+    let mut step_left = false;
     // Set when a new connection's insert prefetch was left for after the tail.
     let mut deferred = false;
     // Set when a lookup's key was not in its primary bucket, which has overflowed.
@@ -229,14 +229,14 @@ pub fn process_burst<B: PacketBuf>(
         }
         let behind = g0.saturating_sub(lag)..g1.saturating_sub(lag);
         for st in &mut staged[behind] {
-            let flags = (&mut full_primary, &mut secondary, &mut headers, Some(&mut deferred));
+            let flags = (&mut step_left, &mut secondary, &mut headers, Some(&mut deferred));
             prefetch_record(st, ctx, flags);
         }
     }
     let t1 = phase_clock::tick();
     let tail = n.saturating_sub(lag);
     for st in &mut staged[tail..n] {
-        prefetch_record(st, ctx, (&mut full_primary, &mut secondary, &mut headers, None));
+        prefetch_record(st, ctx, (&mut step_left, &mut secondary, &mut headers, None));
     }
     if headers {
         probe_headers(&mut staged[..n], ctx.shard, &mut secondary);
@@ -245,10 +245,10 @@ pub fn process_burst<B: PacketBuf>(
         probe_secondaries(&mut staged[..n], ctx.shard);
     }
     if deferred {
-        full_primary |= prefetch_deferred(&staged[..tail], ctx.shard);
+        step_left |= prefetch_deferred(&staged[..tail], ctx.shard);
     }
     // Set when a new connection's candidate buckets are both full (a filling table).
-    let crowded = full_primary
+    let crowded = step_left
         && (ctx.shard.nearly_full() || prefetch_secondary_inserts(&staged[..n], ctx.shard));
     if crowded {
         prefetch_relocation(&staged[..n], ctx.shard);
@@ -298,9 +298,9 @@ fn prefetch_secondary(shard: &Shard, hash: u64) {
 }
 
 /// Once its bucket header is in cache: prefetch the record a packet's decision will read
-/// (or write, for a new connection's SYN; when the SYN's primary bucket is full, its
-/// secondary's header instead, and `full_primary` is set: [`prefetch_secondary_inserts`]
-/// goes on after the tail). A lookup whose key is not in its primary bucket, which has
+/// (or write, for a new connection's SYN: [`Shard::insert_lines_primary`], which says when the
+/// insert has a step left, `step_left`: [`prefetch_secondary_inserts`] or, from 7/8 load,
+/// [`prefetch_relocation`] goes on after the tail). A lookup whose key is not in its primary bucket, which has
 /// overflowed, prefetches the secondary's header instead (`secondary` set:
 /// [`probe_secondaries`] finds the record after the tail). With `defer`, a new connection's
 /// step is left for later instead (`*defer` set: [`prefetch_deferred`] does it after the
@@ -309,12 +309,12 @@ fn prefetch_secondary(shard: &Shard, hash: u64) {
 fn prefetch_record(
     st: &mut Staged<'_>,
     ctx: &PathCtx<'_>,
-    (full_primary, secondary, headers, defer): (&mut bool, &mut bool, &mut bool, Option<&mut bool>),
+    (step_left, secondary, headers, defer): (&mut bool, &mut bool, &mut bool, Option<&mut bool>),
 ) {
     match st {
         Staged::NewLane(_) if defer.is_some() => *defer.unwrap() = true,
         Staged::NewLane(lane) => {
-            *full_primary |= ctx.shard.insert_lines_primary(lane.key_hash, dpdk::prefetch);
+            *step_left |= ctx.shard.insert_lines_primary(lane.key_hash, dpdk::prefetch);
         }
         Staged::Lane(lane) => {
             lane.hint = ctx.shard.probe_home(lane.key_hash);
@@ -331,7 +331,7 @@ fn prefetch_record(
             } else if let Some(d) = defer {
                 *d = true;
             } else {
-                *full_primary |= ctx.shard.insert_lines_primary(prep.key_hash, dpdk::prefetch);
+                *step_left |= ctx.shard.insert_lines_primary(prep.key_hash, dpdk::prefetch);
             }
         }
         _ => {}
@@ -382,15 +382,15 @@ fn probe_secondaries(staged: &mut [Staged<'_>], shard: &Shard) {
 
 /// The insert prefetches of the new connections staged before the tail, left until after it
 /// (`prefetch_record` with `defer`): their bucket headers have had the whole first pass to
-/// arrive. Returns true when one found its primary bucket full (and named its secondary's
-/// header). (Out of line: the burst loop's registers stay the common packet's.)
+/// arrive. Returns true when one has a step left ([`Shard::insert_lines_primary`]). (Out of
+/// line: the burst loop's registers stay the common packet's.)
 #[inline(never)]
 fn prefetch_deferred(staged: &[Staged<'_>], shard: &Shard) -> bool {
-    let mut full_primary = false;
+    let mut step_left = false;
     for hash in staged.iter().filter_map(Staged::new_connection_hash) {
-        full_primary |= shard.insert_lines_primary(hash, dpdk::prefetch);
+        step_left |= shard.insert_lines_primary(hash, dpdk::prefetch);
     }
-    full_primary
+    step_left
 }
 
 /// In a burst with a new connection whose primary bucket is full: once the secondaries'
