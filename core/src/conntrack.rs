@@ -646,14 +646,13 @@ const EVICT_TREND_MAX: u8 = 8;
 const PLANNED_MOVES: usize = 256;
 
 /// A move that makes room for the insert of the key of hash `hash`: the entry of signature
-/// `sig` in way `way` of bucket `from` (one of the key's candidate buckets) to the empty way
-/// `to_way` of its other bucket `to`. It still holds while that way has that signature and
-/// the target way is empty ([`Shard::planned_move`]): the entry there then has the same other
-/// bucket, `to` (a function of `from` and the signature alone).
+/// `sig` in way `way` of the key's primary bucket to the empty way `to_way` of its other
+/// bucket `to`. It still holds while that way has that signature and the target way is empty
+/// ([`Shard::planned_move`]): the entry there then has the same other bucket, `to` (a function
+/// of the primary and the signature alone).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct PlannedMove {
     hash: u64,
-    from: u32,
     to: u32,
     sig: u16,
     way: u8,
@@ -662,7 +661,7 @@ struct PlannedMove {
 
 impl PlannedMove {
     /// Holds for no key: signature 0 is an empty way's.
-    const NONE: PlannedMove = PlannedMove { hash: 0, from: 0, to: 0, sig: 0, way: 0, to_way: 0 };
+    const NONE: PlannedMove = PlannedMove { hash: 0, to: 0, sig: 0, way: 0, to_way: 0 };
 }
 
 impl fmt::Debug for Shard {
@@ -1246,15 +1245,14 @@ impl Shard {
             if self.len < self.capacity() {
                 self.other_heads_of(p, prefetch);
             }
-        } else if let Some((b, w, to, to_w)) = self.movable(p) {
-            prefetch(self.record_line(b, w));
+        } else if let Some((w, to, to_w)) = self.movable(p) {
+            prefetch(self.record_line(p, w));
             prefetch(self.record_line(to, to_w));
             // Below 2^27 buckets and sixteen ways: the casts do not truncate.
             self.planned[(hash as usize) % PLANNED_MOVES] = PlannedMove {
                 hash,
-                from: b as u32,
                 to: to as u32,
-                sig: self.heads[b].sig[w],
+                sig: self.heads[p].sig[w],
                 way: w as u8,
                 to_way: to_w as u8,
             };
@@ -1422,9 +1420,9 @@ impl Shard {
             (p, w)
         } else if let Some(w) = self.heads[s].empty_way().filter(|_| s != p) {
             (s, w)
-        } else if let Some(bw) = self.relocate_one(p, hash) {
+        } else if let Some(w) = self.relocate_one(p, hash) {
             self.evict_trend = self.evict_trend.saturating_sub(1);
-            bw
+            (p, w)
         } else if !may_evict {
             return None;
         } else {
@@ -1481,51 +1479,51 @@ impl Shard {
 
     /// The key's candidate buckets are both full: move the entry [`Shard::relocation_lines`]
     /// planned for `hash` if that move still holds, else the first entry of the primary `p`
-    /// whose other candidate bucket has an empty way there, and return the way it left (in
-    /// `p`). One move, never a chain: it reads at most 16 other header lines, on an insert
-    /// that would otherwise evict.
-    fn relocate_one(&mut self, p: usize, hash: u64) -> Option<(usize, usize)> {
+    /// whose other candidate bucket has an empty way there, and return the way of `p` it left.
+    /// One move, never a chain: it reads at most 16 other header lines, on an insert that
+    /// would otherwise evict.
+    fn relocate_one(&mut self, p: usize, hash: u64) -> Option<usize> {
         if self.len >= self.capacity() {
             // No empty way anywhere: nothing can move (and no header is read to learn it).
             return None;
         }
-        let (b, w, to, to_w) = match self.planned_move(hash) {
+        let (w, to, to_w) = match self.planned_move(p, hash) {
             Some(m) => m,
             None => self.movable(p)?,
         };
-        self.move_way(b, w, to, to_w);
-        Some((b, w))
+        self.move_way(p, w, to, to_w);
+        Some(w)
     }
 
-    /// The move planned for the insert of `hash`, as (bucket, way, to bucket, to way), if one
-    /// was and it still holds: the way still has the signature it had (so the entry there,
-    /// whichever it is, has the same other bucket) and the target way is still empty. Such a
-    /// move always makes room correctly; it is the one [`Shard::movable`] would find now
-    /// unless an earlier entry of the 16 has become movable since it was planned.
+    /// The move planned for the insert of `hash`, whose primary is `p`, as (way of `p`, to
+    /// bucket, to way), if one was and it still holds: the way still has the signature it had
+    /// (so the entry there, whichever it is, has the same other bucket) and the target way is
+    /// still empty. Such a move always makes room correctly; it is the one [`Shard::movable`]
+    /// would find now unless an earlier entry of the 16 has become movable since it was
+    /// planned.
     #[inline]
-    fn planned_move(&self, hash: u64) -> Option<(usize, usize, usize, usize)> {
+    fn planned_move(&self, p: usize, hash: u64) -> Option<(usize, usize, usize)> {
         let m = self.planned[(hash as usize) % PLANNED_MOVES];
-        let (b, w, to, to_w) =
-            (m.from as usize, usize::from(m.way), m.to as usize, usize::from(m.to_way));
+        let (w, to, to_w) = (usize::from(m.way), m.to as usize, usize::from(m.to_way));
         (m.hash == hash
             && m.sig != 0
-            && self.heads[b].sig[w] == m.sig
+            && self.heads[p].sig[w] == m.sig
             && self.heads[to].sig[to_w] == 0)
-            .then_some((b, w, to, to_w))
+            .then_some((w, to, to_w))
     }
 
     /// The entry [`Shard::relocate_one`] moves out of the full primary `p`, and where to: the
     /// first of its ways whose other candidate bucket, from its signature, has an empty way;
-    /// as (bucket, way, to bucket, to way). Reads only headers. (Only the primary's entries
+    /// as (way, to bucket, to way). Reads only headers. (Only the primary's entries
     /// are candidates, 16 of them: with eight ways, both buckets' 16 were; searching the
     /// secondary's too would read 32 headers for a move that the primary's alone find for all
     /// but a few inserts below 97% load.)
-    fn movable(&self, p: usize) -> Option<(usize, usize, usize, usize)> {
+    fn movable(&self, p: usize) -> Option<(usize, usize, usize)> {
         for (w, &sig) in self.heads[p].sig.iter().enumerate() {
             let to = self.other_bucket(p, sig);
             // `to == p` only in a one-bucket table, which is full.
             if let Some(to_w) = self.heads[to].empty_way().filter(|_| to != p) {
-                return Some((p, w, to, to_w));
+                return Some((w, to, to_w));
             }
         }
         None
