@@ -25,8 +25,11 @@
 //!    The fill stops when all `M` positions are taken.
 //!
 //! After round `r` member `i` owns exactly `ceil(r * w_i / w_max)` entries (Envoy's
-//! invariant), so shares are *proportional* to weights: the final count differs from
-//! `M * w_i / sum(w)` by at most 2 entries (the partial last round plus rounding). With equal
+//! invariant), so shares are *proportional* to weights. The last round is partial, so with
+//! `S = sum(w)` and `N` members the final count `c_i` differs from `M * w_i / S` by less than
+//! `1 + w_i / w_max` above and less than `w_i / w_max + N * w_i / S` below (from
+//! `ceil((r-1) * w_i / w_max) <= c_i <= ceil(r * w_i / w_max)` and the same for the sum, `M`):
+//! a few entries (fewer than 5 for weights 1..=4). With equal
 //! weights every member takes a turn every round and this is exactly the paper's unweighted
 //! algorithm: each member owns `floor(M/N)` or `ceil(M/N)` entries. (Katran's "V1" weighting,
 //! which repeats a member `weight` times per round, is *not* what is built here.)
