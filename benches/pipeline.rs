@@ -34,7 +34,9 @@
 //!   larger than the caches); the same for GUE and for IPv6 (IP6IP6) with 1K flows;
 //! - `syn_100`: every packet a SYN from a fresh random source (eligible set, hash, insert);
 //! - only with `--only`: `established_ipip_1m_80` (1.68M flows, the table 80% full) and
-//!   `syn_100_room` (a 64M-entry, 4.3 GiB table: room for every SYN of the run);
+//!   `syn_100_room` (a 64M-entry, 4.3 GiB table: room for every SYN of the run) and
+//!   `syn_100_full` (an 8M-entry table, full for most of the run: a flood with no guard, whose
+//!   inserts evict);
 //! - `mix`: 1M flows, 5% new connections, 20% UDP, 20% IPv6;
 //! - `floor_touch`, `floor_table_1m`: not Spillway but the least any encapsulating balancer
 //!   does per packet, a loop of a few lines in place of the worker (`floor_loop`): receive,
@@ -329,6 +331,9 @@ fn main() {
     // for every SYN of the run (it ends about a third full): new connections alone, without
     // the inserts into a nearly full table that `syn_100` ends with.
     scenarios.push(lb("syn_100_room", TrafficSpec { syn_share: 1.0, ..spec(1024) }, 1 << 26, 300));
+    // And with an 8M-entry table (512 MiB), full after about a second: a SYN flood with no
+    // flood guard, where most crowded inserts evict.
+    scenarios.push(lb("syn_100_full", TrafficSpec { syn_share: 1.0, ..spec(1024) }, 1 << 23, 300));
     scenarios.push(lb(
         "mix",
         TrafficSpec { syn_share: 0.05, udp_share: 0.2, ipv6_share: 0.2, ..spec(big) },
@@ -373,7 +378,7 @@ fn main() {
     // scaling`: the replay-source scaling run alone (one worker on its own core, no
     // cross-core traffic: the steadiest measure of the worker on this machine).
     let only = flag("--only").map(String::as_str);
-    const OPT_IN: [&str; 2] = ["established_ipip_1m_80", "syn_100_room"];
+    const OPT_IN: [&str; 3] = ["established_ipip_1m_80", "syn_100_room", "syn_100_full"];
     scenarios.retain(|s| !OPT_IN.contains(&s.name) || only == Some(s.name));
     if let Some(only) = only {
         scenarios.retain(|s| {

@@ -23,7 +23,8 @@
 //! ```text
 //! Header: sig [u16; 16]   16-bit signature per way, 0 = empty way
 //!         overflow u32    entries whose primary is this bucket, stored in their secondary
-//!         reserved 28 B   zero
+//!         seen [u8; 16]   coarse last seen per way (units of 1,024 ms; see Eviction)
+//!         reserved 12 B   zero
 //!
 //! Record: key FlowKey (40) | backend u32 | epoch u32 | flags u8 | in_secondary u8
 //!         | sig u16 (the header's signature of this way, 0 = empty)
@@ -104,15 +105,33 @@
 //! full, it moves *one* entry of the primary to that entry's other candidate bucket, if one has
 //! an empty way there (the first found; at most 16 headers read, then the one record that
 //! moves, and never a chain of moves), and takes the way it left. Only if none can move does
-//! it evict the entry with the oldest `last_seen` among the primary's 16 ways (ties go to the
-//! lowest way), report it ([`InsertOutcome::evicted`], [`ShardStats::evictions`]) and take its
-//! way. An eviction therefore means both candidate buckets and every other candidate of the
+//! it evict the least recently seen of the primary's 16 entries, to within [`SEEN_UNIT_MS`]
+//! (about a second; ties go to the lowest way), report it ([`InsertOutcome::evicted`],
+//! [`ShardStats::evictions`]) and take its way. An eviction therefore means both candidate buckets and every other candidate of the
 //! primary's entries are full, which with uniformly hashed keys happens only when the table is
 //! nearly full: filling a table to 90% evicts none of the inserted keys, to 95% about 0.03% and
 //! to 100% about 0.8% (one choice evicted 5% at 75% and 10% at 90%; the `eviction_rate_by_load`
 //! test prints the figures). The evicted entry is the oldest of the sixteen, so an expired entry
 //! not yet swept goes first; only sixteen live entries with no room elsewhere lose a live
-//! connection. About a third of the buckets have a non-zero `overflow` at 90% load (0.1% at
+//! connection.
+//!
+//! The eviction finds that entry from the header, reading one record rather than sixteen:
+//! each way has a one-byte *coarse last seen* there (units of 1,024 ms), written when the entry is
+//! made, moved or swept, never by a hit (the header stays clean, and a hit writes one line).
+//! It is never later than the record's `last_seen`, so the way whose header is the oldest is
+//! the oldest entry unless it has been seen since; the eviction reads that way's record, and
+//! if it has, brings the header up to date and reads the next oldest (at most sixteen, each
+//! read correcting a header for good). Entries made and not seen again since (a flood of SYNs,
+//! or any table swept since its last hits) cost one record read; in a full table that halved
+//! the time of an insert against reading the sixteen (docs/performance.md, twenty-third pass).
+//! Coarse times wrap every 256 units (about 4.4 minutes), so the sweep writes the header of an
+//! entry idle for [`SEEN_CAP`] units (about 2.2 minutes) or more as exactly that old: to the
+//! eviction all such entries are equally old, and a table that is not swept for minutes can
+//! pass over an entry idle for more than 4.4 minutes (the worker sweeps every bucket every
+//! 10 s). (A 12-bit time in units of 256 ms, which the header has room for, cost 17 more
+//! instructions per new connection, for packing the high bits two ways to a byte.)
+//!
+//! About a third of the buckets have a non-zero `overflow` at 90% load (0.1% at
 //! 50%, 10% at 75%), so misses on a loaded table often read a second header. Size the capacity
 //! at about 1.25× the connections a worker must hold; [`Shard::with_capacity`] rounds up to a
 //! power of two buckets, so it often gives more.
@@ -126,7 +145,7 @@
 //! replaced) well before it has been idle 2^31 ms (~24.8 days). The worker sweeps the whole
 //! table once per few seconds and removes entries idle for at least the largest configured idle
 //! timeout (at most 57 600 s = 16 h, CT-9), so an entry never sits anywhere near that bound.
-//! LRU eviction compares idle times with the same wrapping arithmetic.
+//! The eviction compares coarse idle times (above) with the same wrapping arithmetic.
 //!
 //! # Slots
 //!
@@ -289,9 +308,10 @@ pub struct InsertOutcome {
     /// (e.g. a new-connection SYN replacing an entry, CT-2); this was its previous value.
     pub overwritten: Option<EntryValue>,
     /// Both candidate buckets of the key were full, no entry of its primary could move, and
-    /// this entry, the least recently seen of the primary's 16 ways, was evicted to make room. Whether that entry was still valid is for the
-    /// caller to judge (e.g. `idle_ms` against the idle timeout): evicting a valid entry loses a
-    /// tracked connection.
+    /// this entry, the least recently seen of the primary's 16 ways (to within
+    /// [`SEEN_UNIT_MS`]), was evicted to make room. Whether that entry was still valid is for
+    /// the caller to judge (e.g. `idle_ms` against the idle timeout): evicting a valid entry
+    /// loses a tracked connection.
     pub evicted: Option<Entry>,
 }
 
@@ -401,7 +421,9 @@ struct Head {
     /// Entries whose primary is this bucket and that are stored in their secondary. A `u32`
     /// cannot overflow: it is at most the number of entries, at most [`MAX_CAPACITY`].
     overflow: u32,
-    _reserved: [u8; 28],
+    /// Each way's *coarse last seen* ([`Head::seen`]), in units of [`SEEN_UNIT_MS`].
+    seen: [u8; WAYS],
+    _reserved: [u8; 12],
 }
 
 /// The records of one bucket's sixteen ways: 1 KiB, sixteen lines.
@@ -414,7 +436,62 @@ const _: () = assert!(align_of::<Head>() == 64);
 const _: () = assert!(std::mem::offset_of!(Record, last_seen) == 56);
 
 impl Head {
-    const EMPTY: Head = Head { sig: [0; WAYS], overflow: 0, _reserved: [0; 28] };
+    const EMPTY: Head = Head { sig: [0; WAYS], overflow: 0, seen: [0; WAYS], _reserved: [0; 12] };
+
+    /// Way `w`'s coarse last seen: an 8-bit time in units of [`SEEN_UNIT_MS`] (wrapping) that
+    /// is never later than the coarse time of the record's `last_seen`, except for an entry
+    /// idle for [`SEEN_CAP`] units or more, where it says only that ([`seen_stamp`]). Written
+    /// by the insert, by a move, by the sweep and by the eviction, never by a hit: the header
+    /// stays clean. Meaningless for an empty way.
+    #[inline(always)]
+    fn seen(&self, w: usize) -> u32 {
+        u32::from(self.seen[w])
+    }
+
+    #[inline(always)]
+    fn set_seen(&mut self, w: usize, seen: u32) {
+        self.seen[w] = seen as u8;
+    }
+
+    /// The way whose coarse last seen is the oldest as of the coarse time `now` (lowest way on
+    /// ties): where the eviction looks first. (Over all sixteen ways: called on full buckets.)
+    ///
+    /// On x86-64 the sixteen ages are one SSE2 register: one subtraction, the greatest age
+    /// found in four shifts and maxima, its lowest way by a compare and a move-mask (about 15
+    /// instructions; the loop below takes about 100).
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    #[inline]
+    fn oldest_way(&self, now: u32) -> usize {
+        use safe_arch::{
+            byte_shr_imm_u128_m128i as shift, cmp_eq_mask_i8_m128i, m128i, max_u8_m128i,
+            move_mask_i8_m128i, set_splat_i8_m128i, sub_i8_m128i,
+        };
+        const _: () = assert!(SEEN_MASK == 0xff && WAYS == 16);
+        // Wrapping byte subtraction: each way's age in units, as `seen_age` computes it.
+        let ages = sub_i8_m128i(set_splat_i8_m128i(now as u8 as i8), m128i::from(self.seen));
+        let mut oldest = max_u8_m128i(ages, shift::<8>(ages));
+        oldest = max_u8_m128i(oldest, shift::<4>(oldest));
+        oldest = max_u8_m128i(oldest, shift::<2>(oldest));
+        oldest = max_u8_m128i(oldest, shift::<1>(oldest));
+        let oldest = <[u8; 16]>::from(oldest)[0];
+        let at = move_mask_i8_m128i(cmp_eq_mask_i8_m128i(ages, set_splat_i8_m128i(oldest as i8)));
+        at.trailing_zeros() as usize
+    }
+
+    /// The way whose coarse last seen is the oldest as of the coarse time `now` (lowest way on
+    /// ties): where the eviction looks first. (Over all sixteen ways: called on full buckets.)
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    #[inline]
+    fn oldest_way(&self, now: u32) -> usize {
+        let mut best = (0, 0);
+        for w in 0..WAYS {
+            let age = seen_age(now, self.seen(w));
+            if w == 0 || age > best.1 {
+                best = (w, age);
+            }
+        }
+        best.0
+    }
 
     /// Bit `w` set when way `w` has signature `sig` (`sig` 0 gives the empty ways).
     ///
@@ -516,18 +593,38 @@ fn find_in_mask(ways: &Ways, key: &FlowKey, mut m: u32) -> Option<usize> {
     None
 }
 
-/// The way seen longest ago (lowest index on ties), with its idle time.
-fn lru_way(ways: &Ways, now32: u32) -> (usize, u32) {
-    let mut best = 0;
-    let mut best_idle = 0u32;
-    for (w, r) in ways.iter().enumerate() {
-        let idle = now32.wrapping_sub(r.last_seen);
-        if w == 0 || idle > best_idle {
-            best = w;
-            best_idle = idle;
-        }
-    }
-    (best, best_idle)
+/// The unit of a header's coarse last seen ([`Head::seen`]): 1,024 ms.
+pub const SEEN_UNIT_MS: u64 = 1 << SEEN_SHIFT;
+const SEEN_SHIFT: u32 = 10;
+/// Coarse times are 8 bits: they wrap every 256 units (about 4.4 minutes).
+const SEEN_MASK: u32 = 0xff;
+/// Coarse idle times of this many units or more (about 2.2 minutes) are all the same to the
+/// eviction: the header of such an entry says only "at least this old".
+pub const SEEN_CAP: u32 = 128;
+
+/// The coarse time of the millisecond stamp `ms`.
+#[inline(always)]
+fn coarse(ms: u32) -> u32 {
+    (ms >> SEEN_SHIFT) & SEEN_MASK
+}
+
+/// How many units before the coarse time `now` the coarse last seen `seen` is.
+#[inline(always)]
+fn seen_age(now: u32, seen: u32) -> u32 {
+    now.wrapping_sub(seen) & SEEN_MASK
+}
+
+/// A header's coarse last seen for a record last seen at `last_seen`, as of `now32`: its
+/// coarse time, or, idle for [`SEEN_CAP`] units or more, the coarse time `SEEN_CAP` units ago
+/// (the sweep writes it so, every few seconds, so that an idle entry's header never wraps
+/// round to look recent).
+#[inline(always)]
+fn seen_stamp(now32: u32, last_seen: u32) -> u32 {
+    let now = coarse(now32);
+    // In 24 bits: the millisecond stamps wrap at 2^32.
+    let units =
+        (now32 >> SEEN_SHIFT).wrapping_sub(last_seen >> SEEN_SHIFT) & (u32::MAX >> SEEN_SHIFT);
+    now.wrapping_sub(units.min(SEEN_CAP)) & SEEN_MASK
 }
 
 /// The hash of a tracking key that places it in this table: its signature (top 16 bits) and
@@ -632,6 +729,10 @@ pub struct Shard {
     /// How the recent inserts into two full buckets ended, for [`Shard::evicting`]: one up
     /// (to [`EVICT_TREND_MAX`]) for each that evicted, one down for each that moved an entry.
     evict_trend: u8,
+    /// The time (milliseconds, as stored) of the latest insert past the inlined common case,
+    /// or sweep: the "now" by which [`Shard::relocation_lines`] names the record the eviction
+    /// reads first (a prefetch only; the eviction itself uses its own `now`).
+    clock: u32,
 }
 
 /// The most [`Shard::evict_trend`] counts to: the table is taken to be evicting while more
@@ -718,6 +819,7 @@ impl Shard {
             stats: ShardStats { capacity, ..ShardStats::default() },
             planned: [PlannedMove::NONE; PLANNED_MOVES],
             evict_trend: 0,
+            clock: 0,
         }
     }
 
@@ -1146,7 +1248,7 @@ impl Shard {
     /// header has arrived: the record of the secondary's first empty way; else, both buckets
     /// full (a tenth of the inserts at 80% load, a third at 90%), the header of each of the
     /// primary's 16 entries' other bucket, which the move that makes room reads (in a table
-    /// that evicts, the primary's 16 records first: `relocation_heads`), and returns true:
+    /// that evicts, the record the eviction reads first: `relocation_heads`), and returns true:
     /// once those have arrived, [`Shard::relocation_lines`] names the lines the insert reads
     /// and writes next. Does nothing for a key whose primary has room (so a burst can call it
     /// for all its new connections).
@@ -1180,23 +1282,16 @@ impl Shard {
     /// [`Shard::insert_lines_secondary`] when both candidate buckets are full: the header of
     /// each of the primary's 16 entries' other bucket, from the signatures (out of line: rare
     /// below 75% load). In a table without a flood guard that is evicting ([`Shard::evicting`]),
-    /// where the move seldom finds room, the primary's 16 records instead, among which the
-    /// eviction picks the least recently seen ([`Shard::relocation_lines`] then names the
-    /// headers).
+    /// where the move seldom finds room, the record the eviction reads first instead: that of
+    /// the way whose header says it was seen longest ago ([`Shard::least_recently_seen`];
+    /// [`Shard::relocation_lines`] then names the headers).
     #[cold]
     #[inline(never)]
-    fn relocation_heads(&self, p: usize, prefetch: impl FnMut(*const u8)) {
+    fn relocation_heads(&self, p: usize, mut prefetch: impl FnMut(*const u8)) {
         if self.evicting() {
-            self.records_of(p, prefetch);
+            prefetch(self.eviction_line(p));
         } else {
             self.other_heads_of(p, prefetch);
-        }
-    }
-
-    /// Calls `prefetch` with every record of bucket `b`, way by way.
-    fn records_of(&self, b: usize, mut prefetch: impl FnMut(*const u8)) {
-        for w in 0..WAYS {
-            prefetch(self.record_line(b, w));
         }
     }
 
@@ -1210,7 +1305,7 @@ impl Shard {
 
     /// Is the table without a flood guard and evicting: did more than half of the latest
     /// inserts into two full buckets evict ([`EVICT_TREND_MAX`])? A crowded insert then
-    /// prefetches the records the eviction reads first.
+    /// prefetches the record the eviction reads first.
     #[inline]
     fn evicting(&self) -> bool {
         self.guard.is_none() && self.evict_trend > EVICT_TREND_MAX / 2
@@ -1221,9 +1316,8 @@ impl Shard {
     /// the insert then reads and writes: the record of the entry the move takes (the first of
     /// the primary's 16 whose other bucket has an empty way, as in `insert_inner`) and the way
     /// it goes to, and remembers that move for the insert (which takes it if it still holds,
-    /// without searching again); or, none able to move and no flood guard, the primary's 16
-    /// records among which the eviction picks the least recently seen (a guard refuses the
-    /// connection instead).
+    /// without searching again); or, none able to move and no flood guard, the record the
+    /// eviction reads first (a guard refuses the connection instead).
     /// Called a few packets before the insert, these misses overlap instead of following one
     /// another. Nothing when the flood guard will most likely refuse the connection.
     #[inline]
@@ -1257,7 +1351,7 @@ impl Shard {
                 to_way: to_w as u8,
             };
         } else if self.guard.is_none() {
-            self.records_of(p, prefetch);
+            prefetch(self.eviction_line(p));
         }
     }
 
@@ -1339,8 +1433,8 @@ impl Shard {
     /// takes an empty way of its primary bucket, else of its secondary bucket. If both are full,
     /// one entry of the primary that has room in its own other candidate bucket is moved there
     /// (one move at most, no chain) and the new entry takes its way; only if none has room is
-    /// the least recently seen entry of the primary's 16 ways evicted, returned and counted.
-    /// Never fails.
+    /// the least recently seen entry of the primary's 16 ways (to within [`SEEN_UNIT_MS`])
+    /// evicted, returned and counted. Never fails.
     #[inline]
     pub fn insert(
         &mut self,
@@ -1406,6 +1500,7 @@ impl Shard {
         may_evict: bool,
     ) -> Option<InsertOutcome> {
         let now32 = stamp(now);
+        self.clock = now32;
         if let Some(slot) = self.find(key, hash) {
             let r = self.record_mut(slot);
             let previous = r.value();
@@ -1427,7 +1522,7 @@ impl Shard {
             return None;
         } else {
             self.evict_trend = (self.evict_trend + 1).min(EVICT_TREND_MAX);
-            let (b, w) = (p, lru_way(&self.records[p], now32).0);
+            let (b, w) = (p, self.least_recently_seen(p, now32));
             evicted = Some(self.records[b][w].entry(now32));
             self.clear_way(b, w);
             (b, w)
@@ -1446,6 +1541,32 @@ impl Shard {
         Some(InsertOutcome { slot: Slot::new(b, w), overwritten: None, evicted })
     }
 
+    /// The way of the full bucket `p` that the eviction empties: the entry seen longest ago, to
+    /// within [`SEEN_UNIT_MS`] (lowest way on ties), or one idle for [`SEEN_CAP`] units or
+    /// more. Found from the header: the way whose coarse last seen is the oldest, checked
+    /// against its record. A header is never later than its record (only the insert, a move,
+    /// the sweep and this write it, hits do not), so when the record agrees that way is the
+    /// oldest; when the entry was seen since, its header is brought up to date and the next
+    /// oldest is checked. One record read when the headers are up to date (the entries not hit
+    /// since the last sweep), at most sixteen, each correcting a header for the next eviction.
+    fn least_recently_seen(&mut self, p: usize, now32: u32) -> usize {
+        let now = coarse(now32);
+        loop {
+            let w = self.heads[p].oldest_way(now);
+            let seen = seen_stamp(now32, self.records[p][w].last_seen);
+            if seen_age(now, seen) >= seen_age(now, self.heads[p].seen(w)).min(SEEN_CAP) {
+                return w;
+            }
+            self.heads[p].set_seen(w, seen);
+        }
+    }
+
+    /// The record the eviction from the full bucket `p` reads first
+    /// ([`Shard::least_recently_seen`]), as of [`Shard::clock`].
+    fn eviction_line(&self, p: usize) -> *const u8 {
+        self.record_line(p, self.heads[p].oldest_way(coarse(self.clock)))
+    }
+
     /// Store a new entry in the empty (or just emptied) way `w` of bucket `b`, whose other
     /// candidate bucket for the key is `other` (`(b, other)`: the key's (primary, secondary),
     /// or (secondary, primary) with the primary's `overflow` already counted), and count it.
@@ -1461,6 +1582,7 @@ impl Shard {
     ) {
         let in_secondary = b != self.bucket_index(hash);
         self.heads[b].sig[w] = sig_of(hash);
+        self.heads[b].set_seen(w, coarse(now32));
         self.records[b][w] = Record {
             key: *key,
             backend: value.backend,
@@ -1532,7 +1654,8 @@ impl Shard {
     /// Move the entry in way `w` of bucket `b` to the empty way `to_w` of its other candidate
     /// bucket `to`, keeping the `overflow` counters exact.
     fn move_way(&mut self, b: usize, w: usize, to: usize, to_w: usize) {
-        let (sig, mut rec) = (self.heads[b].sig[w], self.records[b][w]);
+        let (sig, seen, mut rec) =
+            (self.heads[b].sig[w], self.heads[b].seen(w), self.records[b][w]);
         if rec.in_secondary != 0 {
             // Back to its primary, `to`.
             self.heads[to].overflow -= 1;
@@ -1544,6 +1667,7 @@ impl Shard {
         rec.other = b as u32;
         self.vacate(b, w);
         self.heads[to].sig[to_w] = sig;
+        self.heads[to].set_seen(to_w, seen);
         self.records[to][to_w] = rec;
     }
 
@@ -1561,6 +1685,7 @@ impl Shard {
     ) -> usize {
         let n = self.heads.len();
         let now32 = stamp(now);
+        self.clock = now32;
         let mut removed = 0;
         for _ in 0..buckets.min(n) {
             let b = self.cursor;
@@ -1569,9 +1694,16 @@ impl Shard {
             while occupied != 0 {
                 let w = occupied.trailing_zeros() as usize;
                 occupied &= occupied - 1;
-                if dead(&self.records[b][w].entry(now32)) {
+                let record = &self.records[b][w];
+                if dead(&record.entry(now32)) {
                     self.clear_way(b, w);
                     removed += 1;
+                } else {
+                    // Up to date, and never wrapped round (module doc, eviction).
+                    let seen = seen_stamp(now32, record.last_seen);
+                    if self.heads[b].seen(w) != seen {
+                        self.heads[b].set_seen(w, seen);
+                    }
                 }
             }
         }
@@ -2200,7 +2332,7 @@ mod tests {
         let (in_0, in_1) = (&hashes[..WAYS], &hashes[hashes.len() - WAYS..]);
         for (i, &h) in in_0.iter().chain(in_1).enumerate() {
             let w = u32::try_from(i).expect("small");
-            s.insert(&key(w), h, val(w), Time(u64::from(w)));
+            s.insert(&key(w), h, val(w), Time(u64::from(w) * SEEN_UNIT_MS));
         }
         (s, hashes)
     }
@@ -2215,20 +2347,22 @@ mod tests {
         assert!(s.insert_lines(target, |p| lines.push(p)));
         // The secondary's header, then the primary's entries' other bucket: the secondary.
         assert_eq!(named(&s, &lines), [Named::Head(1); WAYS + 1]);
-        let records: Vec<*const u8> = (0..WAYS).map(|w| s.record_line(0, w)).collect();
+        // Key 0 (way 0 of bucket 0) made again, the newest: key 1 is the oldest there.
+        s.remove(s.find(&key(0), hashes[0]).expect("key 0"));
+        s.insert(&key(0), hashes[0], val(0), Time(40_000));
         let mut lines = Vec::new();
         s.relocation_lines(target, |p| lines.push(p));
-        assert_eq!(lines, records, "the primary's records, among which the eviction picks");
+        assert_eq!(named(&s, &lines), [Named::Rec(0, 1)], "the oldest entry's record");
         // With a flood guard the insert is refused instead of evicting: nothing to read.
         s.set_flood_guard(Some(1000));
         let mut lines = Vec::new();
         s.relocation_lines(target, |p| lines.push(p));
         assert!(lines.is_empty());
-        assert!(s.insert_new(&key(100), target, val(100), Time(100)).is_none());
+        assert!(s.insert_new(&key(100), target, val(100), Time(50_000)).is_none());
         s.set_flood_guard(None);
-        // Without, the insert evicts one of them: the least recently seen, key 0.
-        let out = s.insert(&key(100), target, val(100), Time(100));
-        assert_eq!(out.evicted.map(|e| e.key), Some(key(0)));
+        // Without, the insert evicts that entry: the least recently seen, key 1.
+        let out = s.insert(&key(100), target, val(100), Time(50_000));
+        assert_eq!(out.evicted.map(|e| e.key), Some(key(1)));
     }
 
     #[test]
@@ -2237,21 +2371,20 @@ mod tests {
         // Buckets 0 and 1 full, every entry's other bucket the other one: no entry can move.
         let (mut s, hashes) = two_full_buckets();
         let target = hashes[WAYS + 1];
-        let records: Vec<Named> = (0..WAYS).map(|w| Rec(0, w)).collect();
         let headers_first = [Head(1); WAYS + 1];
         // Before any eviction: the headers first (a move may make room).
         assert_eq!(insert_lines_of(&s, target), headers_first);
         // Crowded inserts that evict, one after another: from more than half of
-        // `EVICT_TREND_MAX` of them on, the records the eviction reads come first...
+        // `EVICT_TREND_MAX` of them on, the record the eviction reads comes first...
         for (i, &h) in
             hashes[WAYS + 2..].iter().take(usize::from(EVICT_TREND_MAX) / 2 + 1).enumerate()
         {
             assert_eq!(insert_lines_of(&s, target), headers_first, "after {i} evictions");
             let n = 100 + u32::try_from(i).expect("small");
-            assert!(s.insert(&key(n), h, val(n), Time(100)).evicted.is_some());
+            assert!(s.insert(&key(n), h, val(n), Time(40_000)).evicted.is_some());
         }
-        let want: Vec<Named> = [&[Head(1)][..], &records].concat();
-        assert_eq!(insert_lines_of(&s, target), want, "the records first");
+        // (Keys 0-4 evicted, the oldest first: key 5, in way 5, is the oldest left.)
+        assert_eq!(insert_lines_of(&s, target), [Head(1), Rec(0, 5)], "the record first");
         // ... then the headers, once those have arrived (a move may still make room).
         let mut lines = Vec::new();
         s.relocation_lines(target, |p| lines.push(p));
@@ -2264,8 +2397,8 @@ mod tests {
         // other bucket is the empty bucket 3 moves there, and the headers come first again.
         s.remove(s.find(&key(WAYS as u32 - 1), hashes[WAYS - 1]).expect("in bucket 0"));
         let to_3 = hashes_with_candidates(&s, 0, (0, 3))[0];
-        s.insert(&key(201), to_3, val(201), Time(200));
-        assert!(s.insert(&key(200), target, val(200), Time(200)).evicted.is_none());
+        s.insert(&key(201), to_3, val(201), Time(50_000));
+        assert!(s.insert(&key(200), target, val(200), Time(50_000)).evicted.is_none());
         assert_eq!(s.find(&key(201), to_3).map(|slot| slot.bucket()), Some(3), "moved");
         assert_eq!(insert_lines_of(&s, hashes[WAYS + 20]), headers_first);
 
@@ -2273,24 +2406,24 @@ mod tests {
         // can move); the insert evicts the least recently seen of the primary's records.
         let mut one = Shard::with_capacity(WAYS);
         for i in 0..WAYS as u32 {
-            one.insert(&key(i), 0, val(i), Time(u64::from(i)));
+            one.insert(&key(i), 0, val(i), Time(u64::from(i) * 1000));
         }
         for i in 0..u32::from(EVICT_TREND_MAX) {
-            one.insert(&key(300 + i), 0, val(0), Time(50));
+            one.insert(&key(300 + i), 0, val(0), Time(50_000));
         }
         // (A full table is past 7/8: the secondary's header, prefetched with the primary's in
-        // the data plane's first pass, is not named again.)
-        let all: Vec<Named> = (0..WAYS).map(|w| Rec(0, w)).collect();
-        assert_eq!(insert_lines_of(&one, 2 << 48), all);
+        // the data plane's first pass, is not named again.) Keys 0-7 are gone, the oldest
+        // first: key 8's record is the one the next eviction reads.
+        assert_eq!(insert_lines_of(&one, 2 << 48), [Rec(0, 8)]);
         let mut lines = Vec::new();
         assert!(one.insert_lines_primary(2 << 48, |p| lines.push(p)), "both full");
-        assert_eq!(named(&one, &lines), all);
+        assert_eq!(named(&one, &lines), [Rec(0, 8)]);
         let mut lines = Vec::new();
         one.relocation_lines(2 << 48, |p| lines.push(p));
         assert!(lines.is_empty(), "{} lines", lines.len());
-        // Keys 0-7 are gone, the oldest first; key 8 is the oldest left, until touched.
-        one.touch(one.find(&key(8), 0).expect("key 8"), Time(60));
-        let out = one.insert(&key(400), 0, val(400), Time(70));
+        // Key 8 is the oldest left, until touched.
+        one.touch(one.find(&key(8), 0).expect("key 8"), Time(60_000));
+        let out = one.insert(&key(400), 0, val(400), Time(70_000));
         assert_eq!(out.evicted.map(|e| e.key), Some(key(9)), "key 8 was touched");
         assert_eq!(one.len(), WAYS);
     }
@@ -2366,28 +2499,126 @@ mod tests {
         assert_eq!(s.candidate_buckets(0), (0, 1));
         let n = 2 * WAYS as u32;
         for i in 0..n {
-            s.insert(&key(i), 0, val(i), Time(u64::from(i) * 10));
+            s.insert(&key(i), 0, val(i), Time(u64::from(i) * 1000));
         }
-        s.touch(s.find(&key(0), 0).unwrap(), Time(400)); // key 1 is now the oldest (bucket 0)
-        let out = s.insert(&key(100), 0, val(100), Time(410));
+        s.touch(s.find(&key(0), 0).unwrap(), Time(40_000)); // key 1 is now the oldest (bucket 0)
+        let out = s.insert(&key(100), 0, val(100), Time(41_000));
         let ev = out.evicted.unwrap();
-        assert_eq!((ev.key, ev.idle_ms), (key(1), 400));
+        assert_eq!((ev.key, ev.idle_ms), (key(1), 40_000));
         assert_eq!(out.slot.bucket(), 0);
         assert_eq!(s.find(&key(1), 0), None);
         // Bucket 0's keys touched but key 0: key 0 is the primary's oldest, though the
-        // secondary's keys (in bucket 1 since 160-310) were seen longer ago. The eviction
+        // secondary's keys (in bucket 1 since 16-31 s) were seen longer ago. The eviction
         // reads the primary's records alone, and the new entry takes the way there.
         for i in 2..WAYS as u32 {
-            s.touch(s.find(&key(i), 0).unwrap(), Time(500));
+            s.touch(s.find(&key(i), 0).unwrap(), Time(50_000));
         }
-        let out = s.insert(&key(101), 0, val(101), Time(510));
+        let out = s.insert(&key(101), 0, val(101), Time(51_000));
         let ev = out.evicted.unwrap();
-        assert_eq!((ev.key, ev.idle_ms), (key(0), 110));
+        assert_eq!((ev.key, ev.idle_ms), (key(0), 11_000));
         assert_eq!(out.slot.bucket(), 0);
         assert_eq!(s.heads[0].overflow, WAYS as u32);
         assert!((2..n).chain([100, 101]).all(|i| s.find(&key(i), 0).is_some()));
         assert_eq!(s.stats().evictions, 2);
         assert_eq!(s.len(), 2 * WAYS);
+    }
+
+    #[test]
+    fn oldest_way_counts_ages_across_the_wrap_of_coarse_time() {
+        let mut head = Head::EMPTY;
+        head.seen = [5; WAYS];
+        assert_eq!(head.oldest_way(6), 0, "all as old: the lowest way");
+        // 250 is 12 units before 6 (wrapping at 256), 5 is one: ways 3 and 9 are the oldest.
+        head.seen[9] = 250;
+        head.seen[3] = 250;
+        assert_eq!(head.oldest_way(6), 3);
+        // 200 is 62 units before 6: older still, whatever its place.
+        head.seen[15] = 200;
+        assert_eq!(head.oldest_way(6), 15);
+        // At 210, 200 is ten units old, 5 is 205 and 250 is 216: ways 3 and 9, again.
+        assert_eq!(head.oldest_way(210), 3);
+    }
+
+    #[test]
+    fn the_eviction_passes_over_entries_seen_since_their_header_was_written() {
+        // From 0, and from 10 s before the millisecond stamps wrap at 2^32.
+        for base in [0, (1 << 32) - 10_000] {
+            evictions_in_last_seen_order(|units| Time(base + units * SEEN_UNIT_MS));
+        }
+    }
+
+    fn evictions_in_last_seen_order(at: impl Fn(u64) -> Time) {
+        // One bucket; key i in way i, made at i units.
+        let mut s = Shard::with_capacity(WAYS);
+        for i in 0..WAYS as u32 {
+            s.insert(&key(i), 0, val(i), at(u64::from(i)));
+        }
+        // Keys 0-4 seen again at 20-24 units: their headers still say 0-4 (a hit writes the
+        // record alone).
+        for i in 0..5u32 {
+            s.touch(s.find(&key(i), 0).unwrap(), at(20 + u64::from(i)));
+        }
+        // The evictions take the entries in the order they were last seen: keys 5-15, then
+        // 0-4, then the first new ones.
+        let mut order = Vec::new();
+        for n in 0..20u32 {
+            let out = s.insert(&key(100 + n), 0, val(n), at(30 + u64::from(n)));
+            order.push(out.evicted.expect("full").key);
+        }
+        let want: Vec<FlowKey> = (5..16).chain(0..5).chain(100..104).map(key).collect();
+        assert_eq!(order, want);
+        assert_eq!(s.stats().evictions, 20);
+    }
+
+    #[test]
+    fn entries_seen_in_the_same_unit_are_equally_old_to_the_eviction() {
+        let mut s = Shard::with_capacity(WAYS);
+        // Keys 0-15 made at 1,000-1,015 ms, all in the coarse unit 0-1,023 ms: to the
+        // eviction they are equally old, and the lowest way, key 0, goes first.
+        for i in 0..WAYS as u32 {
+            s.insert(&key(i), 0, val(i), Time(1000 + u64::from(i)));
+        }
+        let out = s.insert(&key(100), 0, val(100), Time(5_000));
+        assert_eq!(out.evicted.map(|e| e.key), Some(key(0)));
+        // Key 1 seen again 20 ms later, in the same unit: no younger to the eviction.
+        s.touch(s.find(&key(1), 0).unwrap(), Time(1_020));
+        let out = s.insert(&key(101), 0, val(101), Time(5_000));
+        assert_eq!(out.evicted.map(|e| e.key), Some(key(1)));
+        // Key 2 seen in the next unit (1,024-2,047 ms): passed over.
+        s.touch(s.find(&key(2), 0).unwrap(), Time(1_100));
+        let out = s.insert(&key(102), 0, val(102), Time(5_000));
+        assert_eq!(out.evicted.map(|e| e.key), Some(key(3)));
+    }
+
+    #[test]
+    fn the_sweep_keeps_a_long_idle_entry_the_oldest_to_the_eviction() {
+        // Coarse times wrap every 256 units (about 4.4 minutes): an entry idle longer would
+        // look recent to its header. The sweep, every 10 s in the worker, writes such headers
+        // as "at least SEEN_CAP units old" instead.
+        let run = |sweep: bool| {
+            let mut s = Shard::with_capacity(WAYS);
+            let minute = 60_000;
+            // Key 0 made at 0 and never seen again; keys 1-15 made a minute before the end.
+            s.insert(&key(0), 0, val(0), Time(0));
+            let end = 5 * minute;
+            let mut t = 0;
+            while t < end {
+                t += 10_000;
+                if t == end - minute {
+                    for i in 1..WAYS as u32 {
+                        s.insert(&key(i), 0, val(i), Time(t));
+                    }
+                }
+                if sweep {
+                    s.sweep(1, Time(t), |_| false);
+                }
+            }
+            s.insert(&key(100), 0, val(100), Time(end)).evicted.expect("full").key
+        };
+        assert_eq!(run(true), key(0), "idle 5 minutes, the oldest");
+        // (Without the sweep, key 0's header has wrapped round to look about 38 s old, and a
+        // key made a minute ago goes instead: why the worker sweeps.)
+        assert_ne!(run(false), key(0));
     }
 
     #[test]
@@ -2421,12 +2652,12 @@ mod tests {
         assert_eq!(s.bucket_count(), 1);
         let n = WAYS as u32;
         for i in 0..n {
-            s.insert(&key(i), 0, val(i), Time(u64::from(i) * 10));
+            s.insert(&key(i), 0, val(i), Time(u64::from(i) * 1000));
         }
-        s.touch(s.find(&key(0), 0).unwrap(), Time(200)); // key 1 is now the oldest
-        let out = s.insert(&key(100), 0, val(100), Time(210));
+        s.touch(s.find(&key(0), 0).unwrap(), Time(20_000)); // key 1 is now the oldest
+        let out = s.insert(&key(100), 0, val(100), Time(21_000));
         let ev = out.evicted.unwrap();
-        assert_eq!((ev.key, ev.idle_ms), (key(1), 200));
+        assert_eq!((ev.key, ev.idle_ms), (key(1), 20_000));
         assert_eq!(s.find(&key(1), 0), None);
         assert!((0..n).filter(|&i| i != 1).all(|i| s.find(&key(i), 0).is_some()));
         assert_eq!((s.stats().evictions, s.len(), s.heads[0].overflow), (1, WAYS, 0));

@@ -1,15 +1,15 @@
 //! Property tests of the connection-tracking shard (`spillway_core::conntrack`): key
 //! integrity under colliding hashes (also when many keys share both candidate buckets), no
-//! entry lost unless reported evicted, agreement with a `HashMap` model, LRU eviction among the
-//! 16 ways of the primary when both candidate buckets are full, idle time across the u32 wrap
-//! of milliseconds (CT-8), and sweeping.
+//! entry lost unless reported evicted, agreement with a `HashMap` model, LRU eviction (to
+//! within about a second) among the 16 ways of the primary when both candidate buckets are
+//! full, idle time across the u32 wrap of milliseconds (CT-8), and sweeping.
 
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::{
-    EntryValue, Hint, Shard, BUCKET_BYTES, BYTES_PER_ENTRY, RECORD_ALIGN, WAYS,
+    EntryValue, Hint, Shard, BUCKET_BYTES, BYTES_PER_ENTRY, RECORD_ALIGN, SEEN_UNIT_MS, WAYS,
 };
 use spillway_core::flow::{FlowHasher, FlowKey};
 use spillway_core::time::Time;
@@ -235,14 +235,18 @@ proptest! {
 
     /// An insert of a new key evicts only when both of its candidate buckets are full and no
     /// entry of its primary has room in its own other candidate bucket; then the evicted entry
-    /// is the least recently touched of the primary's 16 ways, it is counted, and every other
+    /// is the least recently touched of the primary's 16 ways, to within [`SEEN_UNIT_MS`] (no
+    /// entry of the primary had been idle a whole unit longer), it is counted, and every other
     /// entry is still found with its idle time. Predicted from the table's observable state
-    /// (`iter`, `candidate_buckets`), not from a copy of the placement rule.
+    /// (`iter`, `candidate_buckets`), not from a copy of the placement rule. Touches between
+    /// the inserts leave the headers' coarse last seen behind the records, which the eviction
+    /// must catch. (A run lasts less than 120 s, below `SEEN_CAP` units: no sweep is needed
+    /// to keep the headers from wrapping round.)
     #[test]
     fn full_candidate_buckets_evict_the_least_recently_touched_of_the_primarys_16_ways(
         cap in prop_oneof![Just(16usize), Just(32), Just(64), Just(128)],
         few_bits in any::<bool>(),
-        ops in prop::collection::vec((0u16..80, any::<bool>(), 1u64..1000), 1..300),
+        ops in prop::collection::vec((0u16..80, any::<bool>(), 1u64..400), 1..300),
         start in prop_oneof![Just(0u64), Just(U32_WRAP - 50_000)],
     ) {
         let mode = if few_bits { HashMode::FewBits } else { HashMode::Real };
@@ -272,15 +276,17 @@ proptest! {
                 let (ep, eq) = s.candidate_buckets(hash(&e.key));
                 !full(if b == ep { eq } else { ep })
             };
-            let in_primary: Vec<_> = before.iter().filter(|(b, _)| *b == p).copied().collect();
-            let victim = if !present && full(p) && full(q) && !in_primary.iter().any(movable) {
-                in_primary.iter().max_by_key(|(_, e)| e.idle_ms).map(|&(_, e)| e)
-            } else {
-                None
-            };
+            let in_primary: Vec<_> = before.iter().filter(|(b, _)| *b == p).map(|&(_, e)| e).collect();
+            let evicts = !present && full(p) && full(q) && !before.iter().filter(|(b, _)| *b == p).any(movable);
             let out = s.insert(&key, hash(&key), value(u32::from(k)), Time(now));
             prop_assert_eq!(out.overwritten.is_some(), present);
-            prop_assert_eq!(out.evicted, victim);
+            prop_assert_eq!(out.evicted.is_some(), evicts);
+            let victim = out.evicted;
+            if let Some(v) = victim {
+                prop_assert!(in_primary.contains(&v), "{:?} was not in the primary", v);
+                let oldest = in_primary.iter().map(|e| e.idle_ms).max().expect("full");
+                prop_assert!(oldest - v.idle_ms < SEEN_UNIT_MS, "{:?}, oldest idle {}", v, oldest);
+            }
             if victim.is_some() {
                 evictions += 1;
             }
