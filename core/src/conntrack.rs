@@ -100,24 +100,24 @@
 //!
 //! # Eviction and sizing
 //!
-//! An insert of a new key takes an empty way of its primary bucket (its home way when empty),
-//! else an empty way of its secondary (incrementing the primary's `overflow`). If both are
-//! full, it moves *one* entry of the primary to that entry's other candidate bucket, if one has
-//! an empty way there (the first found; at most 16 headers read, then the one record that
-//! moves, and never a chain of moves), and takes the way it left. Only if none can move does
-//! it evict the least recently seen of the primary's 16 entries, to within [`SEEN_UNIT_MS`]
-//! (about a second; ties go to the lowest way), report it ([`InsertOutcome::evicted`],
-//! [`ShardStats::evictions`]) and take its way. An eviction therefore means both candidate buckets and every other candidate of the
+//! An insert of a new key takes an empty way of its primary bucket (its home way when empty), else
+//! an empty way of its secondary (incrementing the primary's `overflow`). If both are full, it
+//! moves *one* entry of the primary to that entry's other candidate bucket, if one has an empty way
+//! there (the first found; at most 16 headers read, then the one record that moves, and never a
+//! chain of moves), and takes the way it left. Only if none can move does it evict the least
+//! recently seen of the primary's 16 entries, to within [`SEEN_UNIT_MS`] (about a second; ties go
+//! to the lowest way), report it ([`InsertOutcome::evicted`], [`ShardStats::evictions`]) and take
+//! its way. An eviction therefore means both candidate buckets and every other candidate of the
 //! primary's entries are full, which with uniformly hashed keys happens only when the table is
-//! nearly full: filling a table to 90% evicts none of the inserted keys, to 95% about 0.03% and
-//! to 100% about 0.8% (one choice evicted 5% at 75% and 10% at 90%; the `eviction_rate_by_load`
-//! test prints the figures). The evicted entry is the oldest of the sixteen, so an expired entry
-//! not yet swept goes first; only sixteen live entries with no room elsewhere lose a live
-//! connection.
+//! nearly full: filling a table to 90% evicts none of the inserted keys, to 95% about 0.03% and to
+//! 100% about 0.8% (one choice evicted 5% at 75% and 10% at 90%; the `eviction_rate_by_load` test
+//! prints the figures). The evicted entry is the oldest of the sixteen, so an expired entry not yet
+//! swept goes first; only sixteen live entries with no room elsewhere lose a live connection.
 //!
 //! The eviction finds that entry from the header, reading one record rather than sixteen:
-//! each way has a one-byte *coarse last seen* there (units of 1,024 ms), written when the entry is
-//! made, moved or swept, never by a hit (the header stays clean, and a hit writes one line).
+//! each way has a one-byte *coarse last seen* there (units of 1,024 ms), written when the
+//! entry is made, moved or swept, never by a hit (the header stays clean, and a hit writes one
+//! line).
 //! It is never later than the record's `last_seen`, so the way whose header is the oldest is
 //! the oldest entry unless it has been seen since; the eviction reads that way's record, and
 //! if it has, brings the header up to date and reads the next oldest (at most sixteen, each

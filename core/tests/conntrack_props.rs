@@ -276,8 +276,9 @@ proptest! {
                 let (ep, eq) = s.candidate_buckets(hash(&e.key));
                 !full(if b == ep { eq } else { ep })
             };
-            let in_primary: Vec<_> = before.iter().filter(|(b, _)| *b == p).map(|&(_, e)| e).collect();
-            let evicts = !present && full(p) && full(q) && !before.iter().filter(|(b, _)| *b == p).any(movable);
+            let primary = || before.iter().filter(|(b, _)| *b == p);
+            let in_primary: Vec<_> = primary().map(|&(_, e)| e).collect();
+            let evicts = !present && full(p) && full(q) && !primary().any(movable);
             let out = s.insert(&key, hash(&key), value(u32::from(k)), Time(now));
             prop_assert_eq!(out.overwritten.is_some(), present);
             prop_assert_eq!(out.evicted.is_some(), evicts);
