@@ -103,33 +103,41 @@
 //! An insert of a new key takes an empty way of its primary bucket (its home way when empty), else
 //! an empty way of its secondary (incrementing the primary's `overflow`). If both are full, it
 //! moves *one* entry of the primary to that entry's other candidate bucket, if one has an empty way
-//! there (the first found; at most 16 headers read, then the one record that moves, and never a
-//! chain of moves), and takes the way it left. Only if none can move does it evict the least
-//! recently seen of the primary's 16 entries, to within [`SEEN_UNIT_MS`] (about a second; ties go
-//! to the lowest way), report it ([`InsertOutcome::evicted`], [`ShardStats::evictions`]) and take
-//! its way. An eviction therefore means both candidate buckets and every other candidate of the
-//! primary's entries are full, which with uniformly hashed keys happens only when the table is
-//! nearly full: filling a table to 90% evicts none of the inserted keys, to 95% about 0.03% and to
-//! 100% about 0.8% (one choice evicted 5% at 75% and 10% at 90%; the `eviction_rate_by_load` test
-//! prints the figures). The evicted entry is the oldest of the sixteen, so an expired entry not yet
-//! swept goes first; only sixteen live entries with no room elsewhere lose a live connection.
+//! there (the first found; at most 16 headers read, none of a bucket already known to be full, then
+//! the one record that moves, and never a chain of moves), and takes the way it left. Only if none
+//! can move does it evict the least recently seen of the primary's 16 entries, to within
+//! [`SEEN_UNIT_MS`] (about a second; ties go to the lowest way), report it
+//! ([`InsertOutcome::evicted`], [`ShardStats::evictions`]) and take its way. An eviction therefore
+//! means both candidate buckets and every other candidate of the primary's entries are full, which
+//! with uniformly hashed keys happens only when the table is nearly full: filling a table to 90%
+//! evicts none of the inserted keys, to 95% about 0.03% and to 100% about 0.8% (one choice evicted
+//! 5% at 75% and 10% at 90%; the `eviction_rate_by_load` test prints the figures). The evicted
+//! entry is the oldest of the sixteen, so an expired entry not yet swept goes first; only sixteen
+//! live entries with no room elsewhere lose a live connection.
 //!
-//! The eviction finds that entry from the header, reading one record rather than sixteen:
-//! each way has a one-byte *coarse last seen* there (units of 1,024 ms), written when the
-//! entry is made, moved or swept, never by a hit (the header stays clean, and a hit writes one
-//! line).
-//! It is never later than the record's `last_seen`, so the way whose header is the oldest is
-//! the oldest entry unless it has been seen since; the eviction reads that way's record, and
-//! if it has, brings the header up to date and reads the next oldest (at most sixteen, each
-//! read correcting a header for good). Entries made and not seen again since (a flood of SYNs,
-//! or any table swept since its last hits) cost one record read; in a full table that halved
-//! the time of an insert against reading the sixteen (docs/performance.md, twenty-third pass).
-//! Coarse times wrap every 256 units (about 4.4 minutes), so the sweep writes the header of an
-//! entry idle for [`SEEN_CAP`] units (about 2.2 minutes) or more as exactly that old: to the
-//! eviction all such entries are equally old, and a table that is not swept for minutes can
-//! pass over an entry idle for more than 4.4 minutes (the worker sweeps every bucket every
-//! 10 s). (A 12-bit time in units of 256 ms, which the header has room for, cost 17 more
-//! instructions per new connection, for packing the high bits two ways to a byte.)
+//! The eviction finds that entry from the header, reading one record rather than sixteen: each way
+//! has a one-byte *coarse last seen* there (units of 1,024 ms), written when the entry is made,
+//! moved or swept, never by a hit (the header stays clean, and a hit writes one line). It is never
+//! later than the record's `last_seen`, so the way whose header is the oldest is the oldest entry
+//! unless it has been seen since; the eviction reads that way's record, and if it has, brings the
+//! header up to date and reads the next oldest (at most sixteen, each read correcting a header for
+//! good). Entries made and not seen again since (a flood of SYNs, or any table swept since its last
+//! hits) cost one record read; in a full table that halved the time of an insert against reading
+//! the sixteen (docs/performance.md, twenty-third pass). Coarse times wrap every 256 units (about
+//! 4.4 minutes), so the sweep writes the header of an entry idle for [`SEEN_CAP`] units (about 2.2
+//! minutes) or more as exactly that old: to the eviction all such entries are equally old, and a
+//! table that is not swept for minutes can pass over an entry idle for more than 4.4 minutes (the
+//! worker sweeps every bucket every 10 s). (A 12-bit time in units of 256 ms, which the header has
+//! room for, cost 17 more instructions per new connection, for packing the high bits two ways to a
+//! byte.)
+//!
+//! Which buckets are full is kept in a bitmap beside the table, one bit per bucket (`known_full`:
+//! 128 KiB for 16M entries, which stays in the caches where the headers do not): a bit is set when
+//! the move's search reads a full header or a crowded insert leaves its two buckets full, and
+//! cleared whenever a way of the bucket is emptied, so a set bit is always true. The search and its
+//! prefetch skip those headers: past 95% load most of the sixteen, and new connections there ran a
+//! third faster (docs/performance.md, twenty-third pass). Which entry moves, and whether an insert
+//! evicts, is the same as without it.
 //!
 //! About a third of the buckets have a non-zero `overflow` at 90% load (0.1% at
 //! 50%, 10% at 75%), so misses on a loaded table often read a second header. Size the capacity
@@ -729,6 +737,13 @@ pub struct Shard {
     /// How the recent inserts into two full buckets ended, for [`Shard::evicting`]: one up
     /// (to [`EVICT_TREND_MAX`]) for each that evicted, one down for each that moved an entry.
     evict_trend: u8,
+    /// Buckets known to be full, one bit each: set when the search for a move that makes room
+    /// finds the bucket full, or an eviction leaves it so, and cleared whenever one of its
+    /// ways is emptied ([`Shard::vacate`]). A set bit is always true; a clear one says nothing.
+    /// The search and its prefetch skip the headers of buckets known full: in a table past 90%
+    /// load most of the 16 a crowded insert would read. (One bit per 16 entries: 128 KiB for
+    /// 16M entries, which stays in the caches where the headers, 64 MiB, do not.)
+    known_full: Box<[u64]>,
     /// The time (milliseconds, as stored) of the latest insert past the inlined common case,
     /// or sweep: the "now" by which [`Shard::relocation_lines`] names the record the eviction
     /// reads first (a prefetch only; the eviction itself uses its own `now`).
@@ -820,6 +835,7 @@ impl Shard {
             planned: [PlannedMove::NONE; PLANNED_MOVES],
             evict_trend: 0,
             clock: 0,
+            known_full: vec![0; n.div_ceil(64)].into_boxed_slice(),
         }
     }
 
@@ -883,6 +899,7 @@ impl Shard {
         self.cursor = 0;
         self.planned = [PlannedMove::NONE; PLANNED_MOVES];
         self.evict_trend = 0;
+        self.known_full.fill(0);
     }
 
     /// Entries the table can hold.
@@ -905,7 +922,8 @@ impl Shard {
         self.len == 0
     }
 
-    /// Memory of the table in bytes: [`BYTES_PER_ENTRY`] × [`Shard::capacity`].
+    /// Memory of the table in bytes: [`BYTES_PER_ENTRY`] × [`Shard::capacity`] (plus
+    /// `known_full`'s bit per bucket, 1/8,704 of that, not counted).
     pub fn bytes(&self) -> usize {
         size_of_val(&*self.heads) + size_of_val(&*self.records)
     }
@@ -1244,14 +1262,14 @@ impl Shard {
         true
     }
 
-    /// After [`Shard::insert_lines_primary`] returned true for `hash` and the secondary's
-    /// header has arrived: the record of the secondary's first empty way; else, both buckets
-    /// full (a tenth of the inserts at 80% load, a third at 90%), the header of each of the
-    /// primary's 16 entries' other bucket, which the move that makes room reads (in a table
-    /// that evicts, the record the eviction reads first: `relocation_heads`), and returns true:
-    /// once those have arrived, [`Shard::relocation_lines`] names the lines the insert reads
-    /// and writes next. Does nothing for a key whose primary has room (so a burst can call it
-    /// for all its new connections).
+    /// After [`Shard::insert_lines_primary`] returned true for `hash` and the secondary's header
+    /// has arrived: the record of the secondary's first empty way; else, both buckets full (a tenth
+    /// of the inserts at 80% load, a third at 90%), the header of each of the primary's 16 entries'
+    /// other bucket not known to be full, which the move that makes room reads (in a table that
+    /// evicts, the record the eviction reads first: `relocation_heads`), and returns true: once
+    /// those have arrived, [`Shard::relocation_lines`] names the lines the insert reads and writes
+    /// next. Does nothing for a key whose primary has room (so a burst can call it for all its new
+    /// connections).
     #[inline(always)]
     pub fn insert_lines_secondary(&self, hash: u64, prefetch: impl FnMut(*const u8)) -> bool {
         if self.likely_refused() {
@@ -1279,12 +1297,12 @@ impl Shard {
         true
     }
 
-    /// [`Shard::insert_lines_secondary`] when both candidate buckets are full: the header of
-    /// each of the primary's 16 entries' other bucket, from the signatures (out of line: rare
-    /// below 75% load). In a table without a flood guard that is evicting ([`Shard::evicting`]),
-    /// where the move seldom finds room, the record the eviction reads first instead: that of
-    /// the way whose header says it was seen longest ago ([`Shard::least_recently_seen`];
-    /// [`Shard::relocation_lines`] then names the headers).
+    /// [`Shard::insert_lines_secondary`] when both candidate buckets are full: the header of each
+    /// of the primary's 16 entries' other bucket not known to be full, from the signatures and
+    /// `known_full` (out of line: rare below 75% load). In a table without a flood guard that is
+    /// evicting ([`Shard::evicting`]), where the move seldom finds room, the record the eviction
+    /// reads first instead: that of the way whose header says it was seen longest ago
+    /// ([`Shard::least_recently_seen`]; [`Shard::relocation_lines`] then names the headers).
     #[cold]
     #[inline(never)]
     fn relocation_heads(&self, p: usize, mut prefetch: impl FnMut(*const u8)) {
@@ -1296,11 +1314,25 @@ impl Shard {
     }
 
     /// Calls `prefetch` with the header of the other bucket of every entry of the full bucket
-    /// `b`, way by way (from the signatures: no record read).
+    /// `b`, way by way (from the signatures: no record read), but of those known to be full.
     fn other_heads_of(&self, b: usize, mut prefetch: impl FnMut(*const u8)) {
         for &sig in &self.heads[b].sig {
-            prefetch(self.head_line(self.other_bucket(b, sig)));
+            let to = self.other_bucket(b, sig);
+            if !self.known_full(to) {
+                prefetch(self.head_line(to));
+            }
         }
+    }
+
+    /// Is bucket `b` known to be full (`known_full`)? False says nothing.
+    #[inline(always)]
+    fn known_full(&self, b: usize) -> bool {
+        self.known_full[b / 64] >> (b % 64) & 1 != 0
+    }
+
+    #[inline(always)]
+    fn mark_full(&mut self, b: usize) {
+        self.known_full[b / 64] |= 1 << (b % 64);
     }
 
     /// Is the table without a flood guard and evicting: did more than half of the latest
@@ -1411,10 +1443,11 @@ impl Shard {
         }
     }
 
-    /// Empty way `w` of bucket `b`, without any bookkeeping.
+    /// Empty way `w` of bucket `b`, without any bookkeeping but `known_full`'s.
     fn vacate(&mut self, b: usize, w: usize) {
         self.heads[b].sig[w] = 0;
         self.records[b][w] = Record::EMPTY;
+        self.known_full[b / 64] &= !(1 << (b % 64));
     }
 
     /// Remove the entry in `slot`. Removing an empty way does nothing.
@@ -1511,24 +1544,36 @@ impl Shard {
         }
         let (p, s) = self.candidate_buckets(hash);
         let mut evicted = None;
+        let mut crowded = false;
         let (b, w) = if let Some(w) = self.heads[p].free_way(home_way(hash)) {
             (p, w)
         } else if let Some(w) = self.heads[s].empty_way().filter(|_| s != p) {
             (s, w)
-        } else if let Some(w) = self.relocate_one(p, hash) {
-            self.evict_trend = self.evict_trend.saturating_sub(1);
-            (p, w)
-        } else if !may_evict {
-            return None;
         } else {
-            self.evict_trend = (self.evict_trend + 1).min(EVICT_TREND_MAX);
-            let (b, w) = (p, self.least_recently_seen(p, now32));
-            evicted = Some(self.records[b][w].entry(now32));
-            self.clear_way(b, w);
-            (b, w)
+            // Both candidate buckets full; the secondary stays so (a move goes elsewhere), and
+            // the primary will be again once the new entry takes the way a move or an eviction
+            // empties.
+            crowded = true;
+            self.mark_full(s);
+            if let Some(w) = self.relocate_one(p, hash) {
+                self.evict_trend = self.evict_trend.saturating_sub(1);
+                (p, w)
+            } else if !may_evict {
+                self.mark_full(p);
+                return None;
+            } else {
+                self.evict_trend = (self.evict_trend + 1).min(EVICT_TREND_MAX);
+                let (b, w) = (p, self.least_recently_seen(p, now32));
+                evicted = Some(self.records[b][w].entry(now32));
+                self.clear_way(b, w);
+                (b, w)
+            }
         };
         if b == p {
             self.place(key, hash, value, now32, (p, s), w);
+            if crowded {
+                self.mark_full(p);
+            }
         } else {
             self.heads[p].overflow += 1;
             self.place(key, hash, value, now32, (s, p), w);
@@ -1640,12 +1685,17 @@ impl Shard {
     /// are candidates, 16 of them: with eight ways, both buckets' 16 were; searching the
     /// secondary's too would read 32 headers for a move that the primary's alone find for all
     /// but a few inserts below 97% load.)
-    fn movable(&self, p: usize) -> Option<(usize, usize, usize)> {
-        for (w, &sig) in self.heads[p].sig.iter().enumerate() {
-            let to = self.other_bucket(p, sig);
+    /// Marks the buckets it finds full (`known_full`), and reads no header of one known full.
+    fn movable(&mut self, p: usize) -> Option<(usize, usize, usize)> {
+        for w in 0..WAYS {
+            let to = self.other_bucket(p, self.heads[p].sig[w]);
             // `to == p` only in a one-bucket table, which is full.
-            if let Some(to_w) = self.heads[to].empty_way().filter(|_| to != p) {
-                return Some((w, to, to_w));
+            if to == p || self.known_full(to) {
+                continue;
+            }
+            match self.heads[to].empty_way() {
+                Some(to_w) => return Some((w, to, to_w)),
+                None => self.mark_full(to),
             }
         }
         None
@@ -2366,6 +2416,34 @@ mod tests {
     }
 
     #[test]
+    fn a_bucket_found_full_is_not_read_again_until_a_way_of_it_empties() {
+        use Named::{Head, Rec};
+        // Buckets 0 and 1 full, every entry's other bucket the other one: no entry can move.
+        let (mut s, hashes) = two_full_buckets();
+        let target = hashes[WAYS + 1];
+        assert!(!s.known_full(0) && !s.known_full(1));
+        // The secondary's header, then those of the 16 entries' other bucket (bucket 1).
+        assert_eq!(insert_lines_of(&s, target), [Head(1); WAYS + 1]);
+        // A crowded insert (of another key, same buckets), which evicts key 0, the oldest:
+        // both buckets known full.
+        let out = s.insert(&key(100), hashes[WAYS + 2], val(100), Time(40_000));
+        assert_eq!(out.evicted.map(|e| e.key), Some(key(0)));
+        assert!(s.known_full(0) && s.known_full(1));
+        // Bucket 1's header is now named as the secondary's alone, and the move's search
+        // reads nothing: the eviction's record is what the insert reads next.
+        assert_eq!(insert_lines_of(&s, target), [Head(1)]);
+        let mut lines = Vec::new();
+        s.relocation_lines(target, |p| lines.push(p));
+        assert_eq!(named(&s, &lines), [Rec(0, 1)]);
+        // A way of bucket 1 emptied: no longer known full, and the next insert takes it.
+        let in_1 = hashes[hashes.len() - WAYS];
+        s.remove(s.find(&key(WAYS as u32), in_1).expect("key 16 in bucket 1"));
+        assert!(!s.known_full(1) && s.known_full(0));
+        let out = s.insert(&key(101), target, val(101), Time(41_000));
+        assert_eq!((out.slot.bucket(), out.evicted), (1, None));
+    }
+
+    #[test]
     fn once_crowded_inserts_evict_the_records_come_first() {
         use Named::{Head, Rec};
         // Buckets 0 and 1 full, every entry's other bucket the other one: no entry can move.
@@ -2375,15 +2453,19 @@ mod tests {
         // Before any eviction: the headers first (a move may make room).
         assert_eq!(insert_lines_of(&s, target), headers_first);
         // Crowded inserts that evict, one after another: from more than half of
-        // `EVICT_TREND_MAX` of them on, the record the eviction reads comes first...
+        // `EVICT_TREND_MAX` of them on, the record the eviction reads comes first... (Each
+        // crowded insert marks bucket 1 known full, whose header is then named only as the
+        // secondary's: the marks are forgotten here, to see the order of the rest.)
         for (i, &h) in
             hashes[WAYS + 2..].iter().take(usize::from(EVICT_TREND_MAX) / 2 + 1).enumerate()
         {
+            s.known_full.fill(0);
             assert_eq!(insert_lines_of(&s, target), headers_first, "after {i} evictions");
             let n = 100 + u32::try_from(i).expect("small");
             assert!(s.insert(&key(n), h, val(n), Time(40_000)).evicted.is_some());
         }
         // (Keys 0-4 evicted, the oldest first: key 5, in way 5, is the oldest left.)
+        s.known_full.fill(0);
         assert_eq!(insert_lines_of(&s, target), [Head(1), Rec(0, 5)], "the record first");
         // ... then the headers, once those have arrived (a move may still make room).
         let mut lines = Vec::new();
@@ -2400,6 +2482,7 @@ mod tests {
         s.insert(&key(201), to_3, val(201), Time(50_000));
         assert!(s.insert(&key(200), target, val(200), Time(50_000)).evicted.is_none());
         assert_eq!(s.find(&key(201), to_3).map(|slot| slot.bucket()), Some(3), "moved");
+        s.known_full.fill(0);
         assert_eq!(insert_lines_of(&s, hashes[WAYS + 20]), headers_first);
 
         // A full table: no empty way anywhere, so once it evicts no header is named (nothing
@@ -2681,6 +2764,8 @@ mod tests {
         }
         for (b, head) in s.heads.iter().enumerate() {
             assert_eq!(head.overflow, counts[b], "bucket {b}");
+            // A bucket known to be full is.
+            assert!(!s.known_full(b) || head.empty_way().is_none(), "bucket {b} not full");
             // Every way's record carries the header's signature (0 when empty).
             for w in 0..WAYS {
                 assert_eq!(s.records[b][w].sig, head.sig[w], "bucket {b} way {w}");
