@@ -21,7 +21,7 @@ bash scripts/hugepages.sh 1024
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # A one-off build keeps no incremental state and only line tables for backtraces: the target
-# directory stays near 3 GB instead of 5+ (a CI machine's disk is not ours to fill).
+# directory of a whole run stays near 2 GB instead of 5+ (a CI machine's disk is not ours to fill).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
 step() { printf '\n==> %s\n' "$*"; }

@@ -51,20 +51,20 @@
 //!
 //! # Two choices (Cuckoo++-style, without displacement chains)
 //!
-//! A key has a *primary* bucket `p = hash & mask` (the low bits) and a *secondary* bucket
-//! `s = (p ^ (spread(sig) | 1)) & mask` ([`Shard::candidate_buckets`]), where `spread` mixes
-//! the 16-bit signature into 32 bits (a multiplication by the 64-bit golden-ratio constant,
-//! high half). The XOR-ed value is odd, so `s != p` whenever the table has two buckets or more
-//! (a one-bucket table has a single candidate), and the same formula leads back from `s` to
-//! `p`: an entry's other candidate bucket follows from the bucket it is in and its signature,
-//! both in the header (partial-key cuckoo hashing, as in cuckoo filters). A move that makes
-//! room for a new key therefore finds where each of the primary's 16 entries could go from
-//! its header, without reading their records. The signature's bits are disjoint from the bits
-//! of `p` for any table size ([`MAX_CAPACITY`] is 2^27 buckets), so the keys sharing a primary
-//! spread over up to 65,535 secondaries. (Before, `s` came from hash bits 32..64 and each record named its
-//! other bucket: a move first read the 16 records, then their 16 headers, one stage after the
-//! other; in memory, an insert into a table 80-95% full now takes 20-30% less time, and the
-//! eviction rates dropped slightly: 0.014% -> 0% at 90%, 0.26% -> 0.13% at 95%.)
+//! A key has a *primary* bucket `p = hash & mask` (the low bits) and a *secondary* bucket `s = (p ^
+//! (spread(sig) | 1)) & mask` ([`Shard::candidate_buckets`]), where `spread` mixes the 16-bit
+//! signature into 32 bits (a multiplication by the 64-bit golden-ratio constant, high half). The
+//! XOR-ed value is odd, so `s != p` whenever the table has two buckets or more (a one-bucket table
+//! has a single candidate), and the same formula leads back from `s` to `p`: an entry's other
+//! candidate bucket follows from the bucket it is in and its signature, both in the header
+//! (partial-key cuckoo hashing, as in cuckoo filters). A move that makes room for a new key
+//! therefore finds where each of the primary's 16 entries could go from its header, without reading
+//! their records. The signature's bits are disjoint from the bits of `p` for any table size
+//! ([`MAX_CAPACITY`] is 2^27 buckets), so the keys sharing a primary spread over up to 65,535
+//! secondaries. (Before, `s` came from hash bits 32..64 and each record named its other bucket: a
+//! move first read the 16 records, then their 16 headers, one stage after the other; in memory, an
+//! insert into a table 80-95% full now takes 20-30% less time, and the eviction rates dropped
+//! slightly: 0.014% -> 0% at 90%, 0.26% -> 0.13% at 95%.)
 //!
 //! (Sixteen ways, since 2026-12-04; eight before, with a 32-byte header and the 16 entries of
 //! both buckets as the move's and the eviction's candidates. With sixteen, fewer inserts find
@@ -429,7 +429,11 @@ struct Head {
     /// Entries whose primary is this bucket and that are stored in their secondary. A `u32`
     /// cannot overflow: it is at most the number of entries, at most [`MAX_CAPACITY`].
     overflow: u32,
-    /// Each way's *coarse last seen* ([`Head::seen`]), in units of [`SEEN_UNIT_MS`].
+    /// Each way's *coarse last seen*: a time in units of [`SEEN_UNIT_MS`] (wrapping at 256)
+    /// that is never later than the coarse time of the record's `last_seen`, except for an
+    /// entry idle for [`SEEN_CAP`] units or more, where it says only that ([`seen_stamp`]).
+    /// Written by the insert, by a move, by the sweep and by the eviction, never by a hit: the
+    /// header stays clean. Meaningless for an empty way.
     seen: [u8; WAYS],
     _reserved: [u8; 12],
 }
@@ -446,21 +450,6 @@ const _: () = assert!(std::mem::offset_of!(Record, last_seen) == 56);
 impl Head {
     const EMPTY: Head = Head { sig: [0; WAYS], overflow: 0, seen: [0; WAYS], _reserved: [0; 12] };
 
-    /// Way `w`'s coarse last seen: an 8-bit time in units of [`SEEN_UNIT_MS`] (wrapping) that
-    /// is never later than the coarse time of the record's `last_seen`, except for an entry
-    /// idle for [`SEEN_CAP`] units or more, where it says only that ([`seen_stamp`]). Written
-    /// by the insert, by a move, by the sweep and by the eviction, never by a hit: the header
-    /// stays clean. Meaningless for an empty way.
-    #[inline(always)]
-    fn seen(&self, w: usize) -> u32 {
-        u32::from(self.seen[w])
-    }
-
-    #[inline(always)]
-    fn set_seen(&mut self, w: usize, seen: u32) {
-        self.seen[w] = seen as u8;
-    }
-
     /// The way whose coarse last seen is the oldest as of the coarse time `now` (lowest way on
     /// ties): where the eviction looks first. (Over all sixteen ways: called on full buckets.)
     ///
@@ -469,14 +458,14 @@ impl Head {
     /// instructions; the loop below takes about 100).
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     #[inline]
-    fn oldest_way(&self, now: u32) -> usize {
+    fn oldest_way(&self, now: u8) -> usize {
         use safe_arch::{
             byte_shr_imm_u128_m128i as shift, cmp_eq_mask_i8_m128i, m128i, max_u8_m128i,
             move_mask_i8_m128i, set_splat_i8_m128i, sub_i8_m128i,
         };
-        const _: () = assert!(SEEN_MASK == 0xff && WAYS == 16);
+        const _: () = assert!(WAYS == 16);
         // Wrapping byte subtraction: each way's age in units, as `seen_age` computes it.
-        let ages = sub_i8_m128i(set_splat_i8_m128i(now as u8 as i8), m128i::from(self.seen));
+        let ages = sub_i8_m128i(set_splat_i8_m128i(now as i8), m128i::from(self.seen));
         let mut oldest = max_u8_m128i(ages, shift::<8>(ages));
         oldest = max_u8_m128i(oldest, shift::<4>(oldest));
         oldest = max_u8_m128i(oldest, shift::<2>(oldest));
@@ -490,10 +479,10 @@ impl Head {
     /// ties): where the eviction looks first. (Over all sixteen ways: called on full buckets.)
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
     #[inline]
-    fn oldest_way(&self, now: u32) -> usize {
+    fn oldest_way(&self, now: u8) -> usize {
         let mut best = (0, 0);
-        for w in 0..WAYS {
-            let age = seen_age(now, self.seen(w));
+        for (w, &seen) in self.seen.iter().enumerate() {
+            let age = seen_age(now, seen);
             if w == 0 || age > best.1 {
                 best = (w, age);
             }
@@ -604,22 +593,21 @@ fn find_in_mask(ways: &Ways, key: &FlowKey, mut m: u32) -> Option<usize> {
 /// The unit of a header's coarse last seen ([`Head::seen`]): 1,024 ms.
 pub const SEEN_UNIT_MS: u64 = 1 << SEEN_SHIFT;
 const SEEN_SHIFT: u32 = 10;
-/// Coarse times are 8 bits: they wrap every 256 units (about 4.4 minutes).
-const SEEN_MASK: u32 = 0xff;
 /// Coarse idle times of this many units or more (about 2.2 minutes) are all the same to the
-/// eviction: the header of such an entry says only "at least this old".
-pub const SEEN_CAP: u32 = 128;
+/// eviction: the header of such an entry says only "at least this old". (Coarse times are a
+/// byte: they wrap every 256 units, about 4.4 minutes.)
+pub const SEEN_CAP: u8 = 128;
 
-/// The coarse time of the millisecond stamp `ms`.
+/// The coarse time of the millisecond stamp `ms` (its low byte).
 #[inline(always)]
-fn coarse(ms: u32) -> u32 {
-    (ms >> SEEN_SHIFT) & SEEN_MASK
+fn coarse(ms: u32) -> u8 {
+    (ms >> SEEN_SHIFT) as u8
 }
 
 /// How many units before the coarse time `now` the coarse last seen `seen` is.
 #[inline(always)]
-fn seen_age(now: u32, seen: u32) -> u32 {
-    now.wrapping_sub(seen) & SEEN_MASK
+fn seen_age(now: u8, seen: u8) -> u8 {
+    now.wrapping_sub(seen)
 }
 
 /// A header's coarse last seen for a record last seen at `last_seen`, as of `now32`: its
@@ -627,12 +615,12 @@ fn seen_age(now: u32, seen: u32) -> u32 {
 /// (the sweep writes it so, every few seconds, so that an idle entry's header never wraps
 /// round to look recent).
 #[inline(always)]
-fn seen_stamp(now32: u32, last_seen: u32) -> u32 {
-    let now = coarse(now32);
+fn seen_stamp(now32: u32, last_seen: u32) -> u8 {
     // In 24 bits: the millisecond stamps wrap at 2^32.
     let units =
         (now32 >> SEEN_SHIFT).wrapping_sub(last_seen >> SEEN_SHIFT) & (u32::MAX >> SEEN_SHIFT);
-    now.wrapping_sub(units.min(SEEN_CAP)) & SEEN_MASK
+    // Below SEEN_CAP, so it fits.
+    coarse(now32).wrapping_sub(units.min(u32::from(SEEN_CAP)) as u8)
 }
 
 /// The hash of a tracking key that places it in this table: its signature (top 16 bits) and
@@ -1599,10 +1587,10 @@ impl Shard {
         loop {
             let w = self.heads[p].oldest_way(now);
             let seen = seen_stamp(now32, self.records[p][w].last_seen);
-            if seen_age(now, seen) >= seen_age(now, self.heads[p].seen(w)).min(SEEN_CAP) {
+            if seen_age(now, seen) >= seen_age(now, self.heads[p].seen[w]).min(SEEN_CAP) {
                 return w;
             }
-            self.heads[p].set_seen(w, seen);
+            self.heads[p].seen[w] = seen;
         }
     }
 
@@ -1627,7 +1615,7 @@ impl Shard {
     ) {
         let in_secondary = b != self.bucket_index(hash);
         self.heads[b].sig[w] = sig_of(hash);
-        self.heads[b].set_seen(w, coarse(now32));
+        self.heads[b].seen[w] = coarse(now32);
         self.records[b][w] = Record {
             key: *key,
             backend: value.backend,
@@ -1684,8 +1672,8 @@ impl Shard {
     /// as (way, to bucket, to way). Reads only headers. (Only the primary's entries
     /// are candidates, 16 of them: with eight ways, both buckets' 16 were; searching the
     /// secondary's too would read 32 headers for a move that the primary's alone find for all
-    /// but a few inserts below 97% load.)
-    /// Marks the buckets it finds full (`known_full`), and reads no header of one known full.
+    /// but a few inserts below 97% load.) Marks the buckets it finds full (`known_full`), and
+    /// reads no header of one known full.
     fn movable(&mut self, p: usize) -> Option<(usize, usize, usize)> {
         for w in 0..WAYS {
             let to = self.other_bucket(p, self.heads[p].sig[w]);
@@ -1705,7 +1693,7 @@ impl Shard {
     /// bucket `to`, keeping the `overflow` counters exact.
     fn move_way(&mut self, b: usize, w: usize, to: usize, to_w: usize) {
         let (sig, seen, mut rec) =
-            (self.heads[b].sig[w], self.heads[b].seen(w), self.records[b][w]);
+            (self.heads[b].sig[w], self.heads[b].seen[w], self.records[b][w]);
         if rec.in_secondary != 0 {
             // Back to its primary, `to`.
             self.heads[to].overflow -= 1;
@@ -1717,7 +1705,7 @@ impl Shard {
         rec.other = b as u32;
         self.vacate(b, w);
         self.heads[to].sig[to_w] = sig;
-        self.heads[to].set_seen(to_w, seen);
+        self.heads[to].seen[to_w] = seen;
         self.records[to][to_w] = rec;
     }
 
@@ -1751,8 +1739,8 @@ impl Shard {
                 } else {
                     // Up to date, and never wrapped round (module doc, eviction).
                     let seen = seen_stamp(now32, record.last_seen);
-                    if self.heads[b].seen(w) != seen {
-                        self.heads[b].set_seen(w, seen);
+                    if self.heads[b].seen[w] != seen {
+                        self.heads[b].seen[w] = seen;
                     }
                 }
             }
