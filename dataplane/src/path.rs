@@ -247,11 +247,8 @@ pub fn process_burst<B: PacketBuf>(
     if deferred {
         step_left |= prefetch_deferred(&staged[..tail], ctx.shard);
     }
-    // Set when a new connection's candidate buckets are both full (a filling table).
-    let crowded = step_left
-        && (ctx.shard.nearly_full() || prefetch_secondary_inserts(&staged[..n], ctx.shard));
-    if crowded {
-        prefetch_relocation(&staged[..n], ctx.shard);
+    if step_left {
+        prefetch_insert_steps(&staged[..n], ctx.shard);
     }
     let t2 = phase_clock::tick();
     for ((b, st), o) in bufs.iter_mut().zip(&staged).zip(out.iter_mut()) {
@@ -267,6 +264,8 @@ pub fn process_burst<B: PacketBuf>(
 /// 32 gained 3%, 4% and nothing.
 const GROUP: usize = 16;
 const _: () = assert!(MAX_BURST % GROUP == 0);
+// A burst's crowded inserts are a bit each in a `u64` (`prefetch_relocation`).
+const _: () = assert!(MAX_BURST <= 64);
 
 /// How many packets behind the first pass the probes run (each reads a bucket header the
 /// first pass prefetched and prefetches the record it names; those not reached in the first
@@ -379,6 +378,25 @@ fn probe_secondaries(staged: &mut [Staged<'_>], shard: &Shard) {
     }
 }
 
+/// In a burst with a new connection whose insert has a step left after the tail (a filling
+/// table): the steps, in turn for all such connections of the burst at once. The connections
+/// whose candidate buckets are both full (a bit each by their place in the burst), from
+/// [`prefetch_secondary_inserts`] or, from 7/8 load, where the first pass prefetched both
+/// headers, [`crowded_inserts`]; then [`prefetch_relocation`] for those. (Out of line, and
+/// one call: with these steps inside it, the burst loop's code for an established flow's
+/// packet took 3.7 more instructions.)
+#[inline(never)]
+fn prefetch_insert_steps(staged: &[Staged<'_>], shard: &mut Shard) {
+    let crowded = if shard.nearly_full() {
+        crowded_inserts(staged, shard)
+    } else {
+        prefetch_secondary_inserts(staged, shard)
+    };
+    if crowded != 0 {
+        prefetch_relocation(staged, shard, crowded);
+    }
+}
+
 /// The insert prefetches of the new connections staged before the tail, left until after it
 /// (`prefetch_record` with `defer`): their bucket headers have had the whole first pass to
 /// arrive. Returns true when one has a step left ([`Shard::insert_lines_primary`]). (Out of
@@ -392,33 +410,58 @@ fn prefetch_deferred(staged: &[Staged<'_>], shard: &Shard) -> bool {
     step_left
 }
 
-/// In a burst with a new connection whose primary bucket is full: once the secondaries'
-/// headers named for them have arrived, prefetch what their inserts write there, or, both
-/// buckets full, what the move that makes room reads ([`Shard::insert_lines_secondary`], which
-/// passes over the others). Returns true when one found both full. Below 7/8 load only these
-/// inserts read a secondary's header, where before every new connection's was prefetched from
-/// half load (docs/performance.md, twenty-second pass). (Out of line: a burst of new
-/// connections into a filling table.)
+/// In a burst with a new connection whose primary bucket is full, below 7/8 load: once the
+/// secondaries' headers named for them have arrived, prefetch what their inserts write there,
+/// or, both buckets full, what the move that makes room reads
+/// ([`Shard::insert_lines_secondary`], which passes over the others). Returns those that found
+/// both full, a bit each by their place in the burst: [`prefetch_relocation`] asks those
+/// alone. Below 7/8 load only these inserts read a secondary's header, where before every new
+/// connection's was prefetched from half load (docs/performance.md, twenty-second pass). (Out
+/// of line: a burst of new connections into a filling table.)
 #[inline(never)]
-fn prefetch_secondary_inserts(staged: &[Staged<'_>], shard: &Shard) -> bool {
-    let mut crowded = false;
-    for hash in staged.iter().filter_map(Staged::new_connection_hash) {
-        crowded |= shard.insert_lines_secondary(hash, dpdk::prefetch);
+fn prefetch_secondary_inserts(staged: &[Staged<'_>], shard: &Shard) -> u64 {
+    let mut crowded = 0;
+    for (i, st) in staged.iter().enumerate() {
+        if let Some(hash) = st.new_connection_hash() {
+            crowded |= u64::from(shard.insert_lines_secondary(hash, dpdk::prefetch)) << i;
+        }
     }
     crowded
 }
 
-/// In a burst with a new connection whose candidate buckets are both full: once the headers
-/// of their entries' other buckets have arrived, prefetch the lines the insert reads and
-/// writes next ([`Shard::relocation_lines`]: the record that moves and the way it goes to, or
-/// the records among which an eviction picks), for every such connection of the burst at
-/// once, so that those misses overlap instead of following one another in the last pass.
-/// (Out of line: only a nearly full table gets here.)
+/// From 7/8 load, where the first pass prefetched both headers of every new connection and
+/// named what their inserts read next: the connections whose candidate buckets are both
+/// full, a bit each by their place in the burst ([`Shard::both_full`], without a branch on
+/// what it finds). (Out of line: a burst of new connections into a nearly full table.)
+#[inline(never)]
+fn crowded_inserts(staged: &[Staged<'_>], shard: &Shard) -> u64 {
+    let mut crowded = 0;
+    for (i, st) in staged.iter().enumerate() {
+        if let Some(hash) = st.new_connection_hash() {
+            crowded |= u64::from(shard.both_full(hash)) << i;
+        }
+    }
+    crowded
+}
+
+/// In a burst with new connections whose candidate buckets are both full (`crowded`, a bit
+/// each by their place in the burst): once the headers of their entries' other buckets have
+/// arrived, prefetch the lines the insert reads and writes next ([`Shard::relocation_lines`]:
+/// the record that moves and the way it goes to, or the record the eviction reads first), for
+/// every such connection of the burst at once, so that those misses overlap instead of
+/// following one another in the last pass. Below 7/8 load only those connections are asked:
+/// asking every new connection of the burst, whose buckets are full or not as good as at
+/// random, cost two thirds of a mispredicted branch per new connection at 85% load
+/// (callgrind's branch simulation; docs/performance.md, twenty-fourth pass). (Out of line: only
+/// a filling table gets here.)
 #[cold]
 #[inline(never)]
-fn prefetch_relocation(staged: &[Staged<'_>], shard: &mut Shard) {
-    for hash in staged.iter().filter_map(Staged::new_connection_hash) {
-        shard.relocation_lines(hash, dpdk::prefetch);
+fn prefetch_relocation(staged: &[Staged<'_>], shard: &mut Shard, mut crowded: u64) {
+    while crowded != 0 {
+        if let Some(hash) = staged[crowded.trailing_zeros() as usize].new_connection_hash() {
+            shard.relocation_lines(hash, dpdk::prefetch);
+        }
+        crowded &= crowded - 1;
     }
 }
 
