@@ -1271,6 +1271,13 @@ impl Shard {
         self.secondary_lines(p, hash, prefetch)
     }
 
+    /// Is the primary bucket of `hash` full? Once its header is in cache; without a branch on
+    /// it (a burst asks it of every new connection, as [`Shard::both_full`]).
+    #[inline(always)]
+    pub fn primary_full(&self, hash: u64) -> bool {
+        self.heads[self.bucket_index(hash)].match_mask(0) == 0
+    }
+
     /// Are both candidate buckets of `hash` full (a new entry's insert then moves an entry or
     /// evicts one)? Once both headers are in cache (from 7/8 load the data plane prefetches
     /// them together), and without a branch on either: a burst asks it of every new
@@ -2277,6 +2284,7 @@ mod tests {
             let mut lines = Vec::new();
             assert!(!s.insert_lines(target, |p| lines.push(p)), "at {i} entries");
             assert!(!s.both_full(target), "at {i} entries");
+            assert_eq!(s.primary_full(target), i >= WAYS, "at {i} entries");
             let (b, w) = (i / WAYS, i % WAYS);
             let want = if b == 0 { vec![Rec(0, w)] } else { vec![Head(1), Rec(1, w)] };
             assert_eq!(named(&s, &lines), want, "at {i} entries");
@@ -2328,6 +2336,7 @@ mod tests {
             }
             s.remove(Slot::new(b, 3));
             assert!(!s.both_full(target), "bucket {b} with a way free");
+            assert_eq!(s.primary_full(target), b == 1, "bucket {b} with a way free");
             let mut lines = Vec::new();
             s.relocation_lines(target, |p| lines.push(p));
             assert!(lines.is_empty(), "bucket {b} with a way free: {lines:?}");
