@@ -417,27 +417,17 @@ fn prefetch_deferred(staged: &[Staged<'_>], shard: &Shard) -> bool {
 /// first from the primaries' headers, [`Shard::primary_full`], without a branch on it: asked of
 /// every connection, the insert's own test mispredicted about a third of the time at 85% load).
 /// Returns those that found both full, a bit each by their place in the burst:
-/// [`prefetch_relocation`] asks those alone. Below 7/8 load only these inserts read a secondary's header, where before every new
-/// connection's was prefetched from half load (docs/performance.md, twenty-second pass). (Out
-/// of line: a burst of new connections into a filling table.)
+/// [`prefetch_relocation`] asks those alone. Below 7/8 load only these inserts read a
+/// secondary's header, where before every new connection's was prefetched from half load
+/// (docs/performance.md, twenty-second pass). (Out of line: a burst of new connections into a
+/// filling table.)
 #[inline(never)]
 fn prefetch_secondary_inserts(staged: &[Staged<'_>], shard: &Shard) -> u64 {
-    // First which connections' primary is full, a bit each, without a branch on it (as good as
-    // random in a filling table); then only those are asked.
-    let mut primary_full = 0;
-    for (i, st) in staged.iter().enumerate() {
-        if let Some(hash) = st.new_connection_hash() {
-            primary_full |= u64::from(shard.primary_full(hash)) << i;
-        }
-    }
+    let primary_full = new_connections_where(staged, |hash| shard.primary_full(hash));
     let mut crowded = 0;
-    while primary_full != 0 {
-        let i = primary_full.trailing_zeros() as usize;
-        if let Some(hash) = staged[i].new_connection_hash() {
-            crowded |= u64::from(shard.insert_lines_secondary(hash, dpdk::prefetch)) << i;
-        }
-        primary_full &= primary_full - 1;
-    }
+    for_each_new_connection(staged, primary_full, |i, hash| {
+        crowded |= u64::from(shard.insert_lines_secondary(hash, dpdk::prefetch)) << i;
+    });
     crowded
 }
 
@@ -447,13 +437,33 @@ fn prefetch_secondary_inserts(staged: &[Staged<'_>], shard: &Shard) -> u64 {
 /// what it finds). (Out of line: a burst of new connections into a nearly full table.)
 #[inline(never)]
 fn crowded_inserts(staged: &[Staged<'_>], shard: &Shard) -> u64 {
-    let mut crowded = 0;
+    new_connections_where(staged, |hash| shard.both_full(hash))
+}
+
+/// The new connections of a burst (by their key hash) for which `test` holds, a bit each by
+/// their place in the burst, set without a branch on what `test` says.
+#[inline(always)]
+fn new_connections_where(staged: &[Staged<'_>], mut test: impl FnMut(u64) -> bool) -> u64 {
+    let mut bits = 0;
     for (i, st) in staged.iter().enumerate() {
         if let Some(hash) = st.new_connection_hash() {
-            crowded |= u64::from(shard.both_full(hash)) << i;
+            bits |= u64::from(test(hash)) << i;
         }
     }
-    crowded
+    bits
+}
+
+/// Calls `f` with the place and key hash of each new connection of the burst whose bit is set
+/// in `bits`, in order.
+#[inline(always)]
+fn for_each_new_connection(staged: &[Staged<'_>], mut bits: u64, mut f: impl FnMut(usize, u64)) {
+    while bits != 0 {
+        let i = bits.trailing_zeros() as usize;
+        if let Some(hash) = staged[i].new_connection_hash() {
+            f(i, hash);
+        }
+        bits &= bits - 1;
+    }
 }
 
 /// In a burst with new connections whose candidate buckets are both full (`crowded`, a bit
@@ -461,20 +471,17 @@ fn crowded_inserts(staged: &[Staged<'_>], shard: &Shard) -> u64 {
 /// arrived, prefetch the lines the insert reads and writes next ([`Shard::relocation_lines`]:
 /// the record that moves and the way it goes to, or the record the eviction reads first), for
 /// every such connection of the burst at once, so that those misses overlap instead of
-/// following one another in the last pass. Below 7/8 load only those connections are asked:
-/// asking every new connection of the burst, whose buckets are full or not as good as at
-/// random, cost two thirds of a mispredicted branch per new connection at 85% load
-/// (callgrind's branch simulation; docs/performance.md, twenty-fourth pass). (Out of line: only
-/// a filling table gets here.)
+/// following one another in the last pass. Only those connections are asked: asking every
+/// new connection of the burst, whose buckets are full or not as good as at random, cost two
+/// thirds of a mispredicted branch per new connection at 85% load (callgrind's branch
+/// simulation; docs/performance.md, twenty-fourth pass). (Out of line: only a filling table
+/// gets here.)
 #[cold]
 #[inline(never)]
-fn prefetch_relocation(staged: &[Staged<'_>], shard: &mut Shard, mut crowded: u64) {
-    while crowded != 0 {
-        if let Some(hash) = staged[crowded.trailing_zeros() as usize].new_connection_hash() {
-            shard.relocation_lines(hash, dpdk::prefetch);
-        }
-        crowded &= crowded - 1;
-    }
+fn prefetch_relocation(staged: &[Staged<'_>], shard: &mut Shard, crowded: u64) {
+    for_each_new_connection(staged, crowded, |_, hash| {
+        shard.relocation_lines(hash, dpdk::prefetch)
+    });
 }
 
 /// What the first pass over a frame found: kept per packet of a burst between the passes, so
