@@ -726,8 +726,8 @@ pub struct Shard {
     /// (to [`EVICT_TREND_MAX`]) for each that evicted, one down for each that moved an entry.
     evict_trend: u8,
     /// Buckets known to be full, one bit each: set when the search for a move that makes room
-    /// finds the bucket full, or an eviction leaves it so, and cleared whenever one of its
-    /// ways is emptied ([`Shard::vacate`]). A set bit is always true; a clear one says nothing.
+    /// finds the bucket full, or an insert into two full buckets leaves them so, and cleared
+    /// whenever one of its ways is emptied ([`Shard::vacate`]). A set bit is always true; a clear one says nothing.
     /// The search and its prefetch skip the headers of buckets known full: in a table past 90%
     /// load most of the 16 a crowded insert would read. (One bit per 16 entries: 128 KiB for
     /// 16M entries, which stays in the caches where the headers, 64 MiB, do not.)
@@ -1321,7 +1321,8 @@ impl Shard {
     }
 
     /// Calls `prefetch` with the header of the other bucket of every entry of the full bucket
-    /// `b`, way by way (from the signatures: no record read), but of those known to be full.
+    /// `b`, way by way (from the signatures: no record read); for one known to be full, with
+    /// `b`'s own header instead (in cache: no line is read).
     fn other_heads_of(&self, b: usize, mut prefetch: impl FnMut(*const u8)) {
         for &sig in &self.heads[b].sig {
             let to = self.other_bucket(b, sig);

@@ -298,8 +298,7 @@ fn prefetch_secondary(shard: &Shard, hash: u64) {
 
 /// Once its bucket header is in cache: prefetch the record a packet's decision will read (or write,
 /// for a new connection's SYN: [`Shard::insert_lines_primary`], which says when the insert has a
-/// step left, `step_left`: [`prefetch_secondary_inserts`] or, from 7/8 load,
-/// [`prefetch_relocation`] goes on after the tail). A lookup whose key is not in its primary
+/// step left, `step_left`: [`prefetch_insert_steps`] goes on after the tail). A lookup whose key is not in its primary
 /// bucket, which has overflowed, prefetches the secondary's header instead (`secondary` set:
 /// [`probe_secondaries`] finds the record after the tail). With `defer`, a new connection's step is
 /// left for later instead (`*defer` set: [`prefetch_deferred`] does it after the tail).
