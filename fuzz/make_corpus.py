@@ -10,7 +10,7 @@ Rust code under test.
 
     python3 fuzz/make_corpus.py            # (re)write fuzz/corpus/parse/*
     python3 fuzz/make_corpus.py --expect   # print the Rust constants used by
-                                           # core/tests/wire_build.rs
+                                           # shared/tests/wire_build.rs
 """
 import os
 import struct
@@ -265,7 +265,7 @@ def main():
     d = os.path.join(here, "corpus", "parse")
     os.makedirs(d, exist_ok=True)
     frames = corpus()
-    frames.update(captured(os.path.join(here, "..", "core", "tests", "wire_fixtures.rs")))
+    frames.update(captured(os.path.join(here, "..", "shared", "tests", "wire_fixtures.rs")))
     for name, frame in sorted(frames.items()):
         with open(os.path.join(d, name), "wb") as f:
             f.write(frame)

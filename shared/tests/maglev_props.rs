@@ -128,7 +128,7 @@ fn table_sizes_are_prime_and_ascending() {
 /// CH-1: pinned table. The values come from `maglev_reference.py` (next to this file), an
 /// independent Python implementation of the method in the module doc over the reference C
 /// xxHash (`XXH3_64bits_withSeed`), not from this crate: `python3
-/// core/tests/maglev_reference.py --pinned` prints them (three backends 10.0.0.1..3:80,
+/// shared/tests/maglev_reference.py --pinned` prints them (three backends 10.0.0.1..3:80,
 /// weights 1, 2, 3, default seed, M = 251), and `ch_1_tables_match_the_python_reference`
 /// checks that the script still computes them and this crate the same whole table.
 #[test]

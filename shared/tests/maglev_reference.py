@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An independent reference for Spillway's weighted Maglev tables (CH-1..CH-3).
 
-Written from the description of the method (the module doc of core/src/maglev.rs, the Maglev
+Written from the description of the method (the module doc of shared/src/maglev.rs, the Maglev
 paper's Pseudocode 1, Envoy's weighted turn rule), not from the Rust code, and hashing with the
 reference C xxHash (``XXH3_64bits_withSeed`` from ``libxxhash.so.0``, Debian's libxxhash0,
 which apt itself depends on) instead of the crate's xxhash-rust. ``tests/maglev_props.rs`` runs

@@ -199,7 +199,7 @@ fn to_u32(v: usize) -> u32 {
 /// The common case, an untagged IPv4 packet without options that is not a fragment and
 /// carries TCP or UDP, is read in one pass over fixed offsets ([`classify_fast`]); every other
 /// frame, malformed ones included, goes through the general parser. Both give the same
-/// answer for every frame (`core/tests/wire_classify.rs` checks it on arbitrary frames).
+/// answer for every frame (`shared/tests/wire_classify.rs` checks it on arbitrary frames).
 #[inline]
 pub fn classify(frame: &[u8]) -> Result<Frame, Malformed> {
     match classify_fast(frame) {

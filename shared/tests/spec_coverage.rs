@@ -293,7 +293,7 @@ fn mentions_respects_boundaries() {
 #[test]
 fn only_test_code_counts_as_a_test() {
     let src = "// CT-2 in library code\n#[cfg(test)]\nmod tests { fn ct_3() {} }";
-    assert_eq!(test_part(Path::new("core/src/x.rs"), src), "\nmod tests { fn ct_3() {} }");
+    assert_eq!(test_part(Path::new("shared/src/x.rs"), src), "\nmod tests { fn ct_3() {} }");
     assert_eq!(test_part(Path::new("daemon/tests/a.rs"), src), src);
     assert_eq!(test_part(Path::new("tests/e2e/test_a.py"), "# FO-9"), "# FO-9");
     assert_eq!(test_part(Path::new("control/src/y.rs"), "// CT-2"), "");
