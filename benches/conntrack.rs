@@ -1,5 +1,5 @@
 //! Conntrack shard micro-benchmarks: lookup hit, lookup miss and insert, one at a time and
-//! batched, at 1K entries (cache-resident) and 1M entries (a 128 MiB table: bigger than the
+//! through the burst pipeline (`conntrack::burst`, bursts of 64 as the data plane runs it), at 1K entries (cache-resident) and 1M entries (a 128 MiB table: bigger than the
 //! L1/L2 and the TLB reach, so nearly every lookup misses them).
 //!
 //! Keys are random IPv4 5-tuples, hashed once with the table's `key_hash` before measuring; lookups
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::key_hash;
-use spillway_core::conntrack::{EntryValue, Shard, Slot};
+use spillway_core::conntrack::{Ask, Burst, EntryValue, Hint, Pending, Shard};
 use spillway_core::flow::FlowKey;
 use spillway_core::rng::SplitMix64;
 use spillway_core::time::Time;
@@ -88,12 +88,47 @@ fn find_all(shard: &Shard, keys: &[FlowKey], hashes: &[u64]) -> usize {
     keys.iter().zip(hashes).filter(|(k, &h)| shard.find(k, h).is_some()).count()
 }
 
-fn find_all_batched<const N: usize>(shard: &Shard, keys: &[FlowKey], hashes: &[u64]) -> usize {
+/// A lookup's record for the burst pipeline: its key's hash and the hint the stages find.
+struct Lookup {
+    hash: u64,
+    hint: Hint,
+}
+
+impl Pending for Lookup {
+    fn ask(&mut self) -> Ask<'_> {
+        Ask::Lookup { hash: self.hash, hint: &mut self.hint }
+    }
+}
+
+/// Prefetch intrinsic for the pipeline's stages (the core crate has no `unsafe`).
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// The lookups in bursts of 64 through the burst pipeline (first lines of a group of 16, probes
+/// after the first pass, second probes), then each key found from its hint.
+fn find_all_burst(shard: &mut Shard, keys: &[FlowKey], hashes: &[u64]) -> usize {
     let mut hits = 0;
-    let mut out = [None::<Slot>; N];
-    for (k, h) in keys.chunks_exact(N).zip(hashes.chunks_exact(N)) {
-        shard.find_batch::<N>(k.try_into().unwrap(), h.try_into().unwrap(), &mut out);
-        hits += out.iter().filter(|s| s.is_some()).count();
+    for (k, h) in keys.chunks(64).zip(hashes.chunks(64)) {
+        let mut burst: Vec<Lookup> =
+            h.iter().map(|&hash| Lookup { hash, hint: Hint::NONE }).collect();
+        let mut table = Burst::new(shard);
+        for group in burst.chunks_mut(16) {
+            table.prefetch_first(shard, group, prefetch);
+        }
+        table.probe_tail(shard, &mut burst, prefetch);
+        table.finish(shard, &mut burst, prefetch);
+        hits += k
+            .iter()
+            .zip(&burst)
+            .filter(|(k, l)| shard.find_hinted(k, l.hash, l.hint).is_some())
+            .count();
     }
     hits
 }
@@ -152,16 +187,10 @@ fn bench_size(c: &mut Criterion, n: usize, label: &str) {
         })
     });
     for (name, stream) in [("hit", &mut hit), ("miss", &mut miss)] {
-        g.bench_function(BenchmarkId::new(format!("{name}_batch"), 8), |b| {
+        g.bench_function(BenchmarkId::new(format!("{name}_burst"), 64), |b| {
             b.iter(|| {
                 let (k, h) = stream.next_chunk();
-                black_box(find_all_batched::<8>(&shard, k, h))
-            })
-        });
-        g.bench_function(BenchmarkId::new(format!("{name}_batch"), 16), |b| {
-            b.iter(|| {
-                let (k, h) = stream.next_chunk();
-                black_box(find_all_batched::<16>(&shard, k, h))
+                black_box(find_all_burst(&mut shard, k, h))
             })
         });
     }
@@ -196,15 +225,13 @@ fn bench_size(c: &mut Criterion, n: usize, label: &str) {
 /// variants interleaved in short rounds and print the best and median rate of each. On a
 /// shared, noisy machine this compares variants far more fairly than sequential runs.
 fn ab_report(n: usize, label: &str) {
-    let Filled { shard, mut hit, mut miss, .. } = filled(n);
-    type Variant = (&'static str, bool, fn(&Shard, &[FlowKey], &[u64]) -> usize);
-    let variants: [Variant; 6] = [
-        ("hit single", true, find_all),
-        ("hit batch 8", true, find_all_batched::<8>),
-        ("hit batch 16", true, find_all_batched::<16>),
-        ("miss single", false, find_all),
-        ("miss batch 8", false, find_all_batched::<8>),
-        ("miss batch 16", false, find_all_batched::<16>),
+    let Filled { mut shard, mut hit, mut miss, .. } = filled(n);
+    type Variant = (&'static str, bool, fn(&mut Shard, &[FlowKey], &[u64]) -> usize);
+    let variants: [Variant; 4] = [
+        ("hit single", true, |s, k, h| find_all(s, k, h)),
+        ("hit burst 64", true, find_all_burst),
+        ("miss single", false, |s, k, h| find_all(s, k, h)),
+        ("miss burst 64", false, find_all_burst),
     ];
     let rounds = 40;
     let chunks = (64 * 1024 / CHUNK).max(1);
@@ -216,7 +243,7 @@ fn ab_report(n: usize, label: &str) {
             let mut found = 0;
             for _ in 0..chunks {
                 let (k, h) = stream.next_chunk();
-                found += f(&shard, k, h);
+                found += f(&mut shard, k, h);
             }
             let el = t.elapsed();
             black_box(found);

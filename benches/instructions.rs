@@ -29,8 +29,8 @@
 //!
 //! `--fill PERCENT` (default 90) sets how full `burst_syn_crowded`'s table is before its
 //! first SYN: `cargo bench -p spillway-dataplane --bench instructions -- crowded --fill 70` is
-//! the instructions of a new connection at 70-74% load (docs/performance.md, twenty-first
-//! pass, has them from 1% to 95%).
+//! the instructions of a new connection at 70-74% load (docs/performance.md, "Instructions per
+//! packet", has them from 50% to 95%).
 //!
 //! Run one case (what the driver does under valgrind):
 //! `target/release/deps/instructions-* --case classify --packets 100000`.

@@ -128,9 +128,14 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 
 #[test]
 fn no_crate_has_an_import_cycle_between_its_modules() {
-    for src in
-        ["shared/src", "control/src", "dataplane/src", "dataplane/dpdk/src", "daemon/src", "gen/src"]
-    {
+    for src in [
+        "shared/src",
+        "control/src",
+        "dataplane/src",
+        "dataplane/dpdk/src",
+        "daemon/src",
+        "gen/src",
+    ] {
         let graph = module_graph(&workspace().join(src));
         assert_eq!(find_cycle(&graph), None, "{src}: modules that import each other in a cycle");
     }

@@ -27,7 +27,7 @@ use crate::node::Node;
 use arrayvec::ArrayVec;
 use crossbeam::queue::ArrayQueue;
 use spillway_core::addr::Addr;
-use spillway_core::conntrack::{self, Hint, Shard};
+use spillway_core::conntrack::{self, Ask, Burst, Hint, Pending, Shard};
 use spillway_core::counters::{PathDrop, Reason, TrafficCounters, WorkerCounters};
 use spillway_core::decide::{
     self, decide_prepared, judge, prepare_for, ForwardReason, Prepared, Verdict,
@@ -153,35 +153,17 @@ pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
 /// Process a burst of received frames (at most [`MAX_BURST`]); `out[i]` is what [`process`]
 /// would have returned for `bufs[i]`, and the packets are decided in order.
 ///
-/// The work is done in stages over the whole burst, so that the cache misses of different
+/// The work is done in passes over the whole burst, so that the cache misses of different
 /// packets overlap instead of following one another (the DPDK l3fwd / VPP way): the first data
 /// lines of all packets are prefetched (their descriptors the worker prefetched as it received
-/// them); then, `GROUP` packets at a time, every frame is classified, its forwarding rule
-/// matched and its tracking key hashed, and then the group's conntrack lines are prefetched
-/// together: the headers of their buckets, or for the common packet (below) the record of its
-/// key's home way; `record_lag` packets behind (one group in a short burst, after the whole
-/// first pass in a long one), once those lines have arrived, a home record whose signature
-/// is the key's becomes the lookup's hint ([`Shard::probe_home`]: one line of the table for
-/// three hits in four at half load; the others have their header prefetched then, and probed
-/// after the tail, `probe_headers`), and a header's signatures are matched ([`Shard::probe`]:
-/// the slot is kept as the hint) and the record they point to is prefetched (for a new
-/// connection's SYN, after the tail, the record its insert writes, and in a nearly full
-/// table, once those records are in, the bucket headers its insert may read:
-/// `prefetch_deferred`, `prefetch_relocation`); then each packet is decided and
-/// rewritten, a packet of a tracked flow by a short way (`forward_tracked`) when its hint
-/// holds, a new connection's SYN by another (`forward_new`). The common packet (untagged IPv4
-/// or IPv6 TCP or UDP to a service that tracks the 5-tuple and encapsulates) goes through both
-/// passes with a smaller record (`Lane`).
-///
-/// Why the groups: a prefetch of a line in a table far larger than the caches can hold the core
-/// up (its address to translate, a miss buffer to find; in a profile, a third of the burst's
-/// samples sat just after the two prefetch instructions), so a group's header prefetches are
-/// issued back to back, where those waits overlap, rather than one per packet between the
-/// classifier's work. Why the probes wait as they do: with bursts of 32 and one prefetch per
-/// packet, probing 16 packets behind gained 7% over a separate pass that began by waiting for
-/// the first packet's header; with the grouped prefetches and bursts of 64, the separate pass
-/// is the faster one (numbers at `GROUP` and `record_lag`; docs/performance.md, thirteenth
-/// pass).
+/// them); then, [`GROUP`] packets at a time, every frame is classified, its forwarding rule
+/// matched and its tracking key hashed ([`stage`]), and the connection table's staged pipeline
+/// ([`conntrack::burst`]) runs on the burst's records: the group's first lines prefetched
+/// together, the probes [`record_lag`] packets behind, the rest after the tail; then each
+/// packet is decided and rewritten ([`finish`]), a packet of a tracked flow by a short way
+/// (`forward_tracked`) when its hint holds, a new connection's SYN by another (`forward_new`).
+/// The common packet (untagged IPv4 or IPv6 TCP or UDP to a service that tracks the 5-tuple and
+/// encapsulates) goes through both passes with a smaller record ([`Lane`]).
 pub fn process_burst<B: PacketBuf>(
     bufs: &mut [B],
     ctx: &mut PathCtx<'_>,
@@ -194,62 +176,27 @@ pub fn process_burst<B: PacketBuf>(
     }
     let t0 = phase_clock::tick();
     // Only the burst's records are written: an array would first write all `MAX_BURST` (8 KiB,
-    // eight 16-byte stores per packet). Instructions per packet, established / SYN / IPv6:
-    // 559.1 -> 550.3, 801.4 -> 771.5, 574.2 -> 562.3 (docs/performance.md, fifteenth pass).
+    // eight 16-byte stores per packet; about 9 instructions per packet more).
     let mut staged = ArrayVec::<Staged<'_>, MAX_BURST>::new();
     let mut last_rule = RuleCache::EMPTY;
     let own_mac = OwnMac::of(ctx.node);
-    // Set when a new connection's insert has a step left after the tail: below 7/8 load, its
-    // primary is full (its secondary's header is on its way); from 7/8 on, both are.
-    let mut step_left = false;
-    // Set when a new connection's insert prefetch was left for after the tail.
-    let mut deferred = false;
-    // Set when a lookup's key was not in its primary bucket, which has overflowed.
-    let mut secondary = false;
-    // Set when a lookup's key was not in its home way (its bucket header is needed).
-    let mut headers = false;
+    let mut table = Burst::new(ctx.shard);
     let lag = record_lag(n);
     for g0 in (0..n).step_by(GROUP) {
         let g1 = (g0 + GROUP).min(n);
-        let mut wanted = [None; GROUP];
-        for (b, line) in bufs[g0..g1].iter().zip(&mut wanted) {
-            *line = stage(b, ctx, own_mac, &mut last_rule, &mut staged);
+        for b in &bufs[g0..g1] {
+            stage(b, ctx, own_mac, &mut last_rule, &mut staged);
         }
         // Every way through `stage` puts one record (the last pass pairs them with the frames).
         debug_assert_eq!(staged.len(), g1);
-        // The table's bounds read once for the group (between prefetches, the compiler would
-        // read them again for every packet): instructions per packet 550.3 -> 546.4
-        // established, 771.5 -> 765.7 SYN.
-        let lines = ctx.shard.primary_lines();
-        for line in wanted.iter().flatten() {
-            dpdk::prefetch(match *line {
-                Line::Header(hash) => lines.line(hash),
-                Line::Home(hash) => lines.home(hash),
-            });
-        }
+        table.prefetch_first(ctx.shard, &mut staged[g0..g1], dpdk::prefetch);
         let behind = g0.saturating_sub(lag)..g1.saturating_sub(lag);
-        for st in &mut staged[behind] {
-            let flags = (&mut step_left, &mut secondary, &mut headers, Some(&mut deferred));
-            prefetch_record(st, ctx, flags);
-        }
+        table.probe(ctx.shard, &mut staged[behind], dpdk::prefetch);
     }
     let t1 = phase_clock::tick();
     let tail = n.saturating_sub(lag);
-    for st in &mut staged[tail..n] {
-        prefetch_record(st, ctx, (&mut step_left, &mut secondary, &mut headers, None));
-    }
-    if headers {
-        probe_headers(&mut staged[..n], ctx.shard, &mut secondary);
-    }
-    if secondary {
-        probe_secondaries(&mut staged[..n], ctx.shard);
-    }
-    if deferred {
-        step_left |= prefetch_deferred(&staged[..tail], ctx.shard);
-    }
-    if step_left {
-        prefetch_insert_steps(&staged[..n], ctx.shard);
-    }
+    table.probe_tail(ctx.shard, &mut staged[tail..n], dpdk::prefetch);
+    table.finish(ctx.shard, &mut staged[..n], dpdk::prefetch);
     let t2 = phase_clock::tick();
     for ((b, st), o) in bufs.iter_mut().zip(&staged).zip(out.iter_mut()) {
         *o = finish(b, ctx, st);
@@ -257,26 +204,26 @@ pub fn process_burst<B: PacketBuf>(
     phase_clock::add([t0, t1, t2, phase_clock::tick()], n);
 }
 
-/// How many packets the first pass stages before it prefetches their bucket headers together
-/// (and then probes the packets [`record_lag`] behind). In alternate slices of one pipeline run
-/// at 1M flows, bursts of 32, groups of 16 against one prefetch per packet: burst path
-/// 94.8-98.0 against 101.4-107.1 cycles per packet, 6.5-7.3% more packets; groups of 4, 8 and
-/// 32 gained 3%, 4% and nothing.
+/// How many packets the first pass stages before it prefetches their first lines of the table
+/// together (and then probes the packets [`record_lag`] behind). A prefetch of a line in a table
+/// far larger than the caches can hold the core up (its address to translate, a miss buffer to
+/// find), so a group's prefetches are issued back to back, where those waits overlap, rather
+/// than one per packet between the classifier's work. At 1M flows, bursts of 32, groups of 16
+/// against one prefetch per packet: 6.5-7.3% more packets; groups of 4, 8 and 32 gained 3%, 4%
+/// and nothing.
 const GROUP: usize = 16;
 const _: () = assert!(MAX_BURST % GROUP == 0);
-// A burst's crowded inserts are a bit each in a `u64` (`prefetch_relocation`).
+// The table's pipeline keeps a burst's inserts into full buckets as a bit each in a `u64`.
 const _: () = assert!(MAX_BURST <= 64);
 
-/// How many packets behind the first pass the probes run (each reads a bucket header the
-/// first pass prefetched and prefetches the record it names; those not reached in the first
-/// pass run after it, in the tail): one group in a burst of up to two groups, so that a header
-/// has had a group's staging to arrive; in a longer burst, the whole burst (every probe after
-/// the first pass: the last group's headers then have the probes of two groups or more to
-/// arrive). Bursts of 64, 1M flows, alternate slices: the probes after the whole first pass
-/// against one group behind, burst path 85.9-92.2 against 94.6-96.4 cycles (48 and 32 behind:
-/// about 4% fewer); bursts of 32 measured better one group behind. (Before the groups: 16
-/// rather than 8 since the first pass got shorter, 82 against 90 ms per million packets in
-/// the in-memory path benchmark at 1M flows; 24 measured worse than 16.)
+/// How many packets behind the first pass the probes run (each reads a line the first pass
+/// prefetched and prefetches the one it names next; those not reached in the first pass run
+/// after it, in the tail): one group in a burst of up to two groups, so that a line has had a
+/// group's staging to arrive; in a longer burst, the whole burst (every probe after the first
+/// pass: the last group's lines then have the probes of two groups or more to arrive). Bursts
+/// of 64, 1M flows: the probes after the whole first pass against one group behind took about
+/// 8% fewer cycles per packet (48 and 32 behind: about 4% fewer); bursts of 32 measured better
+/// one group behind.
 #[inline(always)]
 fn record_lag(n: usize) -> usize {
     if n > 2 * GROUP {
@@ -284,203 +231,6 @@ fn record_lag(n: usize) -> usize {
     } else {
         GROUP
     }
-}
-
-/// A new connection's secondary bucket header, when the insert is likely to read it
-/// ([`Shard::secondary_line`]; out of line: the burst loop's registers stay the common
-/// packet's).
-#[inline(never)]
-fn prefetch_secondary(shard: &Shard, hash: u64) {
-    if let Some(line) = shard.secondary_line(hash) {
-        dpdk::prefetch(line);
-    }
-}
-
-/// Once its bucket header is in cache: prefetch the record a packet's decision will read (or write,
-/// for a new connection's SYN: [`Shard::insert_lines_primary`], which says when the insert has a
-/// step left, `step_left`: [`prefetch_insert_steps`] goes on after the tail). A lookup whose key is not in its primary
-/// bucket, which has overflowed, prefetches the secondary's header instead (`secondary` set:
-/// [`probe_secondaries`] finds the record after the tail). With `defer`, a new connection's step is
-/// left for later instead (`*defer` set: [`prefetch_deferred`] does it after the tail).
-#[inline(always)]
-fn prefetch_record(
-    st: &mut Staged<'_>,
-    ctx: &PathCtx<'_>,
-    (step_left, secondary, headers, defer): (&mut bool, &mut bool, &mut bool, Option<&mut bool>),
-) {
-    match st {
-        Staged::NewLane(_) if defer.is_some() => *defer.unwrap() = true,
-        Staged::NewLane(lane) => {
-            *step_left |= ctx.shard.insert_lines_primary(lane.key_hash, dpdk::prefetch);
-        }
-        Staged::Lane(lane) => {
-            lane.hint = ctx.shard.probe_home(lane.key_hash);
-            if lane.hint == Hint::NONE {
-                dpdk::prefetch(ctx.shard.primary_line(lane.key_hash));
-                *headers = true;
-            }
-        }
-        Staged::Decide { prep, .. } if prep.service.is_some() => {
-            if prep.lookup {
-                let (hint, line) = ctx.shard.probe(prep.key_hash, secondary);
-                prep.hint = hint;
-                dpdk::prefetch(line);
-            } else if let Some(d) = defer {
-                *d = true;
-            } else {
-                *step_left |= ctx.shard.insert_lines_primary(prep.key_hash, dpdk::prefetch);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// The lookups by the short way whose key was not in its home way (`prefetch_record` set
-/// `headers`): once their bucket headers are in cache, hint the way whose signature matches
-/// and prefetch its record, as [`Shard::probe`] does (setting `secondary` when the key may be
-/// in its secondary bucket). (Out of line: the burst loop's registers stay the common
-/// packet's.)
-#[inline(never)]
-fn probe_headers(staged: &mut [Staged<'_>], shard: &Shard, secondary: &mut bool) {
-    for st in staged {
-        if let Staged::Lane(lane) = st {
-            if lane.hint == Hint::NONE {
-                let (hint, line) = shard.probe(lane.key_hash, secondary);
-                lane.hint = hint;
-                dpdk::prefetch(line);
-            }
-        }
-    }
-}
-
-/// The second probe of the lookups whose key was not in its primary bucket, which has
-/// overflowed (`prefetch_record` set `secondary`): once the secondary's header is in cache,
-/// hint the way whose signature matches there and prefetch its record, which the lookup
-/// otherwise read in the last pass with nothing overlapping its miss (with eight ways 1% of
-/// the entries at half load, 8% at 80%; fewer with sixteen). (Out of line: the burst loop's
-/// registers stay the common packet's.)
-#[inline(never)]
-fn probe_secondaries(staged: &mut [Staged<'_>], shard: &Shard) {
-    for st in staged {
-        let (hash, hint) = match st {
-            Staged::Lane(lane) => (lane.key_hash, &mut lane.hint),
-            Staged::Decide { prep, .. } if prep.service.is_some() && prep.lookup => {
-                (prep.key_hash, &mut prep.hint)
-            }
-            _ => continue,
-        };
-        if *hint == Hint::NONE {
-            let (h, line) = shard.probe_secondary(hash);
-            *hint = h;
-            dpdk::prefetch(line);
-        }
-    }
-}
-
-/// In a burst with a new connection whose insert has a step left after the tail (a filling
-/// table): the steps, in turn for all such connections of the burst at once. The connections
-/// whose candidate buckets are both full (a bit each by their place in the burst), from
-/// [`prefetch_secondary_inserts`] or, from 7/8 load, where the first pass prefetched both
-/// headers, [`crowded_inserts`]; then [`prefetch_relocation`] for those. (Out of line, and
-/// one call: with these steps inside it, the burst loop's code for an established flow's
-/// packet took 3.7 more instructions.)
-#[inline(never)]
-fn prefetch_insert_steps(staged: &[Staged<'_>], shard: &mut Shard) {
-    let crowded = if shard.nearly_full() {
-        crowded_inserts(staged, shard)
-    } else {
-        prefetch_secondary_inserts(staged, shard)
-    };
-    if crowded != 0 {
-        prefetch_relocation(staged, shard, crowded);
-    }
-}
-
-/// The insert prefetches of the new connections staged before the tail, left until after it
-/// (`prefetch_record` with `defer`): their bucket headers have had the whole first pass to
-/// arrive. Returns true when one has a step left ([`Shard::insert_lines_primary`]). (Out of
-/// line: the burst loop's registers stay the common packet's.)
-#[inline(never)]
-fn prefetch_deferred(staged: &[Staged<'_>], shard: &Shard) -> bool {
-    let mut step_left = false;
-    for hash in staged.iter().filter_map(Staged::new_connection_hash) {
-        step_left |= shard.insert_lines_primary(hash, dpdk::prefetch);
-    }
-    step_left
-}
-
-/// In a burst with a new connection whose primary bucket is full, below 7/8 load: once the
-/// secondaries' headers named for them have arrived, prefetch what their inserts write there,
-/// or, both buckets full, what the move that makes room reads
-/// ([`Shard::insert_lines_secondary`]), for the connections whose primary is full alone (found
-/// first from the primaries' headers, [`Shard::primary_full`], without a branch on it: asked of
-/// every connection, the insert's own test mispredicted about a third of the time at 85% load).
-/// Returns those that found both full, a bit each by their place in the burst:
-/// [`prefetch_relocation`] asks those alone. Below 7/8 load only these inserts read a
-/// secondary's header, where before every new connection's was prefetched from half load
-/// (docs/performance.md, twenty-second pass). (Out of line: a burst of new connections into a
-/// filling table.)
-#[inline(never)]
-fn prefetch_secondary_inserts(staged: &[Staged<'_>], shard: &Shard) -> u64 {
-    let primary_full = new_connections_where(staged, |hash| shard.primary_full(hash));
-    let mut crowded = 0;
-    for_each_new_connection(staged, primary_full, |i, hash| {
-        crowded |= u64::from(shard.insert_lines_secondary(hash, dpdk::prefetch)) << i;
-    });
-    crowded
-}
-
-/// From 7/8 load, where the first pass prefetched both headers of every new connection and
-/// named what their inserts read next: the connections whose candidate buckets are both
-/// full, a bit each by their place in the burst ([`Shard::both_full`], without a branch on
-/// what it finds). (Out of line: a burst of new connections into a nearly full table.)
-#[inline(never)]
-fn crowded_inserts(staged: &[Staged<'_>], shard: &Shard) -> u64 {
-    new_connections_where(staged, |hash| shard.both_full(hash))
-}
-
-/// The new connections of a burst (by their key hash) for which `test` holds, a bit each by
-/// their place in the burst, set without a branch on what `test` says.
-#[inline(always)]
-fn new_connections_where(staged: &[Staged<'_>], mut test: impl FnMut(u64) -> bool) -> u64 {
-    let mut bits = 0;
-    for (i, st) in staged.iter().enumerate() {
-        if let Some(hash) = st.new_connection_hash() {
-            bits |= u64::from(test(hash)) << i;
-        }
-    }
-    bits
-}
-
-/// Calls `f` with the place and key hash of each new connection of the burst whose bit is set
-/// in `bits`, in order.
-#[inline(always)]
-fn for_each_new_connection(staged: &[Staged<'_>], mut bits: u64, mut f: impl FnMut(usize, u64)) {
-    while bits != 0 {
-        let i = bits.trailing_zeros() as usize;
-        if let Some(hash) = staged[i].new_connection_hash() {
-            f(i, hash);
-        }
-        bits &= bits - 1;
-    }
-}
-
-/// In a burst with new connections whose candidate buckets are both full (`crowded`, a bit
-/// each by their place in the burst): once the headers of their entries' other buckets have
-/// arrived, prefetch the lines the insert reads and writes next ([`Shard::relocation_lines`]:
-/// the record that moves and the way it goes to, or the record the eviction reads first), for
-/// every such connection of the burst at once, so that those misses overlap instead of
-/// following one another in the last pass. Only those connections are asked: asking every
-/// new connection of the burst, whose buckets are full or not as good as at random, cost two
-/// thirds of a mispredicted branch per new connection at 85% load (callgrind's branch
-/// simulation; docs/performance.md, twenty-fourth pass). (Out of line: only a filling table
-/// gets here.)
-#[cold]
-#[inline(never)]
-fn prefetch_relocation(staged: &[Staged<'_>], shard: &mut Shard, crowded: u64) {
-    for_each_new_connection(staged, crowded, |_, hash| {
-        shard.relocation_lines(hash, dpdk::prefetch)
-    });
 }
 
 /// What the first pass over a frame found: kept per packet of a burst between the passes, so
@@ -610,17 +360,25 @@ impl<'s> Put<'s> for ArrayVec<Staged<'s>, MAX_BURST> {
 
 impl Staged<'_> {
     const EMPTY: Staged<'static> = Staged::Done(Outcome::Consumed);
+}
 
-    /// The key hash of a new connection's entry, made by the last pass: a `NewLane`, or a
-    /// general record of a packet that is not looked up (a new-connection SYN).
+/// What a staged packet asks of the connection table's burst pipeline: the short way's
+/// lookup reads its key's home record first; a general lookup its bucket header; a
+/// new-connection SYN (a `NewLane`, or a general record not looked up) makes an entry.
+impl Pending for Staged<'_> {
     #[inline(always)]
-    fn new_connection_hash(&self) -> Option<u64> {
+    fn ask(&mut self) -> Ask<'_> {
         match self {
-            Staged::NewLane(lane) => Some(lane.key_hash),
-            Staged::Decide { prep, .. } if prep.service.is_some() && !prep.lookup => {
-                Some(prep.key_hash)
+            Staged::Lane(lane) => Ask::Home { hash: lane.key_hash, hint: &mut lane.hint },
+            Staged::NewLane(lane) => Ask::Insert { hash: lane.key_hash },
+            Staged::Decide { prep, .. } if prep.service.is_some() => {
+                if prep.lookup {
+                    Ask::Lookup { hash: prep.key_hash, hint: &mut prep.hint }
+                } else {
+                    Ask::Insert { hash: prep.key_hash }
+                }
             }
-            _ => None,
+            _ => Ask::Nothing,
         }
     }
 }
@@ -632,8 +390,6 @@ impl Staged<'_> {
 /// until those stores were done (no store forwarding). Inlined in the burst loop, with the
 /// general way (`stage_general`) out of line: the common packet's values then stay in
 /// registers.
-///
-/// Returns the line of the connection table the packet's decision reads first, if any.
 #[inline(always)]
 fn stage<'s, B: PacketBuf>(
     buf: &B,
@@ -641,21 +397,21 @@ fn stage<'s, B: PacketBuf>(
     own_mac: OwnMac,
     last_rule: &mut RuleCache<'s>,
     out: &mut impl Put<'s>,
-) -> Option<Line> {
+) {
     if !buf.is_contiguous() {
         out.put(Staged::Done(drop_path(PathDrop::NoHeadroom)));
-        return None;
+        return;
     }
     if !buf.is_writable() {
         out.put(Staged::Done(drop_path(PathDrop::SharedBuffer)));
-        return None;
+        return;
     }
     let data = buf.data();
     // The port may be promiscuous: unicast frames for other hosts are not ours (checked on
     // the packet bytes, before any parsing).
     if !own_mac.admits(data) {
         out.put(Staged::Done(drop_path(PathDrop::NotForUs)));
-        return None;
+        return;
     }
     // The common frame (untagged IPv4 TCP/UDP; IPv6 in `stage_general`) without building a
     // whole `Frame`, and by the short way when it applies; the rest out of line (so that the
@@ -699,15 +455,6 @@ impl OwnMac {
     }
 }
 
-/// The line of the connection table the first pass prefetches for a packet, from its key's
-/// hash: the header of the key's primary bucket, or, for a lookup by the short way, the
-/// record of the key's home way ([`Shard::home_line`]: a hit there needs no header).
-#[derive(Clone, Copy, Debug)]
-enum Line {
-    Header(u64),
-    Home(u64),
-}
-
 /// [`stage`] for a frame of the fast classifiers: by the short way when it applies.
 #[inline(always)]
 fn stage_fast<'s>(
@@ -715,22 +462,10 @@ fn stage_fast<'s>(
     ctx: &PathCtx<'s>,
     last_rule: &mut RuleCache<'s>,
     out: &mut impl Put<'s>,
-) -> Option<Line> {
+) {
     match Lane::of(&f, ctx, last_rule) {
-        Some(lane) if f.info.is_syn() => {
-            // A new connection's insert reads its secondary bucket too when its primary is
-            // full (most of them beyond 7/8 load): its header is prefetched with the
-            // primary's then; below, only once the primary's says so (`prefetch_record`).
-            if ctx.shard.nearly_full() {
-                prefetch_secondary(ctx.shard, lane.key_hash);
-            }
-            out.put(Staged::NewLane(lane));
-            Some(Line::Header(lane.key_hash))
-        }
-        Some(lane) => {
-            out.put(Staged::Lane(lane));
-            Some(Line::Home(lane.key_hash))
-        }
+        Some(lane) if f.info.is_syn() => out.put(Staged::NewLane(lane)),
+        Some(lane) => out.put(Staged::Lane(lane)),
         None => stage_ip(f, false, ctx, last_rule, out),
     }
 }
@@ -743,9 +478,10 @@ fn stage_general<'s>(
     ctx: &PathCtx<'s>,
     last_rule: &mut RuleCache<'s>,
     out: &mut impl Put<'s>,
-) -> Option<Line> {
+) {
     if let Some(f) = wire::classify_ip6_fast(data) {
-        return stage_fast(f, ctx, last_rule, out);
+        stage_fast(f, ctx, last_rule, out);
+        return;
     }
     let (f, icmp_error) = match wire::classify(data) {
         Ok(f) => match f.kind {
@@ -758,12 +494,12 @@ fn stage_general<'s>(
             }
             _ => {
                 out.put(Staged::Local);
-                return None;
+                return;
             }
         },
         Err(m) => {
             out.put(Staged::Done(Outcome::Drop(Reason::Malformed(m))));
-            return None;
+            return;
         }
     };
     stage_ip(f, icmp_error, ctx, last_rule, out)
@@ -777,22 +513,15 @@ fn stage_ip<'s>(
     ctx: &PathCtx<'s>,
     last_rule: &mut RuleCache<'s>,
     out: &mut impl Put<'s>,
-) -> Option<Line> {
+) {
     // The node's own traffic (for an ICMP error, `info` is the quoted packet reversed: its
     // `dst` is the quoted packet's source, the node's address when the node sent it).
     if ctx.for_kernel(&info.dst) {
         out.put(Staged::Done(Outcome::ToKernel));
-        return None;
+        return;
     }
     let prep = prepare_for(&info, ctx.snap.service_for_cached(&info, last_rule));
-    let hash = prep.service.map(|_| Line::Header(prep.key_hash));
-    // A new connection's insert reads its secondary bucket too when its primary is full (most
-    // of them beyond 7/8 load): its header is prefetched with the primary's then.
-    if prep.service.is_some() && !prep.lookup && ctx.shard.nearly_full() {
-        prefetch_secondary(ctx.shard, prep.key_hash);
-    }
     out.put(Staged::Decide { prep, info, ip, icmp_error });
-    hash
 }
 
 /// The last pass: answer, or decide and rewrite; count drops.
@@ -1253,9 +982,9 @@ fn too_big<B: PacketBuf>(
 }
 
 /// Where [`process_burst`]'s time goes: TSC cycles in its first pass (classify, rule, key
-/// hash, the header prefetch and the lagged record prefetch), in the record prefetch of the
-/// burst's last packets, and in its last pass (decide and rewrite), summed per thread. Only
-/// with the `phase-clock` feature, for the benchmarks (docs/performance.md); without it,
+/// hash, the table's first stages), in the table's stages after it, and in its last pass
+/// (decide and rewrite), summed per thread. Only with the `phase-clock` feature, for the
+/// benchmarks (docs/performance.md, "The pipeline"); without it,
 /// `phase_clock::tick` is a constant and nothing is recorded.
 pub mod phase_clock {
     /// Sums of cycles per pass, and the packets they were spent on.

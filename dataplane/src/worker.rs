@@ -279,15 +279,14 @@ impl<'p, 'c> Worker<'p, 'c> {
             // allocated the mbuf (in the pipeline benchmark, the generator's), both miss
             // otherwise. Established flows at 1M flows: 3-14% more packets for the second
             // line, 1-2.5% more (new connections 7%) for issuing both before the count rather
-            // than in `process_burst` (docs/performance.md, thirteenth pass). Where the
+            // than in `process_burst`. Where the
             // worker's own driver allocated the mbuf, the lines are local and this costs hits.
             // (Not in io-forward mode, the benchmarks' baseline, left as it was.) The first line
             // is taken for writing (`prefetchw`): the path writes it (the new data offset and
             // lengths), and a line read from another core's cache had to be claimed again for
-            // that write. On the 2026-12-04 host, established flows at 1M flows in alternate
-            // slices: 16.1-17.4 Mpps against 15.2-16.9 read-prefetched; the frame's data line
-            // taken for writing too measured 7-10% slower, so it is only read-prefetched
-            // (docs/performance.md, nineteenth pass).
+            // that write. Established flows at 1M flows in alternate slices: 16.1-17.4 Mpps
+            // against 15.2-16.9 read-prefetched; the frame's data line taken for writing too
+            // measured 7-10% slower, so it is only read-prefetched.
             for m in burst.iter() {
                 m.prefetch_descriptor_for_write();
                 m.prefetch_second_line();
@@ -330,8 +329,8 @@ impl<'p, 'c> Worker<'p, 'c> {
         // is buffered: what pushing its packets one by one would do (the buffer holds a full
         // burst and flushes when full), without moving each into the buffer. Alternate slices:
         // established flows at 1M flows 104.6% of the packets (median of eight runs), new
-        // connections 101.9% (docs/performance.md, fourteenth pass). (Not in io-forward mode,
-        // the benchmarks' baseline, left as it was.)
+        // connections 101.9%. (Not in io-forward mode, the benchmarks' baseline, left as it
+        // was.)
         if burst.is_full() && tx.buffered() == 0 && outcomes.iter().all(|&o| o == Outcome::Transmit)
         {
             tally.add(tx.send_now(burst));

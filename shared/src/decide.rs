@@ -155,8 +155,9 @@ pub struct Prepared<'s> {
     pub key_hash: u64,
     /// True when the key must be looked up (not a new-connection SYN, CT-2 / CT-3).
     pub lookup: bool,
-    /// Where the key's entry probably is ([`Shard::probe`]), if the caller probed; `None`
-    /// costs nothing but the full lookup.
+    /// Where the key's entry probably is (the connection table's burst pipeline,
+    /// [`conntrack::burst`], finds it), if the caller ran it; [`conntrack::Hint::NONE`] costs
+    /// nothing but the full lookup.
     pub hint: conntrack::Hint,
 }
 

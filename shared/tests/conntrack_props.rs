@@ -9,7 +9,8 @@ use std::collections::{HashMap, HashSet};
 use proptest::prelude::*;
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::{
-    EntryValue, Hint, Shard, BUCKET_BYTES, BYTES_PER_ENTRY, RECORD_ALIGN, SEEN_UNIT_MS, WAYS,
+    Ask, Burst, EntryValue, Hint, Pending, Shard, BUCKET_BYTES, BYTES_PER_ENTRY, RECORD_ALIGN,
+    SEEN_UNIT_MS, WAYS,
 };
 use spillway_core::flow::{FlowHasher, FlowKey};
 use spillway_core::time::Time;
@@ -436,8 +437,9 @@ proptest! {
         prop_assert_eq!(s.len(), stored.len() - named.len());
     }
 
-    /// A hint (`Shard::probe`, which the data plane takes when a bucket's header arrives and
-    /// uses at the lookup a few packets later, or `Shard::probe_secondary`) never changes what a lookup finds: after any
+    /// A hint (what the burst pipeline, `conntrack::Burst`, finds when a key's lines arrive,
+    /// and the data plane uses at the lookup a few packets later) never changes what a lookup
+    /// finds: after any
     /// inserts (with moves and evictions in a small table), removals and sweeps since, and
     /// also when it was taken for another key, `find_hinted` answers exactly what `find` does,
     /// and what it finds is the key's entry; `hinted_hit` gives the key's entry or nothing,
@@ -466,14 +468,9 @@ proptest! {
                     s.sweep(1, Time(step as u64), |e| e.value.backend % 3 == u32::from(k % 3));
                 }
                 3 => {
-                    // The data plane's two steps: the primary's probe, then, when it names
-                    // no way, the secondary's.
-                    let mut secondary = false;
-                    let hint = match s.probe(h, &mut secondary).0 {
-                        Hint::NONE if secondary => s.probe_secondary(h).0,
-                        hint => hint,
-                    };
-                    hints.insert(k, hint);
+                    // The burst pipeline's stages, for a lookup that reads its home record
+                    // first (odd keys) or its header first (even keys).
+                    hints.insert(k, hint_of(&mut s, h, k % 2 == 1));
                 }
                 _ => {
                     // A hit through the key's hint is the key's entry, and touching it
@@ -513,4 +510,33 @@ proptest! {
             }
         }
     }
+}
+
+/// A lookup's record in a one-packet burst: the pipeline's hint for it.
+struct Lookup {
+    hash: u64,
+    hint: Hint,
+    home: bool,
+}
+
+impl Pending for Lookup {
+    fn ask(&mut self) -> Ask<'_> {
+        let (hash, hint) = (self.hash, &mut self.hint);
+        if self.home {
+            Ask::Home { hash, hint }
+        } else {
+            Ask::Lookup { hash, hint }
+        }
+    }
+}
+
+/// The hint the burst pipeline's stages give a lookup of `hash` (reading its home record
+/// first, or its header).
+fn hint_of(s: &mut Shard, hash: u64, home: bool) -> Hint {
+    let mut one = [Lookup { hash, hint: Hint::NONE, home }];
+    let mut burst = Burst::new(s);
+    burst.prefetch_first(s, &mut one, |_| {});
+    burst.probe_tail(s, &mut one, |_| {});
+    burst.finish(s, &mut one, |_| {});
+    one[0].hint
 }
