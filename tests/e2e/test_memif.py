@@ -237,6 +237,7 @@ def test_peer_goes_away_ioforward(run):
         peer = run.start_peer(mode)
         if how == "early":
             # Gone while it starts up or connects (the memif handshake on Spillway's side).
+            # The random (seeded) moments here and below are what is tested, not waits.
             time.sleep(rng.uniform(0.1, 0.6))
             run.end_peer(peer, signal.SIGKILL)
             run.check_alive()
@@ -273,7 +274,7 @@ def test_spillway_stops_under_traffic(run):
         run.wait_counters(f"round {i}: traffic", lambda c: c[0] > rx0 + 1000)
         if i == 2:
             peer.kill()
-            time.sleep(rng.uniform(0.0, 0.01))
+            time.sleep(rng.uniform(0.0, 0.01))  # a random (seeded) moment, just after the kill
         final = run.stop_spillway()
         assert final["rx"] > 1000
         assert not run.sock.exists(), "the memif socket file outlived Spillway"
