@@ -36,6 +36,13 @@ step "cargo test --workspace -- --include-ignored"
 # The root-only tests are #[ignore = "needs root: ..."]: run them too (we are root).
 cargo test --workspace -- --include-ignored
 
+step "the phase clock, built in (cargo test -p spillway-dataplane --features phase-clock)"
+# The benchmarks' phase clock (dataplane/src/path.rs) records nothing in the default build, so
+# the workspace run above only checks that; its counting half needs the feature. Only the data
+# plane and its path test are rebuilt, and only that one test runs.
+cargo test -p spillway-dataplane --features phase-clock --test path -- \
+    --exact the_phase_clock_counts_bursts_only_when_built_in
+
 if compgen -G "tests/e2e/test_*.py" >/dev/null; then
     step "end-to-end tests (tests/e2e)"
     # Debian's python3 has python3-pytest; another python3 may come first on PATH. With CI set

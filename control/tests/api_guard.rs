@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{one_service, OneWorker};
+use common::{eventually, one_service, OneWorker};
 use hyper::Method;
 use spillway_control::api::client::Client;
 use spillway_control::api::{self, ApiOptions, ApiServer, Limits};
@@ -234,7 +234,19 @@ async fn connections_beyond_the_limit_are_closed_and_the_api_recovers() {
     // Three idle connections hold every slot; the fourth is closed without an answer.
     let idle: Vec<std::net::TcpStream> =
         (0..3).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Once the server has accepted all three, it holds their slots: it takes a slot in the
+    // same step as it accepts (and this runtime has one thread).
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    eventually(Duration::from_secs(5), "the server to accept the three idle connections", || {
+        let side = server_side(port);
+        async move {
+            match side {
+                (0, established) if established >= 3 => Ok(()),
+                (queued, established) => Err(format!("{queued} queued, {established} established")),
+            }
+        }
+    })
+    .await;
     let a = addr.clone();
     let (status, _) = tokio::task::spawn_blocking(move || {
         raw(
@@ -246,8 +258,43 @@ async fn connections_beyond_the_limit_are_closed_and_the_api_recovers() {
     .await
     .unwrap();
     assert_eq!(status, "", "answered beyond the connection limit");
-    // The idle ones are cut off by the header timeout; then the API answers again.
+    // Closed, the idle ones give their slots back (else the header timeout would, after 2 s);
+    // then the API answers again (a request while they are still held is closed unanswered).
     drop(idle);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(client(&r, Some(TOKEN)).get("/v1/status").await.unwrap().0, 200);
+    let ok = client(&r, Some(TOKEN));
+    eventually(Duration::from_secs(5), "the API to answer again once the slots are free", || {
+        let ok = &ok;
+        async move {
+            match ok.get("/v1/status").await {
+                Ok((200, _)) => Ok(()),
+                other => Err(other),
+            }
+        }
+    })
+    .await;
+}
+
+/// The server's side of a TCP listener on 127.0.0.1:`port`, from `/proc/net/tcp`: how many
+/// connections wait in its accept queue (the listening socket's `rx_queue`) and how many
+/// established connections it has (the accepted ones and those still queued).
+fn server_side(port: u16) -> (u64, usize) {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let (mut queued, mut established) = (0, 0);
+    for line in table.lines().skip(1) {
+        // sl local_address rem_address st tx_queue:rx_queue ...
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let local = f[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+        if local != Some(port) {
+            continue;
+        }
+        match f[3] {
+            "0A" => {
+                let rx = f[4].split(':').nth(1).unwrap_or("0");
+                queued = u64::from_str_radix(rx, 16).expect("rx_queue");
+            }
+            "01" => established += 1,
+            _ => {}
+        }
+    }
+    (queued, established)
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::OneWorker;
+use common::{eventually, OneWorker};
 use hyper::Method;
 use spillway_control::announcer::{self, FleetOptions};
 use spillway_control::api::client::Client;
@@ -336,11 +336,18 @@ async fn the_api_drains_and_undrains_the_instance_and_shows_what_is_announced() 
     let body = client.call(Method::POST, "/v1/instance/drain", None).await.expect("drain");
     let r: InstanceReply = serde_json::from_str(&body).expect("json");
     assert_eq!(r.phase, "drained");
-    let r = wait("drained").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let r2 = get().await;
-    assert!(r2.announced.is_empty() && r2.wanted.is_empty(), "{r:?} {r2:?}");
-    assert_eq!(r2.bird.as_ref().map(|b| b.up), Some(true), "{r2:?}");
+    wait("drained").await;
+    // The loop's next tick withdraws every VIP, and the status shows BIRD up.
+    let r = eventually(Duration::from_secs(5), "every VIP withdrawn once drained", || async {
+        let r = get().await;
+        match r.announced.is_empty() && r.wanted.is_empty() && r.bird.is_some() {
+            true => Ok(r),
+            false => Err(r),
+        }
+    })
+    .await;
+    assert_eq!(r.phase, "drained", "{r:?}");
+    assert_eq!(r.bird.as_ref().map(|b| b.up), Some(true), "{r:?}");
     // A body that is not an empty object is refused, nothing changes.
     let e = client
         .call(Method::POST, "/v1/instance/undrain", Some(&serde_json::json!([1])))
@@ -457,17 +464,44 @@ fn in_namespace() {
         assert_eq!(v4.trim(), "blackhole 198.19.99.0/24", "{v4}");
         // Through an interface: a route that goes with it.
         sh(&["link", "add", "spl9", "type", "veth", "peer", "name", "spl9p"]);
-        let index = nl.link_index("spl9").await.expect("link").expect("spl9 exists");
-        assert_eq!(nl.link_index("nosuch0").await.expect("link"), None);
         // The kernel's own announcements while it is configured, in order: the addresses must
         // be on before the link comes up (a routing daemon that sees the link up binds its BFD
-        // socket to the address at once; see `configure_interface`).
+        // socket to the address at once; see `configure_interface`). A thread collects what
+        // `ip monitor` prints, line by line.
         let mut monitor = std::process::Command::new("ip")
             .args(["-o", "monitor", "link", "address"])
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("ip monitor");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let events = Arc::new(Mutex::new(String::new()));
+        let reader = std::thread::spawn({
+            let (out, events) = (monitor.stdout.take().expect("piped"), Arc::clone(&events));
+            move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                    let mut events = events.lock().unwrap();
+                    events.push_str(&line);
+                    events.push('\n');
+                }
+            }
+        });
+        let seen = || events.lock().unwrap().clone();
+        // Until the monitor listens: the peer's MTU changes at every try, until it reports one.
+        let mut mtu = 1500;
+        eventually(Duration::from_secs(5), "ip monitor to report a change of spl9p", || {
+            mtu = if mtu == 1500 { 1499 } else { 1500 };
+            sh(&["link", "set", "dev", "spl9p", "mtu", &mtu.to_string()]);
+            let e = seen();
+            async move {
+                match e.contains("spl9p@spl9") {
+                    true => Ok(()),
+                    false => Err(e),
+                }
+            }
+        })
+        .await;
+        let index = nl.link_index("spl9").await.expect("link").expect("spl9 exists");
+        assert_eq!(nl.link_index("nosuch0").await.expect("link"), None);
         nl.configure_interface(
             index,
             [2, 0, 0, 0, 0, 9],
@@ -476,24 +510,38 @@ fn in_namespace() {
         )
         .await
         .expect("configure");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let _ = monitor.kill();
-        let mut events = String::new();
-        std::io::Read::read_to_string(&mut monitor.stdout.take().expect("piped"), &mut events)
-            .expect("ip monitor output");
-        let _ = monitor.wait();
-        let ours: Vec<&str> =
-            events.lines().filter(|l| l.starts_with(&format!("{index}: "))).collect();
         let is_up = |l: &&str| {
             l.split_once('<')
                 .and_then(|(_, rest)| rest.split_once('>'))
                 .is_some_and(|(flags, _)| flags.split(',').any(|f| f == "UP"))
         };
-        let addr_at = ours.iter().position(|l| l.contains("inet 198.18.0.11/16"));
-        let up_at = ours.iter().position(is_up);
+        // Where the IPv4 address and the link coming up are among the link's events.
+        let positions = |events: &str| {
+            let ours: Vec<&str> =
+                events.lines().filter(|l| l.starts_with(&format!("{index}: "))).collect();
+            let addr_at = ours.iter().position(|l| l.contains("inet 198.18.0.11/16"));
+            (addr_at, ours.iter().position(is_up))
+        };
+        let printed = eventually(
+            Duration::from_secs(5),
+            "ip monitor to report spl9's IPv4 address and the link up",
+            || {
+                let e = seen();
+                async move {
+                    match positions(&e) {
+                        (Some(_), Some(_)) => Ok(e),
+                        _ => Err(e),
+                    }
+                }
+            },
+        )
+        .await;
+        let _ = monitor.kill();
+        let _ = monitor.wait();
+        reader.join().expect("ip monitor reader");
         assert!(
-            matches!((addr_at, up_at), (Some(a), Some(u)) if a < u),
-            "the IPv4 address must be announced before the link comes up:\n{events}"
+            matches!(positions(&printed), (Some(a), Some(u)) if a < u),
+            "the IPv4 address must be announced before the link comes up:\n{printed}"
         );
         let link = sh(&["addr", "show", "spl9"]);
         assert!(link.contains("02:00:00:00:00:09") && link.contains("mtu 1400"), "{link}");

@@ -26,7 +26,20 @@ fn two_workers_each_get_packets_and_counters_agree() {
     spw.wait_for("spillway: running 2 worker(s) on lcore(s) 1, 2", Duration::from_secs(60));
     spw.wait_for("stats t=", Duration::from_secs(10));
     spw.wait_for("stats total mpps=", Duration::from_secs(10));
-    std::thread::sleep(Duration::from_millis(500));
+    // Until each worker's stats line shows packets received.
+    let mut received = [false; 2];
+    spw.wait_for_line("no stats line with rx > 0 from each worker", Duration::from_secs(10), |l| {
+        let field = |name: &str| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse::<u64>().ok())
+        };
+        if let (true, Some(w @ 0..=1), Some(rx)) =
+            (l.starts_with("stats t="), field("worker"), field("rx"))
+        {
+            received[w as usize] |= rx > 0;
+        }
+        received == [true; 2]
+    });
     spw.signal("INT");
     let (ok, stdout, stderr) = spw.finish(Duration::from_secs(30));
     assert!(ok, "spillway failed after SIGINT: {stdout:?}\n{stderr}");

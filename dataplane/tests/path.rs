@@ -927,8 +927,8 @@ fn beside_the_short_way_services_with_other_keys_keep_them_and_find_their_entrie
 
 /// The phase clock (a benchmark diagnostic) records every burst's packets and cycles when
 /// the data plane is built with `phase-clock`, and nothing at all without it (the default,
-/// what the daemon runs): `cargo test -p spillway-dataplane --features phase-clock` runs the
-/// first half.
+/// what the daemon runs). `scripts/test.sh` runs it both ways: in the workspace run, and
+/// again with `cargo test -p spillway-dataplane --features phase-clock --test path`.
 #[test]
 fn the_phase_clock_counts_bursts_only_when_built_in() {
     use spillway_dataplane::path::phase_clock::{self, Phases};

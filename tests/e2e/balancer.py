@@ -11,6 +11,7 @@ Configurations are written as JSON, which is YAML.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from topo import LB_NODE_V4, LB_NODE_V6, REPO, VIP4, VIP6, Topology
+from topo import LB_NODE_V4, LB_NODE_V6, REPO, VIP4, VIP6, Topology, wait_until
 
 BIN = Path(os.environ.get("SPILLWAY_BIN", REPO / "target" / "debug" / "spillway"))
 # spillwayctl: next to the daemon's binary unless given.
@@ -245,15 +246,15 @@ class Spillway:
                 return
         raise TimeoutError(f"spillway did not answer on {addr}:\n{self.output()}")
 
-    def wait_neighbours(self, timeout: float = 10, settle: float = 0.15) -> None:
+    def wait_neighbours(self, timeout: float = 10) -> None:
         """Wait until the balancer has resolved every configured endpoint of the topology.
 
         The balancer asks for its backends' MACs (ARP / neighbour solicitation) as it starts,
         partly before its tap joins the bridge; a packet for an unresolved backend is dropped
         (`neighbour_unresolved`). A backend that answered has learned the node address from
         the request, so this waits until each endpoint's namespace has a neighbour entry for
-        the node address with the port's MAC, then `settle` seconds for the balancer to
-        publish its table."""
+        the node address with the port's MAC, then until the table the workers use
+        (`GET /v1/neighbours`) has each endpoint with its MAC."""
         mac = self.port_mac
         todo = []
         for e in self.endpoints():
@@ -261,19 +262,31 @@ class Spillway:
                 b = self.topo.backend(e)
             except KeyError:
                 continue  # not a host of this topology
-            todo.append((b, LB_NODE_V6 if ":" in e else LB_NODE_V4))
+            todo.append((b, LB_NODE_V6 if ":" in e else LB_NODE_V4, e))
+        want = {ipaddress.ip_address(e): b.mac_address.lower() for b, _, e in todo}
         deadline = time.time() + timeout
         while todo:
-            todo = [(b, node) for b, node in todo
+            todo = [(b, node, e) for b, node, e in todo
                     if mac not in b.ip("neigh", "show", "to", node, "dev", b.ifname, check=False).stdout]
             if not todo:
                 break
             if self.proc.poll() is not None:
                 raise RuntimeError(f"spillway exited {self.proc.returncode}:\n{self.output()}")
             if time.time() > deadline:
-                raise TimeoutError(f"balancer did not resolve {[(b.short, n) for b, n in todo]}")
+                raise TimeoutError(f"balancer did not resolve {[(b.short, n) for b, n, _ in todo]}")
             time.sleep(0.05)
-        time.sleep(settle)
+        published: dict = {}
+
+        def in_table() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"spillway exited {self.proc.returncode}:\n{self.output()}")
+            published.clear()
+            published.update({ipaddress.ip_address(n["addr"]): n["mac"].lower()
+                              for n in json.loads(self.admin_get("/v1/neighbours"))["neighbours"]})
+            return all(published.get(a) == m for a, m in want.items())
+
+        wait_until(in_table, lambda: f"the balancer to publish {want}: its table {published}",
+                   timeout=max(1.0, deadline - time.time()), poll=0.02)
 
     def reload(self) -> None:
         self.proc.send_signal(signal.SIGHUP)
@@ -300,17 +313,22 @@ class Spillway:
             raise CtlError(args, r.returncode, r.stdout, r.stderr)
         return json.loads(r.stdout)
 
-    def metrics_text(self, timeout: float = 10) -> str:
-        """`GET /metrics` as text (curl over the Unix socket, or in the balancer namespace)."""
+    def admin_get(self, path: str, timeout: float = 10) -> str:
+        """`GET path` of the admin API as text (curl over the Unix socket, or in the balancer
+        namespace; no token)."""
         if self.admin.startswith("unix:"):
             argv = ["curl", "-sS", "--fail", "-m", str(timeout), "--unix-socket", self.admin[5:],
-                    "http://localhost/metrics"]
+                    f"http://localhost{path}"]
         else:
-            argv = self.topo.lb.cmd(["curl", "-sS", "--fail", "-m", str(timeout), f"http://{self.admin}/metrics"])
+            argv = self.topo.lb.cmd(["curl", "-sS", "--fail", "-m", str(timeout), f"http://{self.admin}{path}"])
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 5)
         if r.returncode != 0:
-            raise RuntimeError(f"GET /metrics failed ({r.returncode}): {r.stderr.strip()}")
+            raise RuntimeError(f"GET {path} failed ({r.returncode}): {r.stderr.strip()}")
         return r.stdout
+
+    def metrics_text(self, timeout: float = 10) -> str:
+        """`GET /metrics` as text (curl over the Unix socket, or in the balancer namespace)."""
+        return self.admin_get("/metrics", timeout)
 
     def metrics(self) -> Metrics:
         """`GET /metrics`, parsed with `prometheus_client.parser` (raises on bad syntax)."""

@@ -579,7 +579,7 @@ def test_service_without_healthy_backends_is_withdrawn_everywhere():
                     sp.wait_announced(VIPS, timeout=5)
                 body = http_get(f.client("c1"), VIP_OTHER)
                 assert body.split()[0].decode() == OTHER_BACKENDS[-1], body
-                time.sleep(0.2)
+                time.sleep(0.2)  # a last quiet window for the watchers: web's next hops never change
         finally:
             for b in blocked:
                 b.run(["nft", "delete table inet empty"], check=False)

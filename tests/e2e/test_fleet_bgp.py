@@ -87,7 +87,7 @@ def test_layout_data_port_and_long_lived_connections():
         T.wait_until(lambda: ll.report()["open"] == 0,
                      lambda: f"the connections to be reset (ss -K needs CONFIG_INET_DIAG_DESTROY): {ll.report()['open']} open",
                      timeout=5)
-        time.sleep(0.3)  # nothing reopens them
+        time.sleep(0.3)  # a quiet window, not a wait: nothing reopens them within it
         rep = ll.stop(drain=0)
         assert rep["resets"] == 5 and rep["open"] == 0 and rep["lost"] == rep["sent"] - rep["answered"], rep
         assert all(c["state"] == "reset" and "reset" in c["error"] for c in rep["per_connection"]), rep

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 import topo as T
-from balancer import BIN, Spillway, make_config, needs_built, service
+from balancer import BIN, Metrics, Spillway, make_config, needs_built, service
 from test_packet_path import udp_ask
 
 pytestmark = needs_built(BIN)
@@ -89,9 +89,13 @@ def test_forged_arp_for_a_backend_changes_nothing_and_a_real_move_is_picked_up()
             with c2.capture() as cap:
                 for _ in range(20):
                     c2.send_frames(c2.ifname, forged)
-                    time.sleep(0.05)
+                    time.sleep(0.05)  # pacing: the forgeries spread over a second, not a wait
                 seen = spread(t)
-                time.sleep(0.5)
+                # Until every forged answer has been counted (below: each exactly once).
+                T.wait_until(lambda: lb.ctl("neighbours")["answers"]["ignored_conflict"]
+                             - before["ignored_conflict"] >= 40,
+                             lambda: f"the 40 forged answers to be counted: {lb.ctl('neighbours')['answers']}",
+                             timeout=5)
             assert neighbour_mac(lb, b1.ipv4) == real, lb.ctl("neighbours")
             assert seen.get("b1", 0) > 0 and sum(seen.values()) == 48, seen
             # Nothing for the VIP reached the forger (frames to its MAC, encapsulated or not).
@@ -269,7 +273,22 @@ def test_reload_storm_moves_no_established_flow():
                                 s.close()
                 stop.set()
                 bg_thread.join(timeout=10)
-                time.sleep(0.5)  # every worker past its next sweep: retired snapshots released
+                # Until every worker is past its next sweep: the retired snapshots released, but
+                # one a worker may still hold until its next burst (asserted below).
+                scrapes: list[Metrics] = []
+
+                def released() -> Metrics | None:
+                    scrapes.append(lb.metrics())
+                    m = scrapes[-1]
+                    retained = m.value("spillway_snapshots_retained")
+                    done = retained <= 1 and m.value("spillway_snapshots_reclaimed_total") == (
+                        m.value("spillway_snapshots_published_total") - retained)
+                    return m if done else None
+
+                T.wait_until(released, lambda: "the retired snapshots to be released: " + ", ".join(
+                    f"{n} {scrapes[-1].value(n)}" for n in ("spillway_snapshots_published_total",
+                                                            "spillway_snapshots_reclaimed_total",
+                                                            "spillway_snapshots_retained")), timeout=5)
                 api(lb, "GET", "/v1/status")
                 m = lb.metrics()
                 rss1 = rss_kib(pid)
@@ -343,7 +362,7 @@ def test_syn_flood_from_outside_keeps_established_flows():
                         lost += len(socks) - len(got)
                         lost_by_round.append((round(time.monotonic() - t_start, 1), len(socks) - len(got)))
                         moved += sum(1 for k, b in got.items() if b != first[k])
-                        time.sleep(0.2)
+                        time.sleep(0.2)  # pacing: a round of the established flows every 0.2 s
                 finally:
                     out, _ = gen.communicate(timeout=60)
                     shutil.rmtree(Path("/var/run/dpdk") / prefix, ignore_errors=True)

@@ -79,6 +79,8 @@ def test_nobody_answers_arp_nd_for_the_vip(topo):
     with c2.socket(socket.AF_INET) as s4, c2.socket(socket.AF_INET6) as s6:
         s4.sendto(b"x", (T.VIP4, 9))
         s6.sendto(b"x", (T.VIP6, 9))
+        # A window in which nothing may answer (an answer that never comes cannot be waited
+        # for): longer than the 1 s between the kernel's ARP / ND retries.
         time.sleep(1.2)
     for v in (T.VIP4, T.VIP6):
         neigh = json.loads(c2.ip("-j", "neigh", "show", "to", v).stdout)

@@ -27,12 +27,14 @@ from pathlib import Path
 
 import pytest
 
+import topo as T
 from balancer import BIN, Metrics, needs_built
 
 TESTPMD = shutil.which("dpdk-testpmd")
 SPW_MAC = "02:53:57:00:00:01"
 PEER_MAC = "02:53:57:00:00:02"
 VIP = "198.18.0.100"
+BACKENDS = ["198.18.1.1", "198.18.1.2", "198.18.1.3", "198.18.1.4"]
 
 # Outside CI these skip (listed in the summary); in CI (CI set, or root) they fail instead
 # (strict_skips.py).
@@ -85,7 +87,7 @@ class Run:
                 "encapsulation": {"type": "IPIP"},
                 "backend_service": {"backends": [{
                     "group": "web-a", "zone": "zone-a",
-                    "endpoints": ["198.18.1.1", "198.18.1.2", "198.18.1.3", "198.18.1.4"],
+                    "endpoints": BACKENDS,
                 }]},
             }]
         return cfg
@@ -128,12 +130,15 @@ class Run:
                                      f"testpmd:\n{self.peer_output()[-2000:]}")
             time.sleep(0.05)
 
-    def metrics(self) -> Metrics:
+    def admin_get(self, path: str) -> str:
         sock = f"{self.dir}/admin.sock"
         r = subprocess.run(["curl", "-sS", "--fail", "-m", "5", "--unix-socket", sock,
-                            "http://localhost/metrics"], capture_output=True, text=True, timeout=10)
+                            f"http://localhost{path}"], capture_output=True, text=True, timeout=10)
         assert r.returncode == 0, f"admin API did not answer: {r.stderr}"
-        return Metrics(r.stdout)
+        return r.stdout
+
+    def metrics(self) -> Metrics:
+        return Metrics(self.admin_get("/metrics"))
 
     def stop_spillway(self) -> dict[str, int]:
         self.check_alive()
@@ -232,6 +237,7 @@ def test_peer_goes_away_ioforward(run):
         peer = run.start_peer(mode)
         if how == "early":
             # Gone while it starts up or connects (the memif handshake on Spillway's side).
+            # The random (seeded) moments here and below are what is tested, not waits.
             time.sleep(rng.uniform(0.1, 0.6))
             run.end_peer(peer, signal.SIGKILL)
             run.check_alive()
@@ -268,7 +274,7 @@ def test_spillway_stops_under_traffic(run):
         run.wait_counters(f"round {i}: traffic", lambda c: c[0] > rx0 + 1000)
         if i == 2:
             peer.kill()
-            time.sleep(rng.uniform(0.0, 0.01))
+            time.sleep(rng.uniform(0.0, 0.01))  # a random (seeded) moment, just after the kill
         final = run.stop_spillway()
         assert final["rx"] > 1000
         assert not run.sock.exists(), "the memif socket file outlived Spillway"
@@ -315,7 +321,15 @@ def test_peer_goes_away_balancer(run):
     cmd("start")
     # Resolved once an ARP reply has come back (Spillway asks every 500 ms until answered).
     run.wait_counters("ARP replies from the peer", lambda c: c[0] >= 4, timeout=20)
-    time.sleep(0.3)
+    # ... and in the table the worker uses once published: every backend, at the peer's MAC.
+    table: list = []
+
+    def published() -> bool:
+        run.check_alive()
+        table[:] = json.loads(run.admin_get("/v1/neighbours"))["neighbours"]
+        return {n["addr"] for n in table} >= set(BACKENDS)
+
+    T.wait_until(published, lambda: f"every backend in the published neighbour table: {table}", timeout=10)
     cmd("stop")
     cmd("set fwd txonly")
     for i, sig in enumerate([signal.SIGKILL, signal.SIGINT, signal.SIGKILL, signal.SIGKILL,

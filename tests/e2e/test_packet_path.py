@@ -310,10 +310,16 @@ def test_frag_needed_reaches_the_flows_backend():
             raw.bind((router, 0))
             raw.sendto(msg, (T.VIP4, 0))
         t.wait_decap(owner, {"inner_icmp": before[owner]["inner_icmp"] + 1})
-        time.sleep(0.3)
+        # The backend's kernel takes it: the path MTU to the client becomes 1280.
+        routes: list[str] = []
+
+        def lowered() -> str | None:
+            routes.append(t.backend(owner).run(["ip", "route", "get", c.ipv4, "from", T.VIP4]).stdout)
+            return routes[-1] if "mtu 1280" in routes[-1] else None
+
+        route = T.wait_until(lowered, lambda: f"{owner}'s path MTU to {c.ipv4} to be 1280: {routes[-1]!r}",
+                             timeout=5, poll=0.02)
         after = t.settled_decaps()
-        # The backend's kernel took it: the path MTU to the client is now 1280.
-        route = t.backend(owner).run(["ip", "route", "get", c.ipv4, "from", T.VIP4]).stdout
         for sock, *_ in conns:
             sock.close()
         final = lb.stop()
@@ -412,7 +418,17 @@ def test_malformed_frames_are_counted_and_forwarding_goes_on():
             for counter, fs in frames.items():
                 # Injected at the tap from the balancer host's side (no bridge, no IP stack).
                 sent[counter] += t.lb.send_frames(lb.tap, fs)
-        time.sleep(0.2)
+        # Until the balancer has counted them all (each exactly so, checked on its exit).
+        counted: dict[str, float] = {}
+
+        def all_counted() -> bool:
+            m = lb.metrics()
+            counted.update({c: m.value("spillway_dropped_packets_total", 0.0, reason=c.removeprefix("drop."))
+                            for c in sent})
+            return all(counted[c] >= n for c, n in sent.items())
+
+        T.wait_until(all_counted, lambda: f"the malformed frames to be counted: sent {dict(sent)}, counted {counted}",
+                     timeout=5)
         # Forwarding goes on: TCP and UDP through the VIP, and a ping to it.
         with c1.capture() as cap:
             curl(c1, T.VIP4)
@@ -426,17 +442,26 @@ def test_malformed_frames_are_counted_and_forwarding_goes_on():
 
 
 # ---- 7: ARP, ND and echo for the node's addresses only --------------------------------------------------
-def arp_probe(c: T.Client, targets: list[str], count: int = 2) -> dict[str, list[T.FrameInfo]]:
-    """Broadcast ARP requests from `c` for each target; the ARP replies each got."""
+def arp_probe(c: T.Client, answered: list[str], unanswered: list[str], count: int = 2) -> dict[str, list[T.FrameInfo]]:
+    """Broadcast `count` ARP requests from `c` for each target, wait until each of `answered`
+    has had `count` replies; the ARP replies each target got. For `unanswered` the capture's
+    settle time as it stops (0.2 s) is the window in which no reply may come."""
     me = c.mac_address
+    targets = [*answered, *unanswered]
+
+    def replies(frames: list[T.FrameInfo]) -> dict[str, list[T.FrameInfo]]:
+        return {ip: [f for f in frames if not f.outgoing and f.arp_op == 2 and f.src == ip
+                     and f.dst_mac == me] for ip in targets}
+
     with c.capture() as cap:
         frames = [T.ether("ff:ff:ff:ff:ff:ff", me, T.ETH_P_ARP, T.arp(1, me, c.ipv4, ip)) for ip in targets]
         for _ in range(count):
             c.send_frames(c.ifname, frames)
-            time.sleep(0.05)
-        time.sleep(0.3)
-    return {ip: [f for f in cap.frames if not f.outgoing and f.arp_op == 2 and f.src == ip
-                 and f.dst_mac == me] for ip in targets}
+        T.wait_until(lambda: all(len(replies(cap.snapshot())[ip]) >= count for ip in answered),
+                     lambda: f"{count} ARP replies for each of {answered}: "
+                             f"{ {ip: len(r) for ip, r in replies(cap.snapshot()).items()} }",
+                     timeout=5, poll=0.02)
+    return replies(cap.frames)
 
 
 def test_answers_arp_nd_and_echo_for_its_addresses_only():
@@ -447,7 +472,7 @@ def test_answers_arp_nd_and_echo_for_its_addresses_only():
             lb.wait_ready(t.clients[0])
             c1, c2 = t.client("c1"), t.client("c2")
             mac = lb.port_mac
-            replies = arp_probe(c1, [T.VIP4, T.LB_NODE_V4, unknown4])
+            replies = arp_probe(c1, [T.VIP4, T.LB_NODE_V4], [unknown4])
             pings = {addr: c.run(["ping", "-c", "2", "-i", "0.2", "-W", "1", addr], check=False)
                      for c in (c1, c2) for addr in (T.VIP4, T.LB_NODE_V4, T.VIP6, T.LB_NODE_V6)}
             lost = {addr: c1.run(["ping", "-c", "1", "-W", "1", addr], check=False)

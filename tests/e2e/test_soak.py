@@ -179,7 +179,7 @@ def test_soak_mixed_traffic_flaps_reloads_and_a_slow_admin_client():
                         for s in socks:
                             s.close()
                     api(lb, "GET", "/v1/status")
-                    time.sleep(0.5)
+                    time.sleep(0.5)  # pacing: half a second between rounds of fresh flows
             finally:
                 stop.set()
                 slow_thread.join(timeout=15)

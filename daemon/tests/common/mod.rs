@@ -190,19 +190,31 @@ impl Spillway {
 
     /// Waits for a stdout line containing `needle`; panics after `timeout`.
     pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
+        self.wait_for_line(&format!("no line containing {needle:?}"), timeout, |line| {
+            line.contains(needle)
+        })
+    }
+
+    /// Waits for a stdout line for which `done` (called with each new line) returns true, and
+    /// returns it; after `timeout` panics: "spillway printed `what`", and stdout so far.
+    pub fn wait_for_line(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut done: impl FnMut(&str) -> bool,
+    ) -> String {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) => {
                     self.stdout.push(line.clone());
-                    if line.contains(needle) {
+                    if done(&line) {
                         return line;
                     }
                 }
                 Err(_) => panic!(
-                    "spillway printed no line containing {needle:?} within {timeout:?}; \
-                     stdout so far: {:?}",
+                    "spillway printed {what} within {timeout:?}; stdout so far: {:?}",
                     self.stdout
                 ),
             }
