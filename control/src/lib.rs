@@ -6,6 +6,7 @@ pub mod announcer;
 pub mod api;
 pub mod config;
 pub mod controller;
+pub mod ctl;
 pub mod fleet;
 pub mod health;
 pub mod metrics;

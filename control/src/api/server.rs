@@ -18,7 +18,10 @@
 //!   connections at once (more are closed at once). Malformed JSON, unknown paths and bad
 //!   addresses in paths are `400`/`404` with a JSON error, as everywhere in the API.
 
-use super::{metrics, router, Api, ApiError, HttpError, Listen};
+use super::error::HttpError;
+use super::handlers::metrics;
+use super::routes::{router, Api};
+use super::{ApiError, Listen};
 use crate::config::AdminConfig;
 use crate::controller::Controller;
 use crate::view::DataplaneView;
