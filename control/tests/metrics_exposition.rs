@@ -236,6 +236,13 @@ async fn the_exposition_of_a_representative_state_is_exactly_the_expected_text()
     let c = Mutex::new(c);
     let text = spillway_control::metrics::render(&c, &v).expect("render");
     let expected = include_str!("expected/metrics.txt");
+    // `SPILLWAY_BLESS=1` writes the new text in place of the expected one, for a change that
+    // means to change the exposition (review the diff before committing it).
+    if std::env::var_os("SPILLWAY_BLESS").is_some() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/expected/metrics.txt");
+        std::fs::write(path, &text).expect("write the expected text");
+        return;
+    }
     if text != expected {
         let first = text
             .lines()

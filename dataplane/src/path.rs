@@ -307,16 +307,7 @@ impl<'s> Lane<'s> {
     /// The packet's flow fields, from its key (all a tracked entry's validity depends on).
     #[inline(always)]
     fn info(&self) -> PacketInfo {
-        PacketInfo {
-            src: self.key.src,
-            dst: self.key.dst,
-            proto: self.key.proto,
-            sport: self.key.sport,
-            dport: self.key.dport,
-            fragment: false,
-            tcp_flags: 0,
-            icmp_error: false,
-        }
+        self.key.packet_info()
     }
 
     /// The general way for a packet the short way could not send (no entry where the hint

@@ -23,6 +23,20 @@ use crate::time::Time;
 /// Entry flag: the entry was made while its backend was already unhealthy (CP-5).
 pub const FLAG_CREATED_UNHEALTHY: u8 = 0x01;
 
+/// The epoch of an entry received from a peer instance (fleet sync, FS-2) and not yet used
+/// here. It is never a service's flush epoch ([`next_epoch`] skips it), so [`judge`] refuses
+/// such an entry as it refuses a flushed one, and its first packet takes the full decision,
+/// where the takeover rule (FS-3) applies: the established path pays nothing for it.
+pub const SYNCED_EPOCH: u32 = u32::MAX;
+
+/// The flush epoch after `epoch` (FO-9): one more, never [`SYNCED_EPOCH`].
+pub fn next_epoch(epoch: u32) -> u32 {
+    match epoch.wrapping_add(1) {
+        SYNCED_EPOCH => 0,
+        e => e,
+    }
+}
+
 /// Why a packet was forwarded where it was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ForwardReason {
@@ -38,6 +52,9 @@ pub enum ForwardReason {
     ReplacedFlushed,
     /// The entry's backend became unhealthy and the entry does not persist (CP).
     ReplacedUnhealthy,
+    /// A peer's entry (fleet sync) was found and its backend is still a valid choice: the
+    /// connection continues on it here, and the entry is now this instance's (FS-3).
+    SyncTakeover,
 }
 
 /// Why a packet was dropped by the decision core.
@@ -84,13 +101,14 @@ pub struct Decision {
 
 impl ForwardReason {
     /// Every value, for counter tables.
-    pub const ALL: [ForwardReason; 6] = [
+    pub const ALL: [ForwardReason; 7] = [
         ForwardReason::NewConnection,
         ForwardReason::ConntrackHit,
         ForwardReason::ReplacedExpired,
         ForwardReason::ReplacedDrained,
         ForwardReason::ReplacedFlushed,
         ForwardReason::ReplacedUnhealthy,
+        ForwardReason::SyncTakeover,
     ];
 
     /// The name used in simulate output and metric labels.
@@ -102,12 +120,14 @@ impl ForwardReason {
             ForwardReason::ReplacedDrained => "replaced_drained",
             ForwardReason::ReplacedFlushed => "replaced_flushed",
             ForwardReason::ReplacedUnhealthy => "replaced_unhealthy",
+            ForwardReason::SyncTakeover => "sync_takeover",
         }
     }
 
-    /// True when the decision made a new connection entry (counted as a new connection).
+    /// True when the decision made a new connection entry (counted as a new connection): not
+    /// a hit, nor a connection taken over from a peer (FS-3).
     pub fn is_new(self) -> bool {
-        self != ForwardReason::ConntrackHit
+        !matches!(self, ForwardReason::ConntrackHit | ForwardReason::SyncTakeover)
     }
 }
 
@@ -240,6 +260,21 @@ pub fn decide_prepared(
                         backend,
                         reason: ForwardReason::ConntrackHit,
                     });
+                }
+                Err(_) if entry.value.epoch == SYNCED_EPOCH => {
+                    if let Some(backend) = take_over(shard, slot, &entry, svc, snap, p, now) {
+                        return Decision {
+                            tracked: true,
+                            ..decision(Verdict::Forward {
+                                backend,
+                                reason: ForwardReason::SyncTakeover,
+                            })
+                        };
+                    }
+                    let reason = judge(&local(&entry.value, svc), entry.idle_ms, svc, snap, p, now)
+                        .err()
+                        .unwrap_or(ForwardReason::ReplacedFlushed);
+                    stale = Some((slot, reason, BackendRef::from_u32(entry.value.backend).slot))
                 }
                 Err(reason) => {
                     stale = Some((slot, reason, BackendRef::from_u32(entry.value.backend).slot))
@@ -421,6 +456,56 @@ fn judge_unhealthy(
     }
 }
 
+/// A peer's entry as this instance's: the service's own flush epoch (FS-3).
+fn local(value: &EntryValue, svc: &ServiceView) -> EntryValue {
+    EntryValue { epoch: svc.epoch, ..*value }
+}
+
+/// FS-3: a peer's entry (its epoch [`SYNCED_EPOCH`]) found by a packet here. Judged as an
+/// entry of this instance would be (CT-13's order: idle timeout, draining, persistence on
+/// unhealthy backends); when valid, it becomes this instance's entry (this service's epoch,
+/// its idle clock restarted) and the packet goes to its backend. Out of line: once per
+/// connection taken over.
+#[cold]
+#[inline(never)]
+fn take_over(
+    shard: &mut Shard,
+    slot: conntrack::Slot,
+    entry: &conntrack::Entry,
+    svc: &ServiceView,
+    snap: &Snapshot,
+    p: &PacketInfo,
+    now: Time,
+) -> Option<u16> {
+    let value = local(&entry.value, svc);
+    let backend = judge(&value, entry.idle_ms, svc, snap, p, now).ok()?;
+    if !p.icmp_error {
+        shard.replace(slot, value, now);
+    }
+    Some(backend)
+}
+
+/// FS-1: is this instance's entry *at risk*, that is, valid and pointing at a backend other
+/// than the one a new connection with its key would get now? Only such entries need a peer's
+/// copy: for any other, a peer that receives the flow picks the same backend by the hash
+/// (CH-1). A peer's entry not yet used here ([`SYNCED_EPOCH`]) is judged as if it were this
+/// instance's. `info` is the packet the key was made from, rebuilt from the key's fields.
+pub fn at_risk(
+    key: &FlowKey,
+    value: &EntryValue,
+    idle_ms: u64,
+    snap: &Snapshot,
+    now: Time,
+) -> bool {
+    let Some(svc) = snap.service(key.service) else { return false };
+    let p = key.packet_info();
+    let value = if value.epoch == SYNCED_EPOCH { local(value, svc) } else { *value };
+    match judge(&value, idle_ms, svc, snap, &p, now) {
+        Ok(backend) => select_new(&p, svc, snap).1 != Some(backend),
+        Err(_) => false,
+    }
+}
+
 /// True when an entry can be removed by the sweep: whatever packet comes next, it is invalid
 /// (its service is gone, or it expired, was drained or was flushed). Entries that are only
 /// invalid for some packets (CP-5) are left for the next packet to replace.
@@ -432,7 +517,9 @@ pub fn is_reclaimable(
     now: Time,
 ) -> bool {
     let Some(svc) = snap.service(key_service) else { return true };
-    if idle_ms >= svc.idle_timeout_ms || value.epoch != svc.epoch {
+    // A peer's entry not yet used here is reclaimed by its idle time and backend only (FS-2).
+    let flushed = value.epoch != svc.epoch && value.epoch != SYNCED_EPOCH;
+    if idle_ms >= svc.idle_timeout_ms || flushed {
         return true;
     }
     let r = BackendRef::from_u32(value.backend);

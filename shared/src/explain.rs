@@ -3,8 +3,8 @@
 //! pieces as [`crate::decide::decide`] (rule match, [`judge`], [`select`]), so it cannot
 //! disagree with the workers.
 
-use crate::conntrack::{key_hash, Entry};
-use crate::decide::{judge, select, ForwardReason};
+use crate::conntrack::{key_hash, Entry, EntryValue};
+use crate::decide::{judge, select, ForwardReason, SYNCED_EPOCH};
 use crate::eligible::EligibleKind;
 use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowKey, PacketInfo};
 use crate::model::Endpoint;
@@ -84,12 +84,17 @@ pub fn explain(p: &PacketInfo, snap: &Snapshot, entry: Option<&Entry>, now: Time
     let mut stale = None;
     if let (Some(e), false) = (entry, x.new_connection_syn) {
         x.entry_backend = endpoint(BackendRef::from_u32(e.value.backend).slot);
-        let verdict = judge(&e.value, e.idle_ms, svc, snap, p, now);
+        // A peer's entry not used here yet is judged as this instance's (FS-3).
+        let peers = e.value.epoch == SYNCED_EPOCH;
+        let value = if peers { EntryValue { epoch: svc.epoch, ..e.value } } else { e.value };
+        let verdict = judge(&value, e.idle_ms, svc, snap, p, now);
         x.entry_valid = Some(verdict.map(|_| ()));
         match verdict {
             Ok(slot) => {
                 x.backend = endpoint(slot);
-                x.reason = ForwardReason::ConntrackHit.as_str();
+                let reason =
+                    if peers { ForwardReason::SyncTakeover } else { ForwardReason::ConntrackHit };
+                x.reason = reason.as_str();
                 return x;
             }
             Err(r) => stale = Some(r),

@@ -182,6 +182,23 @@ impl FlowKey {
         self
     }
 
+    /// The flow fields of a packet this key could have been made from (the key's addresses,
+    /// ports and protocol; no flags): what the decision's selection reads of a tracked
+    /// connection that has no packet at hand (FS-1).
+    #[inline(always)]
+    pub fn packet_info(&self) -> PacketInfo {
+        PacketInfo {
+            src: self.src,
+            dst: self.dst,
+            proto: self.proto,
+            sport: self.sport,
+            dport: self.dport,
+            fragment: false,
+            tcp_flags: 0,
+            icmp_error: false,
+        }
+    }
+
     /// The key with its service id set.
     #[inline]
     pub fn with_service(mut self, service: u16) -> FlowKey {

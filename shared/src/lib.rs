@@ -31,6 +31,7 @@ pub mod lpm;
 pub mod maglev;
 pub mod mailbox;
 pub mod model;
+pub mod peer;
 pub mod policy;
 pub mod publish;
 pub mod rng;

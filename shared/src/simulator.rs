@@ -13,6 +13,7 @@ use crate::decide::{decide, Decision};
 use crate::eligible::EligibleKind;
 use crate::flow::{proto, tcp_flags, PacketInfo};
 use crate::model::{BackendKey, Endpoint, Model, Ports, RuleDest, RuleProtocol, ZoneId};
+use crate::peer::{self, Installed, PeerEntry, PeerIndex};
 use crate::snapshot::Snapshot;
 use crate::state::{ModelChange, PolicyState, StateError};
 use crate::time::Time;
@@ -468,6 +469,25 @@ impl Simulator {
     pub fn with_state(&mut self, f: impl FnOnce(&mut PolicyState)) {
         f(&mut self.state);
         self.rebuild();
+    }
+
+    /// This instance's entries at risk, as its peers receive them (FS-1).
+    pub fn entries_at_risk(&self) -> Vec<PeerEntry> {
+        self.shard
+            .iter(self.now)
+            .filter_map(|(_, e)| {
+                peer::export_at_risk(&e.key, &e.value, e.idle_ms, &self.snapshot, self.now)
+            })
+            .collect()
+    }
+
+    /// Store peers' entries in this instance's table (FS-2, FS-4): what became of each.
+    pub fn install_peer_entries(&mut self, entries: &[PeerEntry]) -> Vec<Installed> {
+        let index = PeerIndex::of(&self.snapshot);
+        entries
+            .iter()
+            .map(|e| peer::install(&mut self.shard, e, &index, &self.snapshot, self.now))
+            .collect()
     }
 
     /// Rebuild the snapshot at the current virtual time (e.g. after [`Self::advance`]).

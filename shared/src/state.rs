@@ -444,7 +444,7 @@ impl PolicyState {
                     && svc.has_failover_groups()
                     && svc.failover.disable_connection_drain_on_failover
                 {
-                    st.epoch = st.epoch.wrapping_add(1);
+                    st.epoch = crate::decide::next_epoch(st.epoch);
                 }
                 st.last_side = Some(side);
             }

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 /// Rule families (docs/spec.md, "Rule ids").
-const PREFIXES: &[&str] = &["FR", "SA", "CT", "CP", "CD", "FO", "ZA", "CH", "HC", "AL", "NX"];
+const PREFIXES: &[&str] = &["FR", "SA", "CT", "CP", "CD", "FO", "FS", "ZA", "CH", "HC", "AL", "NX"];
 
 /// File types searched for citations.
 const CITING_EXTENSIONS: &[&str] = &["rs", "py", "md", "yaml", "yml", "sh"];

@@ -135,6 +135,29 @@ impl Shard {
         }
     }
 
+    /// Store `key -> value` as last seen at `seen` only if the key is absent and a way is free
+    /// without evicting anyone (a move that makes room is made): what a caller that must never
+    /// displace another entry uses (a peer's entry, FS-2). `None` when the key is present or
+    /// both candidate buckets are full; nothing changed then.
+    pub fn insert_absent(
+        &mut self,
+        key: &FlowKey,
+        hash: u64,
+        value: EntryValue,
+        seen: Time,
+    ) -> Option<Slot> {
+        if self.find(key, hash).is_some() {
+            return None;
+        }
+        match self.try_insert(key, hash, value, seen) {
+            Ok(out) => Some(out.slot),
+            Err(Crowded { primary, .. }) => {
+                self.mark_full(primary);
+                None
+            }
+        }
+    }
+
     /// [`Shard::insert`] short of an eviction: the key updated in place, or stored in a free
     /// way of either candidate bucket, or in the way a move out of the full primary left; else
     /// both buckets full and nothing able to move, `Err` with what the eviction needs.

@@ -1,0 +1,180 @@
+//! Entries shared with the other instances of a fleet (FS): which of this instance's entries
+//! a peer needs (FS-1), how a peer's entry is stored here (FS-2, FS-4), and, in
+//! [`crate::decide`], how a packet takes it over (FS-3).
+//!
+//! Instances agree on services and backends by what they are, not by this instance's ids and
+//! slots: a [`PeerEntry`] names its service by [`service_identity`] (of the configured name)
+//! and its backend by address and port. [`PeerIndex`] maps those back to this instance's ids
+//! and slots, built once per snapshot.
+
+use hashbrown::HashMap;
+
+use crate::conntrack::{key_hash, EntryValue, Shard};
+use crate::decide::{at_risk, SYNCED_EPOCH};
+use crate::flow::FlowKey;
+use crate::model::Endpoint;
+use crate::snapshot::{BackendRef, BackendStatus, Snapshot};
+use crate::time::Time;
+
+/// An entry as instances exchange it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerEntry {
+    /// The tracking key with service 0 (service ids are this instance's own).
+    pub key: FlowKey,
+    /// The service, by [`service_identity`] of its name.
+    pub service: u64,
+    /// The backend the connection is pinned to.
+    pub backend: Endpoint,
+    /// Milliseconds since the entry's last packet, when it was sent.
+    pub idle_ms: u32,
+    /// The entry's flags (CP-5).
+    pub flags: u8,
+}
+
+/// A service's identity across instances: a hash of its configured name, the same on every
+/// instance of any version.
+pub fn service_identity(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(name.as_bytes(), 0x5350_4c57_5359_4e43)
+}
+
+/// What [`install`] did with a peer's entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Installed {
+    /// Stored: a connection that reaches this instance continues on its backend (FS-3).
+    New,
+    /// A copy already here (a peer's, not used yet) had its idle time brought up to date.
+    Refreshed,
+    /// This instance has its own entry for the key: kept, the peer's ignored (FS-4).
+    KeptLocal,
+    /// No service here has that identity (a configuration that differs).
+    UnknownService,
+    /// The service here has no such backend, or it is no longer live (removed, drained).
+    UnknownBackend,
+    /// Both candidate buckets are full: a peer's entry never evicts one (FS-2).
+    TableFull,
+}
+
+impl Installed {
+    /// Every value, for counter tables.
+    pub const ALL: [Installed; 6] = [
+        Installed::New,
+        Installed::Refreshed,
+        Installed::KeptLocal,
+        Installed::UnknownService,
+        Installed::UnknownBackend,
+        Installed::TableFull,
+    ];
+
+    /// The name used in metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Installed::New => "installed",
+            Installed::Refreshed => "refreshed",
+            Installed::KeptLocal => "kept_local",
+            Installed::UnknownService => "unknown_service",
+            Installed::UnknownBackend => "unknown_backend",
+            Installed::TableFull => "table_full",
+        }
+    }
+}
+
+/// One snapshot's services and backends by identity, to install peers' entries.
+#[derive(Debug, Default)]
+pub struct PeerIndex {
+    services: HashMap<u64, u16>,
+    backends: HashMap<(u16, Endpoint), BackendRef>,
+}
+
+impl PeerIndex {
+    /// The index of `snap`: every service by identity, every backend slot that is not free
+    /// by (service, endpoint).
+    pub fn of(snap: &Snapshot) -> PeerIndex {
+        let services = snap.services().map(|s| (service_identity(&s.name), s.id)).collect();
+        let backends = snap
+            .backends
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.status != BackendStatus::Free)
+            .map(|(slot, b)| {
+                let r = BackendRef { slot: slot as u16, gen: b.gen };
+                ((b.service, b.endpoint), r)
+            })
+            .collect();
+        PeerIndex { services, backends }
+    }
+}
+
+/// This instance's entry as peers see it, if it is at risk (FS-1): valid, and pinned to a
+/// backend other than the one a new connection with its key would get now.
+pub fn export_at_risk(
+    key: &FlowKey,
+    value: &EntryValue,
+    idle_ms: u64,
+    snap: &Snapshot,
+    now: Time,
+) -> Option<PeerEntry> {
+    if !at_risk(key, value, idle_ms, snap, now) {
+        return None;
+    }
+    export(key, value, idle_ms, snap)
+}
+
+/// Any entry as peers see it (the table file of a restart keeps every entry); `None` when its
+/// service or backend slot is gone.
+pub fn export(
+    key: &FlowKey,
+    value: &EntryValue,
+    idle_ms: u64,
+    snap: &Snapshot,
+) -> Option<PeerEntry> {
+    let svc = snap.service(key.service)?;
+    let r = BackendRef::from_u32(value.backend);
+    let b = snap.backend(r.slot).filter(|b| b.gen == r.gen && b.service == svc.id)?;
+    Some(PeerEntry {
+        key: key.with_service(0),
+        service: service_identity(&svc.name),
+        backend: b.endpoint,
+        idle_ms: u32::try_from(idle_ms).unwrap_or(u32::MAX),
+        flags: value.flags,
+    })
+}
+
+/// Store a peer's entry in this instance's table (FS-2): with its idle time as sent, marked
+/// as a peer's ([`SYNCED_EPOCH`]), never evicting an entry and never replacing this
+/// instance's own (FS-4); a copy of a peer's entry already here is refreshed.
+pub fn install(
+    shard: &mut Shard,
+    entry: &PeerEntry,
+    index: &PeerIndex,
+    snap: &Snapshot,
+    now: Time,
+) -> Installed {
+    let Some(&service) = index.services.get(&entry.service) else {
+        return Installed::UnknownService;
+    };
+    let Some(&r) = index.backends.get(&(service, entry.backend)) else {
+        return Installed::UnknownBackend;
+    };
+    if !snap.backend(r.slot).is_some_and(|b| b.gen == r.gen && b.is_live(now)) {
+        return Installed::UnknownBackend;
+    }
+    let key = entry.key.with_service(service);
+    let hash = key_hash(&key);
+    let value = EntryValue { backend: r.to_u32(), epoch: SYNCED_EPOCH, flags: entry.flags };
+    let seen = Time(now.as_millis().saturating_sub(u64::from(entry.idle_ms)));
+    if let Some(slot) = shard.find(&key, hash) {
+        let here = shard.get(slot, now);
+        if here.value.epoch != SYNCED_EPOCH {
+            return Installed::KeptLocal;
+        }
+        // The newer of the two copies: a refresh never makes an entry look older.
+        if u64::from(entry.idle_ms) < here.idle_ms {
+            shard.replace(slot, value, seen);
+        }
+        return Installed::Refreshed;
+    }
+    match shard.insert_absent(&key, hash, value, seen) {
+        Some(_) => Installed::New,
+        None => Installed::TableFull,
+    }
+}

@@ -1,0 +1,224 @@
+//! The fleet-sync rules (docs/spec.md section 2.7, FS): which entries an instance shares, how a
+//! peer stores them, and how a connection that moves to that peer continues on its backend.
+//! Two simulated instances with the same configuration stand for two instances of a fleet;
+//! what a connection does on the second is checked against what it did on the first.
+
+mod common;
+use common::*;
+use spillway_core::model::Model;
+use spillway_core::peer::{Installed, PeerEntry};
+use spillway_core::policy::Persistence;
+use spillway_core::simulator::Simulator;
+use std::time::Duration;
+
+const CLIENTS: [&str; 4] = ["198.18.10.1", "198.18.10.2", "198.18.20.7", "198.18.40.9"];
+
+/// Service `web` with four backends in zone-a, and `f` applied to it.
+fn four(f: impl FnOnce(&mut spillway_core::model::Service)) -> Model {
+    model_with(|m| {
+        let mut s = web(vec![group(
+            m,
+            "g",
+            "zone-a",
+            false,
+            &["198.18.1.1", "198.18.1.2", "198.18.1.3", "198.18.1.4"],
+        )]);
+        f(&mut s);
+        s
+    })
+}
+
+/// The connections of the tests: (client, port), 240 of them.
+fn flows() -> Vec<(&'static str, u16)> {
+    CLIENTS.iter().flat_map(|&c| (0..60).map(move |i| (c, 20_000 + i))).collect()
+}
+
+/// An instance with every flow open (a SYN each): the backend each reached.
+fn opened(m: Model) -> (Simulator, Vec<String>) {
+    let mut s = sim(m);
+    let reached = flows().iter().map(|&(c, p)| backend(&s.packet(&syn(c, p)))).collect();
+    (s, reached)
+}
+
+/// A fifth backend added by a reload, on a running instance.
+fn add_fifth(s: &mut Simulator) {
+    s.add_backend("web", "g", ep("198.18.1.5")).unwrap();
+}
+
+#[test]
+fn fs_1_only_entries_pinned_elsewhere_than_the_current_table_are_at_risk() {
+    let (mut a, reached) = opened(four(|_| {}));
+    // Before any change, no entry is at risk: a peer picks the same backends by the hash.
+    assert!(a.entries_at_risk().is_empty());
+    add_fifth(&mut a);
+    // After it: the entries whose flow a new instance with the new table would send elsewhere,
+    // asked of an instance that has the new configuration and no entries.
+    let mut fresh = sim(four(|_| {}));
+    add_fifth(&mut fresh);
+    let moved: Vec<(&str, u16)> = flows()
+        .into_iter()
+        .zip(&reached)
+        .filter(|&((c, p), was)| backend(&fresh.packet(&syn(c, p))) != *was)
+        .map(|(f, _)| f)
+        .collect();
+    let at_risk = a.entries_at_risk();
+    let mut named: Vec<(String, u16)> =
+        at_risk.iter().map(|e| (e.key.src.to_string(), e.key.sport)).collect();
+    named.sort();
+    let mut want: Vec<(String, u16)> = moved.iter().map(|&(c, p)| (c.to_string(), p)).collect();
+    want.sort();
+    assert_eq!(named, want);
+    // About a fifth of them (CH-2), each with the backend it is pinned to.
+    assert!((20..=90).contains(&at_risk.len()), "{} of 240 at risk", at_risk.len());
+    for e in &at_risk {
+        let i = flows().iter().position(|&(c, p)| c == e.key.src.to_string() && p == e.key.sport);
+        assert_eq!(e.backend.addr.to_string(), reached[i.unwrap()]);
+    }
+}
+
+/// Instance `a` with every flow open, then the fifth backend; instance `b` with the new
+/// configuration from the start, and `a`'s entries at risk installed.
+fn pair() -> (Simulator, Vec<String>, Simulator, Vec<PeerEntry>) {
+    let (mut a, reached) = opened(four(|_| {}));
+    add_fifth(&mut a);
+    let mut b = sim(four(|_| {}));
+    add_fifth(&mut b);
+    let shared = a.entries_at_risk();
+    (a, reached, b, shared)
+}
+
+#[test]
+fn fs_2_fs_3_a_connection_that_moves_to_a_peer_keeps_its_backend() {
+    let (_, reached, mut b, shared) = pair();
+    // Without the peer's entries, the at-risk connections would change backend on `b`.
+    let mut bare = sim(four(|_| {}));
+    add_fifth(&mut bare);
+    let changed = flows()
+        .iter()
+        .zip(&reached)
+        .filter(|&(&(c, p), was)| backend(&bare.packet(&ack(c, p))) != *was)
+        .count();
+    assert_eq!(changed, shared.len());
+    // With them: every connection reaches the backend it started on.
+    let got = b.install_peer_entries(&shared);
+    assert!(got.iter().all(|&i| i == Installed::New), "{got:?}");
+    for (&(c, p), was) in flows().iter().zip(&reached) {
+        let o = b.packet(&ack(c, p));
+        assert_eq!(backend(&o), *was, "{c}:{p}");
+        let taken = shared.iter().any(|e| e.key.src.to_string() == c && e.key.sport == p);
+        assert_eq!(reason(&o), if taken { "sync_takeover" } else { "new_connection" });
+        // The entry is now `b`'s own: the next packet is an ordinary hit.
+        assert_eq!(reason(&b.packet(&ack(c, p))), "conntrack_hit");
+    }
+}
+
+#[test]
+fn fs_2_a_peers_entry_keeps_its_idle_time_and_expires_unless_refreshed() {
+    let (_, _, mut b, mut shared) = pair();
+    let e = &mut shared[0];
+    let (c, p) = (e.key.src.to_string(), e.key.sport);
+    // Idle for 599 s of the 600 s timeout when sent (to an instance up for longer than that).
+    e.idle_ms = 599_000;
+    b.advance(Duration::from_secs(1000));
+    assert_eq!(b.install_peer_entries(&shared[..1]), [Installed::New]);
+    b.advance(Duration::from_secs(2));
+    assert_eq!(reason(&b.packet(&ack(&c, p))), "replaced_expired");
+    // Refreshed in time (the peer sends it again while the connection lives there): kept.
+    let (_, _, mut b, mut shared) = pair();
+    shared[0].idle_ms = 599_000;
+    b.advance(Duration::from_secs(1000));
+    b.install_peer_entries(&shared[..1]);
+    b.advance(Duration::from_millis(500));
+    shared[0].idle_ms = 10;
+    assert_eq!(b.install_peer_entries(&shared[..1]), [Installed::Refreshed]);
+    b.advance(Duration::from_secs(2));
+    let o = b.packet(&ack(&shared[0].key.src.to_string(), shared[0].key.sport));
+    assert_eq!((reason(&o), o.backend), ("sync_takeover", Some(shared[0].backend)));
+}
+
+#[test]
+fn fs_2_a_peers_entry_never_evicts_one() {
+    let (_, _, _, shared) = pair();
+    // One bucket of sixteen, full of `b`'s own connections.
+    let mut m = four(|_| {});
+    let mut b = Simulator::with_capacity(m.clone(), 16).unwrap();
+    b.add_backend("web", "g", ep("198.18.1.5")).unwrap();
+    for i in 0..16 {
+        b.packet(&syn("198.18.30.1", 30_000 + i));
+    }
+    let mine = b.shard().len();
+    let got = b.install_peer_entries(&shared);
+    assert!(got.iter().all(|&i| i == Installed::TableFull), "{got:?}");
+    assert_eq!(b.shard().len(), mine);
+    for i in 0..16 {
+        assert_eq!(reason(&b.packet(&ack("198.18.30.1", 30_000 + i))), "conntrack_hit");
+    }
+    // A configuration without the service: nothing stored either.
+    m.services.clear();
+    let mut other = sim(m);
+    assert!(other.install_peer_entries(&shared).iter().all(|&i| i == Installed::UnknownService));
+}
+
+#[test]
+fn fs_3_a_peers_entry_follows_the_draining_and_persistence_rules() {
+    // Its backend removed without draining (CD-2): not taken over; a new backend by the hash.
+    let (_, _, mut b, shared) = pair();
+    let e = shared[0];
+    let (c, p) = (e.key.src.to_string(), e.key.sport);
+    b.install_peer_entries(&[e]);
+    b.remove_backend("web", e.backend.addr).unwrap();
+    let o = b.packet(&ack(&c, p));
+    assert_eq!(reason(&o), "replaced_drained");
+    assert_ne!(o.backend, Some(e.backend));
+    // With draining (CD-3): taken over until the deadline.
+    let draining = |s: &mut spillway_core::model::Service| s.draining_timeout_secs = 30;
+    let (mut a, _) = opened(four(draining));
+    add_fifth(&mut a);
+    let mut b = sim(four(draining));
+    add_fifth(&mut b);
+    let e = a.entries_at_risk()[0];
+    let (c, p) = (e.key.src.to_string(), e.key.sport);
+    b.install_peer_entries(&[e]);
+    b.remove_backend("web", e.backend.addr).unwrap();
+    let o = b.packet(&ack(&c, p));
+    assert_eq!((reason(&o), o.backend), ("sync_takeover", Some(e.backend)));
+    // Unhealthy backend: TCP persists by default (CP-1); not with NEVER_PERSIST (CP-2).
+    for (persistence, want) in
+        [(Persistence::DefaultForProtocol, "sync_takeover"), (Persistence::NeverPersist, "x")]
+    {
+        let with = |s: &mut spillway_core::model::Service| s.persistence = persistence;
+        let (mut a, _) = opened(four(with));
+        add_fifth(&mut a);
+        let mut b = sim(four(with));
+        add_fifth(&mut b);
+        let e = a.entries_at_risk()[0];
+        b.install_peer_entries(&[e]);
+        b.set_health_by_addr(e.backend.addr, false);
+        let o = b.packet(&ack(&e.key.src.to_string(), e.key.sport));
+        let want = if want == "x" { "replaced_unhealthy" } else { want };
+        assert_eq!(reason(&o), want, "{persistence:?}");
+    }
+}
+
+#[test]
+fn fs_3_a_new_connection_syn_replaces_a_peers_entry() {
+    let (_, _, mut b, shared) = pair();
+    let e = shared[0];
+    b.install_peer_entries(&[e]);
+    // CT-2: a SYN of the same 5-tuple is a new connection, by the hash.
+    let o = b.packet(&syn(&e.key.src.to_string(), e.key.sport));
+    assert_eq!(reason(&o), "new_connection");
+    assert_ne!(o.backend, Some(e.backend), "the entry was at risk: the hash picks another");
+}
+
+#[test]
+fn fs_4_an_instances_own_entry_wins_over_a_peers() {
+    let (_, _, mut b, shared) = pair();
+    let e = shared[0];
+    let (c, p) = (e.key.src.to_string(), e.key.sport);
+    // `b` saw this connection start itself (its own entry, by its table).
+    let own = b.packet(&syn(&c, p)).backend;
+    assert_eq!(b.install_peer_entries(&[e]), [Installed::KeptLocal]);
+    let o = b.packet(&ack(&c, p));
+    assert_eq!((reason(&o), o.backend), ("conntrack_hit", own));
+}
