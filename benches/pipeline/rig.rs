@@ -158,6 +158,7 @@ impl<'p> Rig<'p> {
             node: fixture::node(true),
             origin: Instant::now(),
             kernel: None,
+            sync: None,
         }
     }
 

@@ -258,6 +258,7 @@ fn run_config(
                     to_kernel: Arc::clone(&to_kernel[i]),
                     from_kernel: (i == 0).then(|| Arc::clone(&from_kernel)),
                 }),
+                sync: None,
             });
             Worker::new(i, lcores[i], q, params, &counters[i], balancer)
         })

@@ -22,5 +22,6 @@ pub mod outbox;
 pub mod path;
 pub mod setup;
 pub mod stats;
+pub mod sync;
 pub mod vecbuf;
 pub mod worker;

@@ -35,6 +35,7 @@ use crate::neighbour::{NeighbourEvents, NeighbourReader, NextHopCache};
 use crate::node::Node;
 use crate::outbox::Outbox;
 use crate::path::{self, Outcome, PacketBuf, PathCtx};
+use crate::sync::WorkerSync;
 
 // A received burst fits the staged path's arrays.
 const _: () = assert!(path::MAX_BURST == dpdk::MAX_BURST);
@@ -138,6 +139,8 @@ pub struct Balancer<'p> {
     pub origin: Instant,
     /// The exception path to the kernel interface, when configured.
     pub kernel: Option<KernelLink<'p>>,
+    /// Fleet sync (FS), when configured.
+    pub sync: Option<WorkerSync>,
 }
 
 /// Every conntrack bucket is swept once per this many seconds (the sweep also bounds how long
@@ -243,6 +246,7 @@ impl<'p, 'c> Worker<'p, 'c> {
                 }
                 self.send_outbox();
                 self.answer_mailbox();
+                self.sync_step();
             }
             if now.wrapping_sub(last_drain) >= self.params.drain_ticks {
                 self.drain();
@@ -390,12 +394,24 @@ impl<'p, 'c> Worker<'p, 'c> {
         publish_tx(self.counters, tally);
     }
 
+    /// Fleet sync's work between bursts: peers' entries stored, a scan for entries at risk
+    /// advanced ([`WorkerSync::step`]); nothing to do costs a test and an atomic load.
+    fn sync_step(&mut self) {
+        let Some(b) = &mut self.balancer else { return };
+        let Some(sync) = b.sync.as_mut().filter(|s| s.has_work()) else { return };
+        let now = time_since(b.origin);
+        sync.step(&mut b.shard, b.snapshots.load(), now, &self.counters.sync);
+    }
+
     /// Reclaims the memory of entries that no packet can use any more.
     fn sweep(&mut self, buckets: usize) {
         let Some(b) = &mut self.balancer else { return };
         let c = self.counters;
         let snap = b.snapshots.load();
         c.snapshot_generation.set(snap.generation);
+        if let Some(sync) = &mut b.sync {
+            sync.check(snap);
+        }
         let now = time_since(b.origin);
         b.shard.sweep(buckets, now, |e| {
             let dead = is_reclaimable(e.key.service, &e.value, e.idle_ms, snap, now);

@@ -148,6 +148,7 @@ fn every_packet_to_send_leaves_once_in_order_whichever_way_it_reaches_the_driver
         node: fixture::node(false),
         origin: Instant::now(),
         kernel: None,
+        sync: None,
     };
     let counters = WorkerCounters::default();
     // No drain deadline is reached: the test drains when it says so.

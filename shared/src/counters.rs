@@ -229,6 +229,24 @@ pub struct WorkerCounters {
     /// zone `MAX_ZONES` for clients without a (compatible) zone. The offered load per client
     /// zone that advanced load balancing (SPEC section 7) steers by.
     pub zone_new_connections: Box<[Counter]>,
+    /// Fleet sync (FS), as the worker sees it.
+    pub sync: SyncCounters,
+}
+
+/// What a worker counts of fleet sync (FS): its scans for entries at risk and the peers'
+/// entries it stores.
+#[derive(Debug, Default)]
+pub struct SyncCounters {
+    /// Entries at risk handed to the sync thread (FS-1).
+    pub exported: Counter,
+    /// Entries at risk not handed over: the worker's sync queue was full.
+    pub queue_full: Counter,
+    /// Peers' entries by what became of them, indexed like [`crate::peer::Installed::ALL`].
+    pub installed: [Counter; crate::peer::Installed::ALL.len()],
+    /// Scans of the table for entries at risk, finished.
+    pub scans: Counter,
+    /// The snapshot generation the last finished scan judged the entries against.
+    pub scanned_generation: Counter,
 }
 
 impl WorkerCounters {
@@ -256,6 +274,7 @@ impl WorkerCounters {
             zone_new_connections: (0..MAX_SERVICES * ZONE_SLOTS)
                 .map(|_| Counter::default())
                 .collect(),
+            sync: SyncCounters::default(),
         }
     }
 

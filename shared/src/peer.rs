@@ -89,7 +89,7 @@ impl PeerIndex {
     /// The index of `snap`: every service by identity, every backend slot that is not free
     /// by (service, endpoint).
     pub fn of(snap: &Snapshot) -> PeerIndex {
-        let services = snap.services().map(|s| (service_identity(&s.name), s.id)).collect();
+        let services = snap.services().map(|s| (s.identity, s.id)).collect();
         let backends = snap
             .backends
             .iter()
@@ -132,16 +132,74 @@ pub fn export(
     let b = snap.backend(r.slot).filter(|b| b.gen == r.gen && b.service == svc.id)?;
     Some(PeerEntry {
         key: key.with_service(0),
-        service: service_identity(&svc.name),
+        service: svc.identity,
         backend: b.endpoint,
         idle_ms: u32::try_from(idle_ms).unwrap_or(u32::MAX),
         flags: value.flags,
     })
 }
 
-/// Store a peer's entry in this instance's table (FS-2): with its idle time as sent, marked
-/// as a peer's ([`SYNCED_EPOCH`]), never evicting an entry and never replacing this
-/// instance's own (FS-4); a copy of a peer's entry already here is refreshed.
+/// A peer's entry in this instance's terms: its tracking key (with this instance's service
+/// id), its value (this instance's backend slot, marked as a peer's with [`SYNCED_EPOCH`]) and
+/// the time of its last packet, or why it has none here. The sync thread does this with the
+/// current snapshot; the worker stores the result ([`store`]).
+pub fn localize(
+    entry: &PeerEntry,
+    index: &PeerIndex,
+    snap: &Snapshot,
+    now: Time,
+) -> Result<LocalEntry, Installed> {
+    let Some(&service) = index.services.get(&entry.service) else {
+        return Err(Installed::UnknownService);
+    };
+    let Some(&r) = index.backends.get(&(service, entry.backend)) else {
+        return Err(Installed::UnknownBackend);
+    };
+    if !snap.backend(r.slot).is_some_and(|b| b.gen == r.gen && b.is_live(now)) {
+        return Err(Installed::UnknownBackend);
+    }
+    Ok(LocalEntry {
+        key: entry.key.with_service(service),
+        value: EntryValue { backend: r.to_u32(), epoch: SYNCED_EPOCH, flags: entry.flags },
+        idle_ms: entry.idle_ms,
+    })
+}
+
+/// A peer's entry in this instance's terms ([`localize`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalEntry {
+    /// The tracking key, with this instance's service id.
+    pub key: FlowKey,
+    /// The value: this instance's backend slot and generation, [`SYNCED_EPOCH`], the flags.
+    pub value: EntryValue,
+    /// Milliseconds since its last packet, when the peer sent it.
+    pub idle_ms: u32,
+}
+
+/// Store a peer's entry in this instance's table (FS-2): with its idle time as sent, never
+/// evicting an entry and never replacing this instance's own (FS-4); a copy of a peer's entry
+/// already here is refreshed.
+pub fn store(shard: &mut Shard, e: &LocalEntry, now: Time) -> Installed {
+    let hash = key_hash(&e.key);
+    let seen = Time(now.as_millis().saturating_sub(u64::from(e.idle_ms)));
+    if let Some(slot) = shard.find(&e.key, hash) {
+        let here = shard.get(slot, now);
+        if here.value.epoch != SYNCED_EPOCH {
+            return Installed::KeptLocal;
+        }
+        // The newer of the two copies: a refresh never makes an entry look older.
+        if u64::from(e.idle_ms) < here.idle_ms {
+            shard.replace(slot, e.value, seen);
+        }
+        return Installed::Refreshed;
+    }
+    match shard.insert_absent(&e.key, hash, e.value, seen) {
+        Some(_) => Installed::New,
+        None => Installed::TableFull,
+    }
+}
+
+/// [`localize`] then [`store`].
 pub fn install(
     shard: &mut Shard,
     entry: &PeerEntry,
@@ -149,32 +207,8 @@ pub fn install(
     snap: &Snapshot,
     now: Time,
 ) -> Installed {
-    let Some(&service) = index.services.get(&entry.service) else {
-        return Installed::UnknownService;
-    };
-    let Some(&r) = index.backends.get(&(service, entry.backend)) else {
-        return Installed::UnknownBackend;
-    };
-    if !snap.backend(r.slot).is_some_and(|b| b.gen == r.gen && b.is_live(now)) {
-        return Installed::UnknownBackend;
-    }
-    let key = entry.key.with_service(service);
-    let hash = key_hash(&key);
-    let value = EntryValue { backend: r.to_u32(), epoch: SYNCED_EPOCH, flags: entry.flags };
-    let seen = Time(now.as_millis().saturating_sub(u64::from(entry.idle_ms)));
-    if let Some(slot) = shard.find(&key, hash) {
-        let here = shard.get(slot, now);
-        if here.value.epoch != SYNCED_EPOCH {
-            return Installed::KeptLocal;
-        }
-        // The newer of the two copies: a refresh never makes an entry look older.
-        if u64::from(entry.idle_ms) < here.idle_ms {
-            shard.replace(slot, value, seen);
-        }
-        return Installed::Refreshed;
-    }
-    match shard.insert_absent(&key, hash, value, seen) {
-        Some(_) => Installed::New,
-        None => Installed::TableFull,
+    match localize(entry, index, snap, now) {
+        Ok(e) => store(shard, &e, now),
+        Err(why) => why,
     }
 }

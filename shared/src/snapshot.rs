@@ -141,6 +141,9 @@ pub struct ServiceView {
     /// Then `zone_choices` holds one weighted choice per client zone (every region) and
     /// `default_choice` is the one for clients without a zone.
     pub advanced: Option<Arc<AdvancedView>>,
+    /// Its identity across the instances of a fleet ([`crate::peer::service_identity`] of its
+    /// name): how a peer's entry names it (FS-2).
+    pub identity: u64,
 }
 
 /// Section 7 state of one service in a snapshot, for metrics, the admin API and the simulator.

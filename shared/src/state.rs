@@ -560,6 +560,7 @@ impl PolicyState {
                 default_choice,
                 zone_choices,
                 advanced: advanced_view,
+                identity: crate::peer::service_identity(&svc.name),
             });
         }
         self.tables = used_tables;

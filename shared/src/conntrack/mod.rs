@@ -630,8 +630,22 @@ impl Shard {
     /// Every stored entry as of `now`, in slot order. Walks the whole table: for tests, the
     /// admin API and `explain`, never per packet.
     pub fn iter(&self, now: Time) -> impl Iterator<Item = (Slot, Entry)> + '_ {
+        self.entries_in(0..self.heads.len(), now)
+    }
+
+    /// The entries stored in the buckets `buckets` (clamped to the table), as of `now`, in
+    /// slot order: a walk of the table in slices, a few buckets between two bursts, so that
+    /// no slice holds a worker up for long.
+    pub fn entries_in(
+        &self,
+        buckets: std::ops::Range<usize>,
+        now: Time,
+    ) -> impl Iterator<Item = (Slot, Entry)> + '_ {
         let now32 = stamp(now);
-        self.heads.iter().zip(self.records.iter()).enumerate().flat_map(move |(b, (head, ways))| {
+        let end = buckets.end.min(self.heads.len());
+        let start = buckets.start.min(end);
+        (start..end).flat_map(move |b| {
+            let (head, ways) = (&self.heads[b], &self.records[b]);
             (0..WAYS)
                 .filter(move |&w| head.sig[w] != 0)
                 .map(move |w| (Slot::new(b, w), ways[w].entry(now32)))
