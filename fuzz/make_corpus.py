@@ -3,7 +3,8 @@
 
 `parse` and `path`: frames written here. `config`: the repository's configurations
 (configs/, the simulator tests' configs). `scenario`: the simulator tests' scenarios. `api`:
-requests to the admin API (method byte, target line, body).
+requests to the admin API (method byte, target line, body). `sync`: a mode byte, then a
+datagram, a kind and payload to seal, a table file, or entry records (fuzz_targets/sync.rs).
 
 Plain `struct`, no scapy: every header and checksum here is written independently of the
 Rust code under test.
@@ -333,6 +334,42 @@ def text_corpora(here):
         with open(os.path.join(d, name), "wb") as f:
             f.write(bytes([method]) + target.encode() + b"\n" + body)
     print(f"wrote {len(requests)} requests to {d}")
+    sync_corpus(here)
+
+
+def sync_entry(src, dst, sport, dport, proto, kind, service, backend, port, idle_ms, flags):
+    """One 69-byte record of spillway_control::sync::SyncedEntry (big-endian)."""
+    def v4(a):
+        return bytes(10) + b"\xff\xff" + ip4(a)
+    return (v4(src) + (v4(dst) if dst else bytes(16)) + struct.pack("!HHBBQ", sport, dport, proto, kind, service)
+            + v4(backend) + struct.pack("!HIB", port, idle_ms, flags))
+
+
+def sync_corpus(here):
+    """The `sync` target: mode 0 a datagram as received, 1 a kind and payload the target seals
+    (then flips the byte the next one points at), 2 a table file, 3 records to encode."""
+    five = sync_entry("203.0.113.9", "198.51.100.10", 40000, 443, 6, 5, 0x1122334455667788, "10.1.0.7", 0, 1500, 0)
+    udp = sync_entry("203.0.113.9", "198.51.100.10", 5000, 53, 17, 5, 0x1122334455667788, "10.1.0.8", 53, 0, 1)
+    one = sync_entry("203.0.113.9", None, 0, 0, 0, 1, 0x99, "10.1.0.9", 0, 0xFFFFFFFF, 0)
+    bad = sync_entry("203.0.113.9", "198.51.100.10", 1, 2, 1, 5, 0x99, "10.1.0.9", 0, 0, 0)
+    header = b"SPSY" + struct.pack("!BBIQQ", 1, 5, 2, 1765000000000, 1)
+    inputs = {
+        "wire_hello": b"\x00" + header + struct.pack("!QB", 42, 1) + bytes(16),
+        "wire_short": b"\x00SPSY",
+        "sealed_entries": b"\x01\x01\x80" + struct.pack("!H", 3) + five + udp + one,
+        "sealed_remove": b"\x01\x02\x10" + struct.pack("!H", 1) + five,
+        "sealed_bulk_request": b"\x01\x03\x00" + struct.pack("!Q", 7),
+        "sealed_bulk_end": b"\x01\x04\xff" + struct.pack("!QQ", 7, 1000000),
+        "sealed_hello": b"\x01\x05\x40" + struct.pack("!QB", 0x5350, 1),
+        "table": b"\x02SPTB" + struct.pack("!HQQQ", 1, 0x53505442, 1765000000000, 2) + five + udp + bytes(8),
+        "records": b"\x03" + five + bad + udp + one,
+    }
+    d = os.path.join(here, "corpus", "sync")
+    os.makedirs(d, exist_ok=True)
+    for name, data in inputs.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    print(f"wrote {len(inputs)} inputs to {d}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 #             some of them shared buffers;
 #   config    the configuration loader (YAML, validation, compilation to the model);
 #   scenario  the `spillwayctl simulate` scenario loader and its step checks;
-#   api       the admin API's router: any method, path, query and body; never a 500.
+#   api       the admin API's router: any method, path, query and body; never a 500;
+#   sync      connection-state sync: datagrams (never accepted without the key; payloads
+#             sealed with it reach the parser) and table files.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]    (default 30 s per target, every target)
 #
@@ -19,7 +21,7 @@ set -euo pipefail
 secs="${1:-30}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(parse path config scenario api)
+[ ${#targets[@]} -gt 0 ] || targets=(parse path config scenario api sync)
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 

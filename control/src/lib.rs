@@ -12,4 +12,5 @@ pub mod health;
 pub mod metrics;
 pub mod netlink;
 pub mod simulate;
+pub mod sync;
 pub mod view;

@@ -1,0 +1,223 @@
+//! The table file: one instance's entries kept across its own clean stop and next start.
+
+use std::io::{self, Read, Write};
+
+use xxhash_rust::xxh3::Xxh3;
+
+use super::entry::{SyncedEntry, ENTRY_BYTES};
+
+/// The first bytes of a table file.
+pub const TABLE_MAGIC: [u8; 4] = *b"SPTB";
+/// The table file format's version.
+pub const TABLE_VERSION: u16 = 1;
+/// Bytes of the header: magic 4, version 2, fingerprint 8, written (unix ms) 8, count 8.
+pub const TABLE_HEADER_BYTES: usize = 30;
+/// Bytes of the trailing checksum (xxh3-64 of everything before it, big-endian).
+pub const TABLE_CHECKSUM_BYTES: usize = 8;
+
+/// Records written or read per I/O call.
+const CHUNK_ENTRIES: usize = 1024;
+
+/// A table file's content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableFile {
+    /// The configuration's table fingerprints' summary it was written under.
+    pub fingerprint: u64,
+    /// When it was written (unix ms).
+    pub written_ms: u64,
+    /// The entries.
+    pub entries: Vec<SyncedEntry>,
+}
+
+/// Why a table file was not read. The caller logs it and starts with an empty table.
+#[derive(Debug, thiserror::Error)]
+pub enum TableFileError {
+    /// Reading failed.
+    #[error("table file: {0}")]
+    Io(#[from] io::Error),
+    /// It does not start with the magic.
+    #[error("not a Spillway table file (no SPTB header)")]
+    NotATableFile,
+    /// Another version of the format.
+    #[error("table file format version {0} is not supported (this Spillway reads version {TABLE_VERSION})")]
+    UnsupportedVersion(u16),
+    /// More entries than the caller accepts.
+    #[error("table file holds {count} entries, more than the {max} allowed")]
+    TooManyEntries {
+        /// The header's count.
+        count: u64,
+        /// The caller's bound.
+        max: u64,
+    },
+    /// It ends before its header's count of entries and its checksum.
+    #[error("table file is truncated (shorter than its header says)")]
+    Truncated,
+    /// The checksum does not match: the file is corrupt.
+    #[error("table file is corrupt (checksum mismatch)")]
+    ChecksumMismatch,
+    /// Bytes follow the checksum.
+    #[error("table file has data after its checksum (corrupt)")]
+    TrailingData,
+    /// The checksum matches, but an entry is not valid (written by a broken writer).
+    #[error("table file entry {index} is malformed: {reason}")]
+    MalformedEntry {
+        /// The entry's index.
+        index: u64,
+        /// What is wrong.
+        reason: super::entry::EntryError,
+    },
+    /// Intact, but written under another configuration: its entries may name other backends.
+    #[error(
+        "table file was written under another configuration (fingerprint {found:016x}, now \
+         {expected:016x})"
+    )]
+    FingerprintMismatch {
+        /// The file's.
+        found: u64,
+        /// The caller's.
+        expected: u64,
+    },
+}
+
+/// Write a table file: the header, every entry, the checksum. `entries` must yield exactly
+/// its `len()` (the count is in the header); a shorter or longer iterator is an
+/// `InvalidInput` error, and the file must not be used. Pass a buffered writer, and write to a
+/// temporary file renamed into place, so a crash never leaves a half file under the name
+/// (a half file is refused anyway, by its checksum). The number of entries written.
+pub fn write_table<W: Write, I>(
+    mut w: W,
+    fingerprint: u64,
+    written_ms: u64,
+    entries: I,
+) -> io::Result<u64>
+where
+    I: IntoIterator<Item = SyncedEntry>,
+    I::IntoIter: ExactSizeIterator,
+{
+    let mut it = entries.into_iter();
+    let count = it.len() as u64;
+    let mut hash = Xxh3::new();
+    let mut header = [0u8; TABLE_HEADER_BYTES];
+    header[0..4].copy_from_slice(&TABLE_MAGIC);
+    header[4..6].copy_from_slice(&TABLE_VERSION.to_be_bytes());
+    header[6..14].copy_from_slice(&fingerprint.to_be_bytes());
+    header[14..22].copy_from_slice(&written_ms.to_be_bytes());
+    header[22..30].copy_from_slice(&count.to_be_bytes());
+    hash.update(&header);
+    w.write_all(&header)?;
+    let mut buf = vec![0u8; CHUNK_ENTRIES * ENTRY_BYTES];
+    let mut written = 0u64;
+    loop {
+        let mut n = 0;
+        for (rec, e) in buf.chunks_exact_mut(ENTRY_BYTES).zip(it.by_ref()) {
+            e.encode(rec.try_into().expect("a record's length"));
+            n += 1;
+        }
+        if n == 0 {
+            break;
+        }
+        written += n as u64;
+        if written > count {
+            break;
+        }
+        let chunk = &buf[..n * ENTRY_BYTES];
+        hash.update(chunk);
+        w.write_all(chunk)?;
+    }
+    if written != count {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("table file: the iterator said {count} entries but yielded {written} or more"),
+        ));
+    }
+    w.write_all(&hash.digest().to_be_bytes())?;
+    w.flush()?;
+    Ok(count)
+}
+
+/// Read a table file, streaming (the raw bytes pass through a small buffer; only the decoded
+/// entries are kept). Checks, in order: the magic, the version, the count against
+/// `max_entries`, the length, the checksum, the entries, the fingerprint against
+/// `expected_fingerprint`: a fingerprint mismatch is reported only for an intact file.
+pub fn read_table<R: Read>(
+    mut r: R,
+    expected_fingerprint: u64,
+    max_entries: u64,
+) -> Result<TableFile, TableFileError> {
+    let mut header = [0u8; TABLE_HEADER_BYTES];
+    read_exact(&mut r, &mut header[..4])?;
+    if header[0..4] != TABLE_MAGIC {
+        return Err(TableFileError::NotATableFile);
+    }
+    read_exact(&mut r, &mut header[4..])?;
+    let version = u16::from_be_bytes([header[4], header[5]]);
+    if version != TABLE_VERSION {
+        return Err(TableFileError::UnsupportedVersion(version));
+    }
+    let be64 = |b: &[u8]| u64::from_be_bytes(b.try_into().expect("8 bytes"));
+    let fingerprint = be64(&header[6..14]);
+    let written_ms = be64(&header[14..22]);
+    let count = be64(&header[22..30]);
+    if count > max_entries {
+        return Err(TableFileError::TooManyEntries { count, max: max_entries });
+    }
+    let mut hash = Xxh3::new();
+    hash.update(&header);
+    // The count is bounded by the caller; still, grow as the file proves it has the entries
+    // rather than trusting a header for the whole allocation up front.
+    let mut entries = Vec::with_capacity(usize::try_from(count.min(1 << 16)).unwrap_or(0));
+    let mut buf = vec![0u8; CHUNK_ENTRIES * ENTRY_BYTES];
+    let mut invalid = None;
+    let mut left = count;
+    while left > 0 {
+        let n = usize::try_from(left.min(CHUNK_ENTRIES as u64)).unwrap_or(CHUNK_ENTRIES);
+        let chunk = &mut buf[..n * ENTRY_BYTES];
+        read_exact(&mut r, chunk)?;
+        hash.update(chunk);
+        for rec in chunk.chunks_exact(ENTRY_BYTES) {
+            match SyncedEntry::decode(rec.try_into().expect("a record's length")) {
+                Ok(e) => entries.push(e),
+                Err(reason) => {
+                    let index = entries.len() as u64;
+                    invalid.get_or_insert(TableFileError::MalformedEntry { index, reason });
+                }
+            }
+        }
+        left -= n as u64;
+    }
+    let mut sum = [0u8; TABLE_CHECKSUM_BYTES];
+    read_exact(&mut r, &mut sum)?;
+    if u64::from_be_bytes(sum) != hash.digest() {
+        return Err(TableFileError::ChecksumMismatch);
+    }
+    let mut extra = [0u8; 1];
+    loop {
+        match r.read(&mut extra) {
+            Ok(0) => break,
+            Ok(_) => return Err(TableFileError::TrailingData),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(e) = invalid {
+        return Err(e);
+    }
+    if fingerprint != expected_fingerprint {
+        return Err(TableFileError::FingerprintMismatch {
+            found: fingerprint,
+            expected: expected_fingerprint,
+        });
+    }
+    Ok(TableFile { fingerprint, written_ms, entries })
+}
+
+/// `read_exact`, with an early end as [`TableFileError::Truncated`].
+fn read_exact(r: &mut impl Read, buf: &mut [u8]) -> Result<(), TableFileError> {
+    r.read_exact(buf).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            TableFileError::Truncated
+        } else {
+            TableFileError::Io(e)
+        }
+    })
+}
