@@ -1,5 +1,5 @@
 //! The model set-up the packet-path benchmark (`benches/path.rs`), the whole-pipeline
-//! benchmark (`benches/pipeline.rs`) and the packet-path tests (`dataplane/tests/path.rs`)
+//! benchmark (`benches/pipeline/`) and the packet-path tests (`dataplane/tests/path.rs`)
 //! share: services with VIP rules over one group of backends, their snapshot, and the
 //! balancer node. Included by each with `mod fixture;` (`#[path]` from the tests); not a
 //! target of its own.

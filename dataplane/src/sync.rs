@@ -14,68 +14,23 @@
 //! that a bulk answer of a large table is paced by the thread that sends it rather than
 //! dropped; an entry that finds the queue full all the same is counted (`queue_full`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use crossbeam::queue::ArrayQueue;
 use spillway_core::conntrack::{Shard, WAYS};
+pub use spillway_core::peer::MIN_QUEUE;
+
+const _: () = assert!(MIN_QUEUE >= 2 * SCAN_BUCKETS_PER_POLL * WAYS);
 use spillway_core::counters::SyncCounters;
 use spillway_core::decide::SYNCED_EPOCH;
-use spillway_core::peer::{self, Installed, LocalEntry, PeerEntry};
+use spillway_core::peer::{self, Installed, SyncLink};
 use spillway_core::snapshot::Snapshot;
 use spillway_core::time::Time;
 
 /// Buckets a scan examines per poll (sixteen entries each at most): a few microseconds.
 pub const SCAN_BUCKETS_PER_POLL: usize = 2;
 
-/// The smallest queue: room for two polls' worth of a scan.
-pub const MIN_QUEUE: usize = 2 * SCAN_BUCKETS_PER_POLL * WAYS;
-
 /// Peers' entries a worker stores per poll at most.
 pub const STORE_PER_POLL: usize = 64;
-
-/// The queues and requests between one worker and the sync thread; the thread keeps a clone.
-#[derive(Debug, Clone)]
-pub struct SyncLink {
-    /// Entries at risk, for the sync thread to send.
-    pub outbound: Arc<ArrayQueue<PeerEntry>>,
-    /// Peers' entries for this worker's table, in this instance's terms.
-    pub inbound: Arc<ArrayQueue<LocalEntry>>,
-    /// Scans the sync thread asks for.
-    pub requests: Arc<ScanRequests>,
-}
-
-impl SyncLink {
-    /// Queues of `capacity` entries each way (at least [`MIN_QUEUE`]).
-    pub fn new(capacity: usize) -> SyncLink {
-        SyncLink {
-            outbound: Arc::new(ArrayQueue::new(capacity.max(MIN_QUEUE))),
-            inbound: Arc::new(ArrayQueue::new(capacity.max(MIN_QUEUE))),
-            requests: Arc::default(),
-        }
-    }
-}
-
-/// Scan requests from the sync thread: each counter goes up by one per request.
-#[derive(Debug, Default)]
-pub struct ScanRequests {
-    /// A refresh: the instance's own entries at risk.
-    pub refresh: AtomicU64,
-    /// A peer's bulk request: every entry at risk, the peers' ones too.
-    pub bulk: AtomicU64,
-}
-
-impl ScanRequests {
-    /// Ask every worker holding these requests for a refresh scan.
-    pub fn ask_refresh(&self) {
-        self.refresh.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Ask for a bulk scan (a peer joins).
-    pub fn ask_bulk(&self) {
-        self.bulk.fetch_add(1, Ordering::Relaxed);
-    }
-}
 
 /// A scan in progress.
 #[derive(Debug, Clone, Copy)]

@@ -11,11 +11,12 @@ use spillway_core::counters::WorkerCounters;
 use spillway_core::decide::decide;
 use spillway_core::flow::{proto, tcp_flags, PacketInfo};
 use spillway_core::model::{Encap, Model, RuleProtocol};
+use spillway_core::peer::SyncLink;
 use spillway_core::peer::{self, Installed, PeerEntry, PeerIndex};
 use spillway_core::snapshot::Snapshot;
 use spillway_core::state::PolicyState;
 use spillway_core::time::Time;
-use spillway_dataplane::sync::{SyncLink, WorkerSync, MIN_QUEUE};
+use spillway_dataplane::sync::{WorkerSync, MIN_QUEUE};
 
 const NOW: Time = Time(5_000);
 

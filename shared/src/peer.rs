@@ -7,9 +7,13 @@
 //! and its backend by address and port. [`PeerIndex`] maps those back to this instance's ids
 //! and slots, built once per snapshot.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
 use hashbrown::HashMap;
 
-use crate::conntrack::{key_hash, EntryValue, Shard};
+use crate::conntrack::{key_hash, EntryValue, Shard, WAYS};
 use crate::decide::{at_risk, SYNCED_EPOCH};
 use crate::flow::FlowKey;
 use crate::model::Endpoint;
@@ -31,10 +35,17 @@ pub struct PeerEntry {
     pub flags: u8,
 }
 
-/// A service's identity across instances: a hash of its configured name, the same on every
-/// instance of any version.
+/// Domain separation for [`service_identity`]: the hash of a service name for sync is never
+/// the same value as another xxh3 of the same name elsewhere in Spillway.
+pub const SERVICE_IDENTITY_DOMAIN: &[u8] = b"spillway/sync/service/v1\0";
+
+/// A service's identity across instances: a hash of its configured name (xxh3-64 of
+/// [`SERVICE_IDENTITY_DOMAIN`] and the name), the same on every instance of any version.
 pub fn service_identity(name: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(name.as_bytes(), 0x5350_4c57_5359_4e43)
+    let mut buf = Vec::with_capacity(SERVICE_IDENTITY_DOMAIN.len() + name.len());
+    buf.extend_from_slice(SERVICE_IDENTITY_DOMAIN);
+    buf.extend_from_slice(name.as_bytes());
+    xxhash_rust::xxh3::xxh3_64(&buf)
 }
 
 /// What [`install`] did with a peer's entry.
@@ -210,5 +221,52 @@ pub fn install(
     match localize(entry, index, snap, now) {
         Ok(e) => store(shard, &e, now),
         Err(why) => why,
+    }
+}
+
+/// The smallest queue between a worker and the sync thread: room for two polls' worth of a
+/// worker's scan (two buckets of sixteen entries per poll).
+pub const MIN_QUEUE: usize = 4 * WAYS;
+
+/// The queues and requests between one worker and the sync thread; the thread keeps a clone.
+#[derive(Debug, Clone)]
+pub struct SyncLink {
+    /// Entries at risk, for the sync thread to send.
+    pub outbound: Arc<ArrayQueue<PeerEntry>>,
+    /// Peers' entries for this worker's table, in this instance's terms.
+    pub inbound: Arc<ArrayQueue<LocalEntry>>,
+    /// Scans the sync thread asks for.
+    pub requests: Arc<ScanRequests>,
+}
+
+impl SyncLink {
+    /// Queues of `capacity` entries each way (at least [`MIN_QUEUE`]).
+    pub fn new(capacity: usize) -> SyncLink {
+        SyncLink {
+            outbound: Arc::new(ArrayQueue::new(capacity.max(MIN_QUEUE))),
+            inbound: Arc::new(ArrayQueue::new(capacity.max(MIN_QUEUE))),
+            requests: Arc::default(),
+        }
+    }
+}
+
+/// Scan requests from the sync thread: each counter goes up by one per request.
+#[derive(Debug, Default)]
+pub struct ScanRequests {
+    /// A refresh: the instance's own entries at risk.
+    pub refresh: AtomicU64,
+    /// A peer's bulk request: every entry at risk, the peers' ones too.
+    pub bulk: AtomicU64,
+}
+
+impl ScanRequests {
+    /// Ask every worker holding these requests for a refresh scan.
+    pub fn ask_refresh(&self) {
+        self.refresh.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Ask for a bulk scan (a peer joins).
+    pub fn ask_bulk(&self) {
+        self.bulk.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -3,25 +3,11 @@
 
 use spillway_core::addr::Addr;
 use spillway_core::flow::{proto, FlowKey, TupleKind};
-use xxhash_rust::xxh3::xxh3_64;
 
 /// Size of one encoded [`SyncedEntry`].
 pub const ENTRY_BYTES: usize = 69;
 
-/// Domain separation for [`service_identity`]: the hash of a service name for sync is never
-/// the same value as another xxh3 of the same name elsewhere in Spillway.
-pub const SERVICE_IDENTITY_DOMAIN: &[u8] = b"spillway/sync/service/v1\0";
-
-/// The identity of a service across a fleet: a 64-bit hash of its configured name.
-///
-/// Service ids (`FlowKey::service`) are local to an instance (the order of its configuration);
-/// the name is what the instances of a fleet share.
-pub fn service_identity(name: &str) -> u64 {
-    let mut buf = Vec::with_capacity(SERVICE_IDENTITY_DOMAIN.len() + name.len());
-    buf.extend_from_slice(SERVICE_IDENTITY_DOMAIN);
-    buf.extend_from_slice(name.as_bytes());
-    xxh3_64(&buf)
-}
+pub use spillway_core::peer::{service_identity, SERVICE_IDENTITY_DOMAIN};
 
 /// One connection-tracking entry as it travels between instances (and into the table file).
 ///

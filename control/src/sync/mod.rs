@@ -101,6 +101,7 @@ mod entry;
 mod key;
 mod persist;
 mod replay;
+mod thread;
 mod wire;
 
 #[cfg(test)]
@@ -115,6 +116,9 @@ pub use persist::{
     TABLE_MAGIC, TABLE_VERSION,
 };
 pub use replay::{ReplayState, REPLAY_WINDOW};
+pub use thread::{
+    peer_addresses, spawn, PeerStatus, SyncSettings, SyncShared, SyncStats, SyncStatus,
+};
 pub use wire::{
     decode, Body, Datagram, Encoder, EntriesKind, Header, Kind, Packed, Refused, BULK_END_BYTES,
     BULK_REQUEST_BYTES, ENTRIES_PER_DATAGRAM, ENTRIES_PREFIX_BYTES, HEADER_BYTES, HELLO_BYTES,
