@@ -1172,6 +1172,11 @@ fn example_loads_and_compiles() {
     assert_eq!(n.gateway_ipv4, Some(Addr::v4(198, 18, 0, 1)));
     assert_eq!(n.gateway_ipv6, Some("fd00::1".parse().unwrap()));
     assert_eq!(n.mtu, 9000);
+
+    let sync = c.fleet_sync().expect("fleet.sync");
+    assert_eq!((sync.instance_id, sync.port, sync.peers.len()), (1, 7455, 2));
+    assert_eq!(sync.local.len(), 2, "a peer of each family: both node addresses");
+    assert_eq!(c.table_file(), Some(Path::new("/var/lib/spillway/conntrack.table")));
 }
 
 #[test]
