@@ -327,7 +327,24 @@ impl Controller {
 
     /// Apply an already validated configuration (NX-4: backends that stay keep their slots,
     /// so their connections keep their entries).
+    ///
+    /// A configuration that changes a start-only setting (`fleet.sync`, `fleet.table_file`) is
+    /// rejected whole, naming each such field.
     pub fn apply_config(&mut self, config: Config) -> Result<ReloadReport, ControlError> {
+        let restart = config::fleet::restart_needed(&self.config, &config);
+        if !restart.is_empty() {
+            self.reloads.1 += 1;
+            // The parsed file has no positions left; the field path alone says where.
+            let errors = restart
+                .into_iter()
+                .map(|e| config::InvalidField {
+                    field: e.field,
+                    location: None,
+                    message: e.message,
+                })
+                .collect();
+            return Err(ConfigError::Invalid { path: self.path.clone(), errors }.into());
+        }
         let now = self.now();
         self.state.set_topology(config.advanced_topology());
         let change =

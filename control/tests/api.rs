@@ -430,6 +430,56 @@ async fn nx_3_reload_rejects_an_invalid_file_and_reports_a_valid_change() {
     assert!(text.contains("spillway_reloads_total{result=\"rejected\"} 1"), "{text}");
 }
 
+/// [`yaml`] with an exception interface and a `fleet:` section.
+fn fleet_yaml(closed_port: u16) -> String {
+    let sync = "fleet:\n  sync:\n    instance_id: 1\n    key_file: /etc/spillway/sync.key\n    \
+                peers: [{id: 2, address: 10.0.0.12}]\n  table_file: /var/lib/spillway/t\n";
+    let text = yaml(closed_port).replacen(
+        "  node:\n",
+        "  kernel_interface: {name: spl0}\n  mempool_size: 16383\n  node:\n",
+        1,
+    );
+    format!("{text}{sync}")
+}
+
+/// `fleet.sync` and `fleet.table_file` are read at start only: a reload that changes them is
+/// rejected whole, naming each field; one that keeps them applies the rest.
+#[tokio::test]
+async fn a_reload_that_changes_the_fleet_section_is_rejected() {
+    let f = fixture_with(true, fleet_yaml).await;
+    let before: StatusReply = f.get("/v1/status").await;
+    let good = fleet_yaml(f.closed_port);
+    let moved = good
+        .replace("address: 10.0.0.12}", "address: 10.0.0.13}")
+        .replace("/var/lib/spillway/t", "/srv/t")
+        .replace("[10.0.1.1, 10.0.1.2]", "[10.0.1.1, 10.0.1.2, 10.0.1.3]");
+    std::fs::write(&f.path, &moved).unwrap();
+    let (st, body) = f.client.post("/v1/reload", None).await.unwrap();
+    assert_eq!(st, 400, "{body}");
+    let e: ErrorReply = serde_json::from_str(&body).unwrap();
+    let fields: Vec<&str> = e.errors.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(fields, ["fleet.sync.peers", "fleet.table_file"], "{}", e.error);
+    assert!(
+        e.error.contains("is read at start only and this file changes it: restart Spillway"),
+        "{}",
+        e.error
+    );
+    let after: StatusReply = f.get("/v1/status").await;
+    assert_eq!(after.generation, before.generation, "a rejected file publishes nothing");
+    assert!(!f.service("web").await.eligible.contains(&"10.0.1.3".to_owned()));
+    // Removing the section is a change too (SIGHUP's path, the same rule).
+    std::fs::write(&f.path, good.split("fleet:").next().unwrap()).unwrap();
+    let e = f.controller.lock().unwrap().reload().expect_err("fleet.sync removed");
+    assert_eq!(e.to_string(), format!("{}: field `fleet.sync`: is read at start only and this file changes it: restart Spillway to apply it (the running configuration is kept, nothing of this file was applied)\n{}: field `fleet.table_file`: is read at start only and this file changes it: restart Spillway to apply it (the running configuration is kept, nothing of this file was applied)", f.path.display(), f.path.display()));
+    // The same section with other changes applies.
+    std::fs::write(&f.path, good.replace("[10.0.1.1, 10.0.1.2]", "[10.0.1.1, 10.0.1.2, 10.0.1.3]"))
+        .unwrap();
+    let r: ReloadReply = f.post("/v1/reload", serde_json::Value::Null).await;
+    assert_eq!(r.added, ["web/10.0.1.3"]);
+    let (_, text) = f.client.get("/metrics").await.unwrap();
+    assert!(text.contains("spillway_reloads_total{result=\"rejected\"} 2"), "{text}");
+}
+
 #[tokio::test]
 async fn conntrack_stats_lookup_and_explain_ask_the_workers() {
     let f = fixture(true).await;

@@ -1172,6 +1172,11 @@ fn example_loads_and_compiles() {
     assert_eq!(n.gateway_ipv4, Some(Addr::v4(198, 18, 0, 1)));
     assert_eq!(n.gateway_ipv6, Some("fd00::1".parse().unwrap()));
     assert_eq!(n.mtu, 9000);
+
+    let sync = c.fleet_sync().expect("fleet.sync");
+    assert_eq!((sync.instance_id, sync.port, sync.peers.len()), (1, 7455, 2));
+    assert_eq!(sync.local.len(), 2, "a peer of each family: both node addresses");
+    assert_eq!(c.table_file(), Some(Path::new("/var/lib/spillway/conntrack.table")));
 }
 
 #[test]
@@ -1313,4 +1318,235 @@ fn a_services_announce_needs_the_section_a_known_mode_and_a_vip() {
         1,
     );
     accepts(&with_announce(&never, ANNOUNCE));
+}
+
+// ---- the fleet: connection-state sync and the table file (`fleet:`) ----
+
+/// `HEAD` + `WEB` with an exception interface and a `fleet:` section holding `sync` (its
+/// fields indented by four spaces) and `extra` (fields of `fleet`, indented by two).
+fn with_sync(sync: &str, extra: &str) -> String {
+    let head = HEAD.replacen(
+        "  node:\n",
+        "  kernel_interface: {name: spl0}\n  mempool_size: 16383\n  node:\n",
+        1,
+    );
+    format!("{head}{WEB}fleet:\n  sync:\n{sync}{extra}")
+}
+
+const SYNC: &str = "    instance_id: 1
+    key_file: /etc/spillway/sync.key
+    peers:
+      - {id: 2, address: 198.18.0.12}
+      - {id: 3, address: \"fd00::13\"}
+";
+
+/// [`SYNC`] with its peers replaced by `list` (the lines under `peers:`).
+fn sync_with_peers(list: &str) -> String {
+    let sync = SYNC.split("    peers:\n").next().expect("SYNC has peers");
+    with_sync(&format!("{sync}    peers:\n{list}"), "")
+}
+
+#[test]
+fn fleet_sync_parses_and_compiles() {
+    let c = accepts(&with_sync(SYNC, "  table_file: /var/lib/spillway/conntrack.table\n"));
+    let s = c.fleet_sync().expect("fleet.sync");
+    assert_eq!((s.instance_id, s.port, s.queue_size), (1, 7455, 4096));
+    assert_eq!(s.peers.iter().map(|p| p.id).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(s.peers[1].socket.to_string(), "[fd00::13]:7455");
+    assert_eq!((s.bulk_timeout, s.refresh), (Duration::from_secs(5), Duration::from_secs(20)));
+    assert_eq!(c.table_file(), Some(Path::new("/var/lib/spillway/conntrack.table")));
+    // Each part is optional.
+    let c = accepts(&format!("{HEAD}{WEB}fleet: {{}}\n"));
+    assert_eq!((c.fleet_sync(), c.table_file()), (None, None));
+    let c = accepts(&format!("{HEAD}{WEB}fleet:\n  table_file: /var/lib/t\n"));
+    assert!(c.fleet_sync().is_none() && c.table_file().is_some());
+}
+
+#[test]
+fn fleet_unknown_fields_are_parse_errors() {
+    let peer_port = SYNC.replace("address: 198.18.0.12}", "address: 198.18.0.12, port: 1}");
+    for (text, field, at) in [
+        (with_sync(SYNC, "  colour: blue\n"), "fleet.colour", "colour"),
+        (with_sync(&format!("{SYNC}    colour: blue\n"), ""), "fleet.sync.colour", "colour"),
+        (with_sync(&peer_port, ""), "fleet.sync.peers[0].port", "port: 1"),
+    ] {
+        let e = parse(&text).unwrap_err();
+        assert!(matches!(e, ConfigError::Parse { .. }), "{e}");
+        assert_eq!(e.field(), Some(field), "{e}");
+        assert!(e.to_string().starts_with(&format!("t.yaml:{}:", line_of(&text, at))), "{e}");
+    }
+    // Missing required fields stop there too.
+    let t = with_sync(&SYNC.replace("    key_file: /etc/spillway/sync.key\n", ""), "");
+    let e = parse(&t).unwrap_err();
+    assert!(e.to_string().contains("missing field `key_file`"), "{e}");
+}
+
+#[test]
+fn fleet_sync_values_out_of_range() {
+    // `field: value` added to SYNC, or replacing its instance_id.
+    let set = |field: &str, value: &str| {
+        let sync = if field == "instance_id" {
+            SYNC.replace("instance_id: 1", &format!("instance_id: {value}"))
+        } else {
+            format!("{SYNC}    {field}: {value}\n")
+        };
+        with_sync(&sync, "")
+    };
+    let cases: &[(&str, &str, &str)] = &[
+        ("instance_id", "0", "0 is out of range 1..=65535"),
+        ("instance_id", "65536", "65536 is out of range 1..=65535"),
+        ("port", "0", "0 is not a port 1..=65535"),
+        ("bulk_timeout_sec", "0.4", "0.4 is out of range 0.5..=60 (seconds)"),
+        ("bulk_timeout_sec", "61", "61 is out of range 0.5..=60 (seconds)"),
+        ("refresh_sec", "0.5", "0.5 is out of range 1..=300 (seconds)"),
+        ("refresh_sec", ".inf", "inf is out of range 1..=300 (seconds)"),
+        ("queue_size", "63", "63 is out of range 64..=1048576"),
+        ("queue_size", "1048577", "1048577 is out of range 64..=1048576"),
+    ];
+    for (field, value, message) in cases {
+        let t = set(field, value);
+        let m = rejects(&t, &format!("fleet.sync.{field}"), &format!("{field}: {value}"));
+        assert!(m.ends_with(message), "{field}: {value}: {m}");
+    }
+    // The ends of the ranges are in them; a queue size need not be a power of two.
+    for (field, value) in [
+        ("instance_id", "65535"),
+        ("queue_size", "64"),
+        ("queue_size", "1000"),
+        ("queue_size", "1048576"),
+        ("bulk_timeout_sec", "0.5"),
+        ("bulk_timeout_sec", "60"),
+        ("refresh_sec", "1"),
+    ] {
+        accepts(&set(field, value));
+    }
+}
+
+#[test]
+fn fleet_sync_refresh_must_be_below_every_idle_timeout() {
+    let short = WEB.replacen(
+        "    backend_service:\n",
+        "    backend_service:\n      connection_tracking_policy: {idle_timeout_sec: 60}\n",
+        1,
+    );
+    let text = |refresh: &str| {
+        with_sync(&format!("{SYNC}    refresh_sec: {refresh}\n"), "").replacen(WEB, &short, 1)
+    };
+    accepts(&text("59.9"));
+    let m = rejects(&text("60"), "fleet.sync.refresh_sec", "refresh_sec: 60");
+    assert!(
+        m.ends_with(
+            "60 s is not below the idle timeout of services[0] `web` (60 s): its entries at \
+             risk would expire on the peers between two refreshes"
+        ),
+        "{m}"
+    );
+    // The CT-9 default (600 s) is above the whole range.
+    accepts(&with_sync(&format!("{SYNC}    refresh_sec: 300\n"), ""));
+}
+
+#[test]
+fn fleet_sync_peers_are_other_distinct_instances() {
+    let t = sync_with_peers("      - {id: 1, address: 198.18.0.12}\n");
+    let m = rejects(&t, "fleet.sync.peers[0].id", "id: 1,");
+    assert!(m.ends_with("1 is this instance's own id (fleet.sync.instance_id)"), "{m}");
+    let t = sync_with_peers("      - {id: 0, address: 198.18.0.12}\n");
+    let m = rejects(&t, "fleet.sync.peers[0].id", "id: 0");
+    assert!(m.ends_with("0 is out of range 1..=65535"), "{m}");
+    let t = sync_with_peers(
+        "      - {id: 2, address: 198.18.0.12}\n      - {id: 2, address: 198.18.0.13}\n",
+    );
+    let m = rejects(&t, "fleet.sync.peers[1].id", "198.18.0.13");
+    assert!(m.ends_with("2 is already the id of fleet.sync.peers[0]"), "{m}");
+    // The same address twice, also when written once as IPv4-mapped IPv6.
+    for second in ["198.18.0.12", "\"::ffff:198.18.0.12\""] {
+        let t = sync_with_peers(&format!(
+            "      - {{id: 2, address: 198.18.0.12}}\n      - {{id: 3, address: {second}}}\n"
+        ));
+        let m = rejects(&t, "fleet.sync.peers[1].address", "id: 3");
+        assert!(m.contains("is already the address of fleet.sync.peers[0]"), "{m}");
+    }
+    let t = sync_with_peers("      - {id: 2, address: peer-b}\n");
+    let m = rejects(&t, "fleet.sync.peers[0].address", "peer-b");
+    assert!(m.ends_with("`peer-b` is not an IP address"), "{m}");
+    let t = sync_with_peers("      - {id: 2, address: 224.0.0.1}\n");
+    rejects(&t, "fleet.sync.peers[0].address", "224.0.0.1");
+}
+
+#[test]
+fn fleet_sync_peers_are_not_the_node_and_of_its_families() {
+    let t = sync_with_peers("      - {id: 2, address: 198.18.0.2}\n");
+    let m = rejects(&t, "fleet.sync.peers[0].address", "198.18.0.2}");
+    assert!(m.ends_with("`198.18.0.2` is this node's own address (dataplane.node.ipv4)"), "{m}");
+    let t = sync_with_peers("      - {id: 2, address: \"fd00::2\"}\n");
+    let m = rejects(&t, "fleet.sync.peers[0].address", "fd00::2\"");
+    assert!(m.ends_with("`fd00::2` is this node's own address (dataplane.node.ipv6)"), "{m}");
+    let t = sync_with_peers("      - {id: 2, address: \"fd00::13\"}\n").replacen(
+        "    ipv6: fd00::2/64\n",
+        "",
+        1,
+    );
+    let m = rejects(&t, "fleet.sync.peers[0].address", "fd00::13");
+    assert!(
+        m.ends_with(
+            "`fd00::13` is an IPv6 address, but dataplane.node.ipv6 is not set: the node has no \
+             address of its family to sync from"
+        ),
+        "{m}"
+    );
+}
+
+#[test]
+fn fleet_sync_with_nobody_is_an_error() {
+    let message = "no peers: sync with nobody shares nothing; list the other instances of the \
+                   fleet, or remove `fleet.sync`";
+    let empty = sync_with_peers("").replace("    peers:\n", "    peers: []\n");
+    assert!(rejects(&empty, "fleet.sync.peers", "peers: []").ends_with(message));
+    let absent = sync_with_peers("").replace("    peers:\n", "");
+    assert!(rejects(&absent, "fleet.sync.peers", "  sync:").ends_with(message));
+}
+
+#[test]
+fn fleet_sync_needs_a_kernel_interface_and_absolute_paths() {
+    let t = with_sync(SYNC, "").replacen("  kernel_interface: {name: spl0}\n", "", 1);
+    let m = rejects(&t, "fleet.sync", "  sync:");
+    assert!(
+        m.ends_with(
+            "sync traffic goes over the kernel interface, and there is none: set \
+             dataplane.kernel_interface (docs/scale-out.md)"
+        ),
+        "{m}"
+    );
+    let t = with_sync(&SYNC.replace("/etc/spillway/sync.key", "sync.key"), "");
+    let m = rejects(&t, "fleet.sync.key_file", "sync.key");
+    assert!(m.ends_with("`sync.key` is not an absolute path"), "{m}");
+    let t = with_sync(SYNC, "  table_file: conntrack.table\n");
+    let m = rejects(&t, "fleet.table_file", "conntrack.table");
+    assert!(m.ends_with("`conntrack.table` is not an absolute path"), "{m}");
+    let t = with_sync(SYNC, "  table_file: /var/lib/spillway/\n");
+    let m = rejects(&t, "fleet.table_file", "/var/lib/spillway/");
+    assert!(m.ends_with("names a directory, not a file"), "{m}");
+}
+
+#[test]
+fn fleet_errors_are_collected_with_the_rest() {
+    let sync =
+        SYNC.replace("instance_id: 1", "instance_id: 0").replace("/etc/spillway/sync.key", "k");
+    let t = with_sync(&sync, "  table_file: t\n").replacen(
+        "          endpoints: [198.18.1.1]",
+        "          weight: 0\n          endpoints: [198.18.1.1]",
+        1,
+    );
+    let e = parse(&t).unwrap_err();
+    let fields: Vec<&str> = e.invalid_fields().iter().map(|f| f.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "services[0].backend_service.backends[0].weight",
+            "fleet.sync.instance_id",
+            "fleet.sync.key_file",
+            "fleet.table_file"
+        ],
+        "{e}"
+    );
 }

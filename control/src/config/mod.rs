@@ -30,11 +30,13 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub mod compile;
+pub mod fleet;
 pub mod locate;
 pub mod services;
 pub mod validate;
 pub mod yaml;
 pub use compile::NodeAddrs;
+pub use fleet::{FleetConfig, FleetSyncConfig, SyncConfig, SyncPeer, SyncPeerConfig};
 pub use services::*;
 pub use validate::FieldError;
 
@@ -65,6 +67,10 @@ pub struct Config {
     /// VIP announcement to a routing daemon and leaving a fleet; nothing is announced without it.
     #[serde(default)]
     pub announce: Option<AnnounceConfig>,
+    /// Connection-state sync with the other instances of a fleet, and the connection table
+    /// kept across a clean restart; read at start only ([`fleet`]).
+    #[serde(default)]
+    pub fleet: FleetConfig,
 }
 
 /// The `dataplane:` section.

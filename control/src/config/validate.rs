@@ -75,6 +75,7 @@ pub fn validate(config: &Config) -> Vec<FieldError> {
     v.health_checks(config);
     v.services(config);
     v.fleet(config);
+    super::fleet::check(config, &mut v.errors);
     v.errors
 }
 
