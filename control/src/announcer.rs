@@ -135,6 +135,9 @@ pub struct FleetOptions {
     pub table: Option<RouteTable>,
     /// Whether the data port's link is up.
     pub link_up: Box<dyn Fn() -> bool + Send>,
+    /// With fleet sync: whether the bulk sync at start is over (FS-5); the instance is not
+    /// ready before. `None` without fleet sync.
+    pub sync_done: Option<Box<dyn Fn() -> bool + Send>>,
 }
 
 impl std::fmt::Debug for FleetOptions {
@@ -178,7 +181,12 @@ async fn run(
             let waiting = if c.instance().is_ready() {
                 None
             } else {
-                readiness(&*view, &heartbeats, (options.link_up)(), &c, now - started)
+                readiness(&*view, &heartbeats, (options.link_up)(), &c, now - started).or_else(
+                    || {
+                        let synced = options.sync_done.as_ref().is_none_or(|done| done());
+                        (!synced).then(|| "the peers' connection entries (fleet sync)".into())
+                    },
+                )
             };
             let snap = c.snapshot();
             let total = forwarded(&*view);

@@ -108,6 +108,7 @@ pub struct Controller {
     config_generation: u64,
     last_load: Option<LoadSample>,
     instance: Instance,
+    sync: Option<Arc<crate::sync::SyncShared>>,
 }
 
 /// Cumulative new-connection counts at one instant, to turn into rates (advanced LB).
@@ -148,6 +149,7 @@ impl Controller {
             config_generation: 1,
             last_load: None,
             instance: Instance::new(Instant::now()),
+            sync: None,
         };
         c.start_probes();
         c.publish("start");
@@ -162,6 +164,16 @@ impl Controller {
     /// The same, to change.
     pub fn instance_mut(&mut self) -> &mut Instance {
         &mut self.instance
+    }
+
+    /// Fleet sync's shared state, once its thread runs (the API and metrics read it).
+    pub fn sync(&self) -> Option<&Arc<crate::sync::SyncShared>> {
+        self.sync.as_ref()
+    }
+
+    /// Attach fleet sync's shared state (the daemon, when it starts the sync thread).
+    pub fn set_sync(&mut self, shared: Arc<crate::sync::SyncShared>) {
+        self.sync = Some(shared);
     }
 
     /// The decision-core time now.

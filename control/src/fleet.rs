@@ -307,6 +307,7 @@ impl Instance {
             last_error: self.last_error.clone(),
             bird: self.bird.clone(),
             fingerprints: BTreeMap::new(),
+            fleet_sync: None,
         }
     }
 }
@@ -347,4 +348,7 @@ pub struct InstanceReply {
     pub bird: Option<BirdStatus>,
     /// Per service, its table fingerprint (hex), to compare instances.
     pub fingerprints: BTreeMap<String, String>,
+    /// Fleet sync (FS), when configured: the bulk sync, the peers, what went each way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_sync: Option<crate::sync::SyncReply>,
 }

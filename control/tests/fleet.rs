@@ -302,7 +302,7 @@ async fn the_api_drains_and_undrains_the_instance_and_shows_what_is_announced() 
         .replace("  table: 100\n", &format!("  table: 100\n  bird_socket: {}\n", sock.display()));
     let (_cdir, c) = controller(&text);
     let view = Arc::new(OneWorker::new());
-    let options = FleetOptions { table: None, link_up: Box::new(|| true) };
+    let options = FleetOptions { table: None, link_up: Box::new(|| true), sync_done: None };
     let task = announcer::spawn(Arc::clone(&c), view.clone(), options);
     let listen = format!("unix:{}", dir.path().join("api.sock").display());
     let server = api::spawn(&ApiOptions::new(&listen), Arc::clone(&c), view.clone()).expect("api");
@@ -567,7 +567,8 @@ fn in_namespace() {
         // The loop keeps trying, counts and shows the error, and recovers once it can.
         let (_dir, c) = controller(FLEET);
         let view = Arc::new(OneWorker::new());
-        let options = FleetOptions { table: Some(gone), link_up: Box::new(|| true) };
+        let options =
+            FleetOptions { table: Some(gone), link_up: Box::new(|| true), sync_done: None };
         let task = announcer::spawn(Arc::clone(&c), view.clone(), options);
         let spawned = Instant::now();
         tokio::task::yield_now().await;
@@ -594,6 +595,7 @@ fn in_namespace() {
         let options = FleetOptions {
             table: Some(RouteTable { netlink: nl.clone(), table: 100, oif: None }),
             link_up: Box::new(|| true),
+            sync_done: None,
         };
         let task = announcer::spawn(Arc::clone(&c), view.clone(), options);
         tokio::task::yield_now().await;

@@ -160,7 +160,7 @@ fn entries_a_worker_hands_over_reach_the_peers_workers_in_its_terms() {
 }
 
 #[test]
-fn a_joining_instance_gets_its_peers_entries_at_risk_before_it_is_ready() {
+fn fs_5_a_joining_instance_gets_its_peers_entries_at_risk_before_it_is_ready() {
     let (pa, pb) = (free_port(), free_port());
     let a = start(1, pa, (2, pb), KEY, Duration::from_secs(5));
     let b = start(2, pb, (1, pa), KEY, Duration::from_secs(10));
@@ -183,7 +183,7 @@ fn a_joining_instance_gets_its_peers_entries_at_risk_before_it_is_ready() {
 }
 
 #[test]
-fn with_no_peer_up_the_bulk_sync_ends_without_waiting_for_the_timeout() {
+fn fs_5_with_no_peer_up_the_bulk_sync_ends_without_waiting_for_the_timeout() {
     let (pa, pb) = (free_port(), free_port());
     let b = start(2, pb, (1, pa), KEY, Duration::from_secs(30));
     let t = Instant::now();
@@ -194,7 +194,7 @@ fn with_no_peer_up_the_bulk_sync_ends_without_waiting_for_the_timeout() {
 }
 
 #[test]
-fn hostile_datagrams_install_nothing_and_are_counted_by_reason() {
+fn fs_6_hostile_datagrams_install_nothing_and_are_counted_by_reason() {
     let (pa, pb) = (free_port(), free_port());
     // `a` seals under another key: everything it sends is a forgery to `b`.
     let a = start(1, pa, (2, pb), [9; 32], Duration::from_millis(200));

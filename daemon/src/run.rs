@@ -21,6 +21,7 @@ use spillway_core::addr::{mask, Prefix};
 use spillway_core::conntrack::Shard;
 use spillway_core::counters::{KernelPathCounters, PortCounters};
 use spillway_core::mailbox::Mailbox;
+use spillway_core::peer::SyncLink;
 use spillway_core::wire::MacDisplay;
 use spillway_dataplane::dpdk::memory::{self, describe_areas};
 use spillway_dataplane::dpdk::{
@@ -32,6 +33,7 @@ use spillway_dataplane::node::Node;
 use spillway_dataplane::outbox::{outbox, OutboxSender};
 use spillway_dataplane::setup;
 use spillway_dataplane::stats;
+use spillway_dataplane::sync::WorkerSync;
 use spillway_dataplane::worker::{Balancer, Worker, WorkerCounters, WorkerParams};
 
 use crate::check;
@@ -218,6 +220,20 @@ fn run_config(
     //    snapshot reader, neighbour table reader and conntrack mailbox.
     let counters: Arc<[WorkerCounters]> = lcores.iter().map(|_| WorkerCounters::new()).collect();
     let mailboxes: Vec<Mailbox> = lcores.iter().map(|_| Mailbox::default()).collect();
+    // Fleet sync (FS): the key first (a start with a key it cannot read stops here), then one
+    // pair of queues per worker.
+    let sync_config = config.fleet_sync().filter(|_| balance);
+    let sync_key = match &sync_config {
+        Some(s) => Some(
+            spillway_control::sync::Key::read_file(&s.key_file)
+                .map_err(|e| setting("fleet.sync.key_file", e))?,
+        ),
+        None => None,
+    };
+    let sync_links: Vec<SyncLink> = match &sync_config {
+        Some(s) => lcores.iter().map(|_| SyncLink::new(s.queue_size)).collect(),
+        None => Vec::new(),
+    };
     let outbox = outbox();
     let params = WorkerParams {
         burst_size: dp.burst_size,
@@ -258,7 +274,7 @@ fn run_config(
                     to_kernel: Arc::clone(&to_kernel[i]),
                     from_kernel: (i == 0).then(|| Arc::clone(&from_kernel)),
                 }),
-                sync: None,
+                sync: sync_links.get(i).map(|l| WorkerSync::new(l.clone())),
             });
             Worker::new(i, lcores[i], q, params, &counters[i], balancer)
         })
@@ -301,6 +317,38 @@ fn run_config(
         kernel: kernel_path.as_ref().map(|_| Arc::clone(&kernel_counters)),
         ports: port_counters.clone(),
     });
+    // Fleet sync's thread, now that the kernel interface holds the node's addresses.
+    let sync_stop = Arc::new(AtomicBool::new(false));
+    let sync = match (&sync_config, sync_key, &control) {
+        (Some(s), Some(key), Some((c, _))) => {
+            let settings = spillway_control::sync::SyncSettings {
+                instance_id: u32::from(s.instance_id),
+                bind: s.local[0],
+                peers: s.peers.iter().map(|p| (u32::from(p.id), p.socket)).collect(),
+                bulk_timeout: s.bulk_timeout,
+                refresh: s.refresh,
+            };
+            let reader = control_loop::lock(c).reader();
+            let (handle, shared) = spillway_control::sync::spawn(
+                settings,
+                key,
+                sync_links.clone(),
+                Arc::clone(&counters),
+                reader,
+                Arc::clone(&sync_stop),
+            )
+            .map_err(|e| setting("fleet.sync.port", format!("binding {}: {e}", s.local[0])))?;
+            control_loop::lock(c).set_sync(Arc::clone(&shared));
+            println!(
+                "spillway: fleet sync as instance {} on {} with {} peer(s)",
+                s.instance_id,
+                s.local[0],
+                s.peers.len()
+            );
+            Some((handle, shared))
+        }
+        _ => None,
+    };
     // The fleet: readiness, the announced VIPs, draining.
     let link_up = Arc::new(AtomicBool::new(false));
     let route_table = |nl: &Netlink| {
@@ -313,9 +361,14 @@ fn run_config(
     let fleet = match (&control, &netlink) {
         (Some((c, _)), Some(nl)) if config.announce.is_some() => {
             let flag = Arc::clone(&link_up);
+            let sync_done = sync.as_ref().map(|(_, shared)| {
+                let shared = Arc::clone(shared);
+                Box::new(move || shared.bulk_done.load(Ordering::Relaxed)) as Box<_>
+            });
             let options = FleetOptions {
                 table: route_table(nl),
                 link_up: Box::new(move || flag.load(Ordering::Relaxed)),
+                sync_done,
             };
             Some(announcer::spawn(Arc::clone(c), Arc::clone(&view), options))
         }
@@ -406,6 +459,11 @@ fn run_config(
             Ok(Err(e)) => tracing::error!("withdrawing the VIP routes at stop: {e}"),
             Err(_) => tracing::error!("withdrawing the VIP routes at stop: no answer in 2 s"),
         }
+    }
+
+    sync_stop.store(true, Ordering::Relaxed);
+    if let Some((handle, _)) = sync {
+        let _ = handle.join();
     }
 
     // 5. Report, then tear down in reverse order of setup.

@@ -253,6 +253,7 @@ pub(super) fn instance_reply(c: &Controller) -> InstanceReply {
     let snap = c.snapshot();
     reply.fingerprints =
         snap.services().map(|s| (s.name.to_string(), hex(snap.table_fingerprint(s)))).collect();
+    reply.fleet_sync = c.sync().map(|s| s.reply());
     reply
 }
 

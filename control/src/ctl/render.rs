@@ -406,6 +406,47 @@ pub fn instance(r: &InstanceReply) -> String {
     let rows: Vec<Vec<String>> =
         r.fingerprints.iter().map(|(s, f)| vec![s.clone(), f.clone()]).collect();
     out.push_str(&table(&["service", "table fingerprint"], &rows));
+    if let Some(s) = &r.fleet_sync {
+        out.push_str(&fleet_sync(s));
+    }
+    out
+}
+
+/// The fleet-sync part of `spillwayctl instance`.
+fn fleet_sync(s: &crate::sync::SyncReply) -> String {
+    let mut out = String::new();
+    let bulk = match (s.status.bulk.as_str(), s.bulk_ms) {
+        (b, Some(ms)) => format!("{b} in {:.2} s", ms as f64 / 1000.0),
+        (b, None) => b.to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "fleet sync   bulk sync {bulk}; {} entries sent, {} received",
+        s.entries_sent, s.entries_received
+    );
+    if !s.refused.is_empty() {
+        let list: Vec<String> = s.refused.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        let _ = writeln!(out, "             refused: {}", list.join(", "));
+    }
+    let rows: Vec<Vec<String>> = s
+        .status
+        .peers
+        .iter()
+        .map(|p| {
+            vec![
+                p.id.to_string(),
+                p.address.clone(),
+                if p.up { "up" } else { "DOWN" }.into(),
+                p.last_hello_ms.map_or_else(|| "never".into(), |ms| format!("{ms} ms ago")),
+                p.entries_received.to_string(),
+                if p.bulk_answered { "yes" } else { "no" }.into(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["peer", "address", "state", "last hello", "received", "bulk answered"],
+        &rows,
+    ));
     out
 }
 

@@ -33,6 +33,8 @@ pub(super) struct Copied {
     pub(super) published: PublishStats,
     pub(super) reloads: (u64, u64),
     pub(super) fleet: Option<FleetCopy>,
+    /// Fleet sync's shared state (counters are atomics: read off the lock).
+    pub(super) sync: Option<Arc<crate::sync::SyncShared>>,
 }
 
 /// The instance's fleet state, copied under the lock.
@@ -82,6 +84,7 @@ pub(super) fn copy(controller: &Mutex<Controller>) -> Copied {
                 bird_up: i.bird().map(|b| b.up),
             }
         }),
+        sync: c.sync().cloned(),
         snap,
     }
 }

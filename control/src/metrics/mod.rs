@@ -25,6 +25,7 @@
 //! | `spillway_group_*`, `spillway_client_zone_*` (advanced load balancing) | `advanced.rs` |
 //! | `spillway_backend_*` | `backends.rs` |
 //! | `spillway_health_check_*` | `checks.rs` |
+//! | `spillway_sync_*` (fleet sync) | `sync.rs` |
 //!
 //! What is copied under the lock: `copied.rs`; the families' plain data and their encoding:
 //! `scrape.rs`.
@@ -47,6 +48,7 @@ mod ports;
 mod scrape;
 mod services;
 mod snapshots;
+mod sync;
 mod workers;
 
 /// The `Content-Type` of [`render`]'s output.
@@ -85,5 +87,8 @@ fn collect(c: &Copied, view: &dyn DataplaneView) -> Scrape {
     services::zones(&mut s, &c.snap);
     backends::backends(&mut s, c, view);
     checks::checks(&mut s, &c.checks);
+    if let Some(shared) = &c.sync {
+        sync::sync(&mut s, shared, view);
+    }
     s
 }

@@ -117,7 +117,7 @@ pub use persist::{
 };
 pub use replay::{ReplayState, REPLAY_WINDOW};
 pub use thread::{
-    peer_addresses, spawn, PeerStatus, SyncSettings, SyncShared, SyncStats, SyncStatus,
+    peer_addresses, spawn, PeerStatus, SyncReply, SyncSettings, SyncShared, SyncStats, SyncStatus,
 };
 pub use wire::{
     decode, Body, Datagram, Encoder, EntriesKind, Header, Kind, Packed, Refused, BULK_END_BYTES,

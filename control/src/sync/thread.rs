@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use spillway_core::counters::WorkerCounters;
 use spillway_core::model::Endpoint;
 use spillway_core::peer::{self, Installed, PeerEntry, PeerIndex, SyncLink};
@@ -88,7 +88,7 @@ pub struct SyncStats {
 }
 
 /// One peer as the API shows it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PeerStatus {
     /// Its configured id.
     pub id: u32,
@@ -105,12 +105,49 @@ pub struct PeerStatus {
 }
 
 /// The thread's state for the API: the bulk sync and the peers.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
 pub struct SyncStatus {
     /// `pending`, `done` or `timed_out`.
     pub bulk: String,
     /// The peers, by id.
     pub peers: Vec<PeerStatus>,
+}
+
+/// Fleet sync in `GET /v1/instance` (and `spillwayctl instance`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct SyncReply {
+    /// The bulk sync at start and the peers.
+    #[serde(flatten)]
+    pub status: SyncStatus,
+    /// The bulk sync's duration, in milliseconds (once over).
+    pub bulk_ms: Option<u64>,
+    /// Entries sent to the peers.
+    pub entries_sent: u64,
+    /// Entries received from them.
+    pub entries_received: u64,
+    /// Datagrams refused, by reason (only reasons seen).
+    pub refused: BTreeMap<String, u64>,
+}
+
+impl SyncShared {
+    /// What the API shows.
+    pub fn reply(&self) -> SyncReply {
+        let s = &self.stats;
+        let refused = Refused::ALL
+            .iter()
+            .zip(&s.refused)
+            .map(|(r, c)| (r.as_str().to_string(), c.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        let done = self.bulk_done.load(Ordering::Relaxed);
+        SyncReply {
+            status: self.status.lock().map(|s| s.clone()).unwrap_or_default(),
+            bulk_ms: done.then(|| s.bulk_ms.load(Ordering::Relaxed)),
+            entries_sent: s.entries_sent.load(Ordering::Relaxed),
+            entries_received: s.entries_received.load(Ordering::Relaxed),
+            refused,
+        }
+    }
 }
 
 /// What the thread shares with the rest of the instance.
