@@ -711,8 +711,20 @@ OTHER_HEALTH_PORT = T.ECHO_PORT  # service "other"'s check: TCP connect to :7000
 OTHER_BACKENDS = ("b2", "b4")
 
 
+def sync_key(fleet: "Fleet") -> str:
+    """The fleet's sync key file in the state directory (32 random bytes as hex, mode 0600),
+    made on first use."""
+    path = fleet.state_dir / "sync.key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
+    return str(path)
+
+
 def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: float = 1.0,
-                    stop_grace_sec: float = 10.0, check_interval: float = 0.5, healthy_threshold: int = 1) -> dict:
+                    stop_grace_sec: float = 10.0, check_interval: float = 0.5, healthy_threshold: int = 1,
+                    sync: bool = False, extra_web: Sequence[str] = ()) -> dict:
     """Instance ``k``'s configuration (JSON is YAML): one worker on a ``net_tap`` data port
     (``dtap0``), node address 198.18.0.(10+k)/16 with the router as gateway, the kernel
     interface ``spl0``, the admin API on ``<state>/i<k>.admin.sock``, VIPs announced into table
@@ -725,7 +737,9 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
       alone.
 
     Checks every ``check_interval`` s (timeout the same), healthy after ``healthy_threshold``
-    successes, unhealthy after 2 failures."""
+    successes, unhealthy after 2 failures. ``extra_web`` adds backends (by short name) to
+    ``web-b``; ``sync`` shares connection state with every other instance (``fleet.sync``: ids
+    are the instances' numbers, the key :func:`sync_key`)."""
     inst = fleet.instance(k)
     sd = fleet.state_dir
     ips = {b.short: b.ipv4 for b in fleet.backends}
@@ -734,7 +748,7 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
         return {"type": "TCP", "port": port, "check_interval_sec": check_interval, "timeout_sec": check_interval,
                 "healthy_threshold": healthy_threshold, "unhealthy_threshold": 2}
 
-    return {
+    cfg = {
         "dataplane": {
             "eal_args": ["--no-pci", "-l", "0-1", "--file-prefix", f"{fleet.prefix}-{inst.short}",
                          "--log-level", "lib.eal:error", "--vdev", f"net_tap0,iface={DATA_PORT}"],
@@ -755,13 +769,19 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
             {"name": "web", "forwarding_rules": [{"vip": VIP_WEB, "protocol": "TCP"}], "announce": "when_healthy",
              "backend_service": {"backends": [
                  {"group": "web-a", "zone": "a", "health_check": "h", "endpoints": [ips["b1"], ips["b2"]]},
-                 {"group": "web-b", "zone": "b", "health_check": "h", "endpoints": [ips["b3"], ips["b4"]]}]}},
+                 {"group": "web-b", "zone": "b", "health_check": "h",
+                  "endpoints": [ips["b3"], ips["b4"], *(ips[b] for b in extra_web)]}]}},
             {"name": "other", "forwarding_rules": [{"vip": VIP_OTHER, "protocol": "TCP"}], "announce": "when_healthy",
              "backend_service": {"backends": [
                  {"group": "other-a", "zone": "a", "health_check": "ho", "endpoints": [ips["b2"]]},
                  {"group": "other-b", "zone": "b", "health_check": "ho", "endpoints": [ips["b4"]]}]}},
         ],
     }
+    if sync:
+        cfg["fleet"] = {"sync": {
+            "instance_id": inst.k, "key_file": sync_key(fleet), "bulk_timeout_sec": 5,
+            "peers": [{"id": o.k, "address": o.node} for o in fleet.instances if o.k != inst.k]}}
+    return cfg
 
 
 class _UnixHTTP(http.client.HTTPConnection):

@@ -467,6 +467,67 @@ def test_instance_killed_then_restarted(bfd):
         })
 
 
+def wait_synced(sps: list[FleetSpillway], timeout: float = 15.0) -> dict:
+    """Wait until every instance's workers have scanned their tables against its current
+    snapshot (fleet sync) and every peer has received all that was sent to it; the replies."""
+    def state():
+        return {sp.inst.short: (sp.api("/v1/status")["generation"], sp.instance()["fleet_sync"]) for sp in sps}
+
+    def ok():
+        st = state()
+        sent = sum(s["entries_sent"] for _, s in st.values())
+        received = sum(s["entries_received"] for _, s in st.values())
+        # Two instances: what one sent the other received.
+        return all(s["scanned_generation"] == g for g, s in st.values()) and sent == received
+
+    T.wait_until(ok, lambda: f"fleet sync to settle: {state()}", timeout=timeout)
+    return state()
+
+
+def test_fs_3_backend_added_then_instance_killed_loses_no_connection():
+    """Connection continuity across the fleet (FS-1..FS-3): 60 long-lived connections over two
+    instances that share their entries at risk; a fifth backend is added by a reload on both
+    (the same new tables: about a fifth of the connections are now pinned to a backend the new
+    tables would not pick); once both have synced, i1 is killed (SIGKILL). The connections it
+    carried move to i2 and every one of them continues on the backend it started on: i2 took
+    them over from i1's entries. Without sync, the moved connections whose table position
+    changed were reset."""
+    with Fleet(instances=2, bfd=True, backends_per_zone=3) as f:
+        for i in f.instances:
+            f.spillway(i.k, config=spillway_config(f, i.k, sync=True), start=False)
+        sps = start_all(f)
+        sp1, sp2 = sps
+        i2 = f.instance(2)
+        for sp in sps:
+            assert sp.instance()["fleet_sync"]["bulk"] in ("done", "timed_out"), sp.instance()
+        ll = long_lived(f)
+        on = carriers(sps, ll)
+        assert on["i1"] and on["i2"] and not on["none"], on
+        for sp in sps:
+            r = sp.reload(spillway_config(f, sp.inst.k, sync=True, extra_web=("b5",)))
+            assert r["added"], r
+        T.wait_until(lambda: len({json.dumps(sp.instance()["fingerprints"], sort_keys=True) for sp in sps}) == 1,
+                     "both instances to have the same new tables", timeout=10)
+        synced = wait_synced(sps)
+        shared = {k: s["entries_sent"] for k, (_, s) in synced.items()}
+        assert shared["i1"] > 0 or shared["i2"] > 0, ("no entry at risk after a fifth backend", synced)
+        mark = answered_now(ll)
+        t0 = time.monotonic()
+        sp1.kill()
+        f.wait_nexthops(VIP_WEB, [i2.node], timeout=10, since=t0)
+        wait_all_progress(ll, mark, more=5, timeout=30)
+        rep = ll.stop(drain=3.0)
+        taken = sp2.metrics().value("spillway_forwarded_packets_total", reason="sync_takeover")
+        figures = {
+            "connections": rep["connections"], "on_killed_instance": len(on["i1"]),
+            "entries_shared": shared, "taken_over_on_i2": taken,
+            "resets": rep["resets"], "backends_changed": rep["backends_changed"], "lost": rep["lost"],
+            "longest_stall_s": rep["longest_stall_s"],
+        }
+        record("sync_backend_added_then_killed", figures)
+        check_clean(rep, "backend added, then i1 killed, with fleet sync")
+
+
 # ---- 3: graceful drain, undrain, drain, SIGTERM --------------------------------------------------------
 def test_graceful_drain_undrain_and_stop():
     with Fleet(instances=2) as f:  # no BFD needed: BGP updates and Cease notifications

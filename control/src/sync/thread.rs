@@ -111,6 +111,10 @@ pub struct SyncStatus {
     pub bulk: String,
     /// The peers, by id.
     pub peers: Vec<PeerStatus>,
+    /// The oldest snapshot generation every worker has finished a scan for (0 before the
+    /// first): once it is the current generation and the peers have received what was sent,
+    /// the peers hold every entry at risk after that change.
+    pub scanned_generation: u64,
 }
 
 /// Fleet sync in `GET /v1/instance` (and `spillwayctl instance`).
@@ -483,11 +487,13 @@ impl Thread {
                 bulk_answered: p.answered,
             })
             .collect();
+        let scanned = self.counters.iter().map(|c| c.sync.scanned_generation.get()).min();
         if let Ok(mut s) = self.shared.status.lock() {
             if s.bulk.is_empty() {
                 s.bulk = "pending".into();
             }
             s.peers = peers;
+            s.scanned_generation = scanned.unwrap_or(0);
         }
     }
 }
