@@ -95,7 +95,9 @@
 //! version, more entries than the caller allows (checked on the header, before reading them),
 //! truncated, checksum mismatch, data after the checksum, an invalid entry, and (only for an
 //! intact file) a fingerprint other than the configuration's now: the caller logs it and
-//! starts empty. The file holds clients' addresses: the caller should create it with mode 0600.
+//! starts empty. [`save_table`] writes it atomically (a temporary file with mode 0600, since
+//! it holds clients' addresses, synced and renamed into place) and [`load_table`] reads it;
+//! [`TableFile::age`] adds the time the file lay on disk to the entries' idle times.
 
 mod entry;
 mod key;
@@ -111,8 +113,8 @@ pub use entry::{
 };
 pub use key::{Key, KeyFileError, KeyProblem, KEY_BYTES, KEY_FILE_HOWTO};
 pub use persist::{
-    read_table, write_table, TableFile, TableFileError, TABLE_CHECKSUM_BYTES, TABLE_HEADER_BYTES,
-    TABLE_MAGIC, TABLE_VERSION,
+    load_table, read_table, save_table, write_table, TableFile, TableFileError,
+    TABLE_CHECKSUM_BYTES, TABLE_HEADER_BYTES, TABLE_MAGIC, TABLE_VERSION,
 };
 pub use replay::{ReplayState, REPLAY_WINDOW};
 pub use wire::{
