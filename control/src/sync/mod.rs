@@ -98,6 +98,30 @@
 //! starts empty. [`save_table`] writes it atomically (a temporary file with mode 0600, since
 //! it holds clients' addresses, synced and renamed into place) and [`load_table`] reads it;
 //! [`TableFile::age`] adds the time the file lay on disk to the entries' idle times.
+//!
+//! # Choices where the design left room
+//!
+//! - [`decode`] decrypts in place in the caller's receive buffer (`&mut [u8]`) and returns
+//!   views into it: no allocation and no copy; the buffer's content after a refusal is
+//!   unspecified.
+//! - A datagram with a sender id outside the configured peers is refused before the AEAD,
+//!   and this instance's own id is not a peer: its looped-back multicast is `unknown_sender`.
+//! - Validation is strict: a tuple kind's unused fields must be zero, a 5-tuple must be TCP
+//!   or UDP, a count must be 1..=19 and match the length, a phase must be known. A sender
+//!   never produces anything else, so anything else is a bug or an attack, and one invalid
+//!   entry refuses its whole datagram (the encoder therefore leaves invalid entries out and
+//!   counts them: [`Encoder::skipped_invalid`]).
+//! - `Remove` carries whole records (one layout, one parser); a bulk answer is ordinary
+//!   `Entries` datagrams followed by a `BulkEnd` whose count lets the requester see losses.
+//! - Sequence 0 is never accepted; an exhausted sequence space (2^64 - 1 datagrams in one
+//!   epoch) stops the encoder rather than reuse a nonce.
+//! - The key file: symbolic links are followed (secret stores install keys as links), the
+//!   file is opened once and the opened file is checked (no race between check and read),
+//!   upper- or lower-case hex is accepted, one trailing `\n` and nothing else (not `\r\n`),
+//!   and an all-zero key is refused as a placeholder. Messages name the file and the fix and
+//!   never quote its content.
+//! - The table file's fingerprint is compared only once the file proved intact, so a corrupt
+//!   file is never reported as "another configuration".
 
 mod entry;
 mod key;
