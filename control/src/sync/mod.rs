@@ -85,6 +85,11 @@
 //!
 //! A test (`figures_in_the_module_doc`) recomputes these from the constants.
 //!
+//! CPU, measured once with the `#[ignore]`d `bench_a_million_entries` (release build without
+//! LTO, one core of a loaded 2-core VM): encoding and sealing 1M entries took 331 ms (215 MB/s
+//! of datagrams), opening and decoding them 300 ms (238 MB/s): a bulk sync costs each side
+//! about a third of a core-second, well under the link's 0.6 s at 1 Gb/s.
+//!
 //! # The table file ([`write_table`], [`read_table`])
 //!
 //! For one instance's clean stop and next start (no peer involved): a 30-byte header (magic
