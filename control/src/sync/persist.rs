@@ -1,6 +1,9 @@
 //! The table file: one instance's entries kept across its own clean stop and next start.
 
-use std::io::{self, Read, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::Xxh3;
 
@@ -27,6 +30,18 @@ pub struct TableFile {
     pub written_ms: u64,
     /// The entries.
     pub entries: Vec<SyncedEntry>,
+}
+
+impl TableFile {
+    /// Add the time the file lay on disk (`now_ms - written_ms`, none if the clock went back)
+    /// to every entry's idle time, saturating: the connections were idle meanwhile, and their
+    /// entries must expire as if the instance had run on. Call it once, on loading.
+    pub fn age(&mut self, now_ms: u64) {
+        let gap = u32::try_from(now_ms.saturating_sub(self.written_ms)).unwrap_or(u32::MAX);
+        for e in &mut self.entries {
+            e.idle_ms = e.idle_ms.saturating_add(gap);
+        }
+    }
 }
 
 /// Why a table file was not read. The caller logs it and starts with an empty table.
@@ -209,6 +224,58 @@ pub fn read_table<R: Read>(
         });
     }
     Ok(TableFile { fingerprint, written_ms, entries })
+}
+
+/// Write a table file at `path` atomically: into `PATH.tmp` (mode 0600: it holds clients'
+/// addresses) in the same directory, synced, then renamed over `path`, and the directory
+/// synced. A crash at any point leaves either the old file or the new one under `path`.
+pub fn save_table<I>(path: &Path, fingerprint: u64, written_ms: u64, entries: I) -> io::Result<u64>
+where
+    I: IntoIterator<Item = SyncedEntry>,
+    I::IntoIter: ExactSizeIterator,
+{
+    let tmp = temp_path(path);
+    // A leftover from a crash may have another mode: start afresh.
+    let _ = std::fs::remove_file(&tmp);
+    let result = (|| {
+        let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        let mut w = BufWriter::with_capacity(1 << 16, file);
+        let n = write_table(&mut w, fingerprint, written_ms, entries)?;
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(n)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Read the table file at `path` ([`read_table`]). A missing file is an
+/// [`TableFileError::Io`] of kind `NotFound` ([`TableFileError::is_missing`]): the normal
+/// case on a first start.
+pub fn load_table(
+    path: &Path,
+    expected_fingerprint: u64,
+    max_entries: u64,
+) -> Result<TableFile, TableFileError> {
+    read_table(File::open(path)?, expected_fingerprint, max_entries)
+}
+
+impl TableFileError {
+    /// The file does not exist.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, TableFileError::Io(e) if e.kind() == io::ErrorKind::NotFound)
+    }
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".tmp");
+    PathBuf::from(name)
 }
 
 /// `read_exact`, with an early end as [`TableFileError::Truncated`].

@@ -35,6 +35,18 @@ impl ReplayState {
         ReplayState { peers: ids.into_iter().map(|id| (id, None)).collect() }
     }
 
+    /// Change the configured peers (a reload): peers that stay keep their windows, so the
+    /// datagrams they sent before are still refused as replays; dropped peers are forgotten.
+    pub fn set_peers(&mut self, peers: impl IntoIterator<Item = u32>) {
+        let mut next = ReplayState::new(peers);
+        for (id, window) in &mut next.peers {
+            if let Some(i) = self.index(*id) {
+                *window = self.peers[i].1;
+            }
+        }
+        *self = next;
+    }
+
     /// Is `sender` one of the configured peers?
     pub fn knows(&self, sender: u32) -> bool {
         self.index(sender).is_some()
@@ -148,6 +160,21 @@ mod tests {
         assert!(r.knows(7) && !r.knows(8));
         // Sequence 0 refused did not start the window in a way that loses sequence 1.
         assert_eq!(r.accept(7, 1, 1), Ok(()));
+    }
+
+    #[test]
+    fn a_reload_keeps_the_windows_of_the_peers_that_stay() {
+        let mut r = ReplayState::new([7, 9]);
+        assert_eq!(r.accept(7, 1, 10), Ok(()));
+        assert_eq!(r.accept(9, 1, 10), Ok(()));
+        r.set_peers([7, 11]);
+        assert_eq!(r.accept(7, 1, 10), Err(Refused::Replayed));
+        assert_eq!(r.accept(9, 1, 11), Err(Refused::UnknownSender));
+        assert_eq!(r.accept(11, 1, 1), Ok(()));
+        // A peer dropped and added again starts afresh.
+        r.set_peers([7]);
+        r.set_peers([7, 9]);
+        assert_eq!(r.epoch(9), None);
     }
 
     #[test]

@@ -764,3 +764,35 @@ fn bench_a_million_entries() {
         mb / open.as_secs_f64(),
     );
 }
+
+#[test]
+fn save_and_load_a_table_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("spillway-sync-table-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("conntrack.table");
+    let e = load_table(&path, 1, 10).unwrap_err();
+    assert!(e.is_missing(), "{e}");
+    // A leftover temporary file from a crash, readable by all: replaced.
+    std::fs::write(dir.join("conntrack.table.tmp"), b"junk").unwrap();
+    assert_eq!(save_table(&path, 1, 1_000, (0..50).map(entry).collect::<Vec<_>>()).unwrap(), 50);
+    assert!(!dir.join("conntrack.table.tmp").exists());
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    let mut t = load_table(&path, 1, 10_000).unwrap();
+    assert_eq!(t.entries, (0..50).map(entry).collect::<Vec<_>>());
+    // A second save replaces the first.
+    save_table(&path, 2, 2_000, vec![entry(7)]).unwrap();
+    assert!(matches!(load_table(&path, 1, 10), Err(TableFileError::FingerprintMismatch { .. })));
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // Aging: the downtime is added to the idle times, saturating; a clock gone back adds none.
+    t.entries.truncate(2);
+    t.entries[1].idle_ms = u32::MAX - 5;
+    let before = t.entries[0].idle_ms;
+    t.age(1_000 + 60_000);
+    assert_eq!(t.entries[0].idle_ms, before + 60_000);
+    assert_eq!(t.entries[1].idle_ms, u32::MAX);
+    t.age(0);
+    assert_eq!(t.entries[0].idle_ms, before + 60_000);
+}

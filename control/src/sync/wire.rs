@@ -336,8 +336,8 @@ pub struct Encoder {
 
 impl Encoder {
     /// An encoder for instance `sender` in `epoch`. The epoch must be greater than any this
-    /// instance used before under the same key (its start time in unix ms, [`super`]'s doc),
-    /// or nonces repeat.
+    /// instance used before under the same key (its start time in unix ms: the module doc of
+    /// [`crate::sync`]), or nonces repeat.
     pub fn new(key: &Key, sender: u32, epoch: u64) -> Encoder {
         Encoder { key: key.clone(), sender, epoch, next_seq: 1, skipped_invalid: 0 }
     }
