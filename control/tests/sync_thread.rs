@@ -183,14 +183,15 @@ fn fs_5_a_joining_instance_gets_its_peers_entries_at_risk_before_it_is_ready() {
 }
 
 #[test]
-fn fs_5_with_no_peer_up_the_bulk_sync_ends_without_waiting_for_the_timeout() {
+fn fs_5_with_no_peer_up_the_bulk_sync_ends_at_its_timeout_and_says_so() {
     let (pa, pb) = (free_port(), free_port());
-    let b = start(2, pb, (1, pa), KEY, Duration::from_secs(30));
+    let b = start(2, pb, (1, pa), KEY, Duration::from_millis(800));
     let t = Instant::now();
     eventually(Duration::from_secs(5), "b's bulk sync over", || {
         b.shared.bulk_done.load(Ordering::Relaxed)
     });
-    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(t.elapsed() >= Duration::from_millis(700), "{:?}", t.elapsed());
+    assert_eq!(b.shared.status.lock().unwrap().bulk, "timed_out");
 }
 
 #[test]

@@ -78,8 +78,23 @@ pub async fn configure(nl: &Netlink, name: &str, node: &Node) -> Result<u32, Str
         .ok_or_else(|| format!("the kernel interface `{name}` did not appear"))?;
     let addrs: Vec<(IpAddr, u8)> =
         [node.ipv4, node.ipv6].into_iter().flatten().map(|(a, p)| (a.to_ip(), p.len())).collect();
+    announce_on_up(name);
     nl.configure_interface(index, node.mac, node.mtu, &addrs).await.map_err(|e| e.to_string())?;
     Ok(index)
+}
+
+/// Has the kernel announce the node's addresses when the interface comes up (a gratuitous ARP,
+/// an unsolicited neighbour advertisement): the hosts on the segment that knew the node by an
+/// older MAC (a restart on a port whose MAC changed) learn the current one at once, rather than
+/// sending to the old one until their entry expires. Spillway answers the node's ARP requests
+/// itself, so their kernels would not learn it from those. Best effort: logged when it fails.
+fn announce_on_up(name: &str) {
+    for (knob, family) in [("ipv4", "arp_notify"), ("ipv6", "ndisc_notify")] {
+        let path = format!("/proc/sys/net/{knob}/conf/{name}/{family}");
+        if let Err(e) = std::fs::write(&path, "1") {
+            tracing::warn!("{path}: {e}: the node's address is not announced when {name} comes up");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -578,7 +578,9 @@ fn local<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, f: &Frame) -> Outcome
                 ctx.heard(sender_ip, sender_mac);
             }
             if op != arp::op::REQUEST || !ctx.is_local(&target_ip) {
-                return if op == arp::op::REPLY {
+                // Replies, and announcements (a request for the sender's own address: a host
+                // that comes up or changes its MAC), which the kernel's neighbour cache needs.
+                return if op == arp::op::REPLY || sender_ip == target_ip {
                     // The kernel asks too (its own neighbours): it gets every reply.
                     if ctx.kernel {
                         return Outcome::ToKernel;

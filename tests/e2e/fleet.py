@@ -564,8 +564,13 @@ class Fleet(Lab):
         # "name"/"dev" spelled out: `ip link add brd ...` would read brd as "broadcast".
         inst.ip("link", "add", "name", INSTANCE_BRIDGE, "type", "bridge", "stp_state", "0", "mcast_snooping", "0")
         inst.ip("link", "set", "dev", INSTANCE_BRIDGE, "mtu", str(mtu))
+        # The bridge stands for the wire the NIC is on: the namespace's kernel must not answer on
+        # it (weak host model: it would answer ARP for the node address, held by spl0, with the
+        # bridge's MAC, and a peer would then send the node's traffic to a MAC nobody serves).
         inst.sysctl(**{f"net.ipv6.conf.{INSTANCE_BRIDGE}.disable_ipv6": 1,
-                       f"net.ipv6.conf.{T.HOST_IF}.disable_ipv6": 1})
+                       f"net.ipv6.conf.{T.HOST_IF}.disable_ipv6": 1,
+                       f"net.ipv4.conf.{INSTANCE_BRIDGE}.arp_ignore": 8,
+                       f"net.ipv4.conf.{T.HOST_IF}.arp_ignore": 8})
         inst.ip("link", "set", "dev", T.HOST_IF, "master", INSTANCE_BRIDGE)
         inst.ip("link", "set", "dev", T.HOST_IF, "up")
         inst.ip("link", "set", "dev", INSTANCE_BRIDGE, "up")
@@ -711,6 +716,13 @@ OTHER_HEALTH_PORT = T.ECHO_PORT  # service "other"'s check: TCP connect to :7000
 OTHER_BACKENDS = ("b2", "b4")
 
 
+def data_mac(k: int) -> str:
+    """Instance ``k``'s data port MAC: fixed, as a physical NIC's is across restarts (a tap
+    port's would otherwise be new at every start, and its peers' kernels would keep sending to
+    the old one until their neighbour entries expire)."""
+    return f"02:5a:00:00:00:{k:02x}"
+
+
 def sync_key(fleet: "Fleet") -> str:
     """The fleet's sync key file in the state directory (32 random bytes as hex, mode 0600),
     made on first use."""
@@ -751,7 +763,7 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
     cfg = {
         "dataplane": {
             "eal_args": ["--no-pci", "-l", "0-1", "--file-prefix", f"{fleet.prefix}-{inst.short}",
-                         "--log-level", "lib.eal:error", "--vdev", f"net_tap0,iface={DATA_PORT}"],
+                         "--log-level", "lib.eal:error", "--vdev", f"net_tap0,iface={DATA_PORT},mac={data_mac(k)}"],
             "hugepages": "preferred",
             "ports": ["net_tap0"],
             "workers": 1,

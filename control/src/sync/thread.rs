@@ -8,8 +8,8 @@
 //! hello to every peer once a second (a peer is up while its hellos arrive), asks the workers
 //! for a refresh scan every `refresh` (so that the peers' copies of the entries still at risk
 //! do not expire), and at start asks every peer for its entries (a bulk sync): the instance is
-//! ready to announce once every peer that is up has answered, or `bulk_timeout` has passed
-//! ([`SyncShared::bulk_done`]). A peer's bulk request makes the workers scan for every entry
+//! ready to announce once every peer has answered, or `bulk_timeout` has passed (a peer that
+//! is down: logged) ([`SyncShared::bulk_done`]). A peer's bulk request makes the workers scan for every entry
 //! at risk they hold, their peers' too; the answer ends with a `BulkEnd` once every worker's
 //! scan is over and its queue empty.
 //!
@@ -41,9 +41,6 @@ use crate::fleet::Phase;
 pub const HELLO_EVERY: Duration = Duration::from_secs(1);
 /// A peer is down once no hello has come for this long.
 pub const PEER_DOWN_AFTER: Duration = Duration::from_secs(3);
-/// At start, how long the thread waits for hellos before it counts a silent peer as down (and
-/// stops waiting for its bulk answer).
-pub const FIRST_HELLO_WAIT: Duration = Duration::from_millis(1500);
 
 /// What the thread needs from the configuration.
 #[derive(Debug, Clone)]
@@ -159,7 +156,7 @@ impl SyncShared {
 pub struct SyncShared {
     /// Counters.
     pub stats: SyncStats,
-    /// The bulk sync at start is over (answered by every peer that is up, or timed out).
+    /// The bulk sync at start is over (answered by every peer, or timed out).
     pub bulk_done: AtomicBool,
     /// Status for the API, refreshed once a second.
     pub status: Mutex<SyncStatus>,
@@ -309,17 +306,14 @@ impl Thread {
         self.send_to_all(&out[..n]);
     }
 
-    /// The bulk sync at start: ask the peers that have not answered yet; done once every peer
-    /// that is up has answered (and the first hellos have had time to come), or at the
-    /// timeout.
+    /// The bulk sync at start: ask the peers that have not answered yet (every half second: a
+    /// request may be lost, or sent before the path to the peer works); done once every peer
+    /// has answered, or at the timeout (a peer that is down cannot answer: the timeout bounds
+    /// the wait, and says so).
     fn bulk_progress(&mut self, now: Instant) {
         let waited = now.duration_since(self.started);
-        let pending: Vec<SocketAddr> = self
-            .peers
-            .iter()
-            .filter(|p| !p.answered && (p.last_hello.is_some() || waited < FIRST_HELLO_WAIT))
-            .map(|p| p.addr)
-            .collect();
+        let pending: Vec<SocketAddr> =
+            self.peers.iter().filter(|p| !p.answered).map(|p| p.addr).collect();
         let timed_out = waited >= self.settings.bulk_timeout;
         if pending.is_empty() || timed_out {
             self.shared.bulk_done.store(true, Ordering::Relaxed);
