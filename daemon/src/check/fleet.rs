@@ -8,11 +8,11 @@
 //! start the kernel has no route through it to look up. A peer inside the node's prefix is
 //! reached directly; one outside needs a route the operator adds (a WARN that says so).
 
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use spillway_control::config::{Config, SyncPeer};
+use spillway_control::sync::{Key, KeyProblem, KEY_BYTES};
 use spillway_core::addr::Addr;
 
 use super::{Finding, Host};
@@ -92,67 +92,53 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
 const KEY_HOWTO: &str = "head -c 32 /dev/urandom | xxd -p -c 64 > FILE; chmod 600 FILE (the same \
                          file on every instance of the fleet)";
 
-/// `fleet.sync.key_file`: a regular file only its owner may read or write, holding 64 hex
-/// digits (and at most one newline), not all zero. The same rules as the sync thread's reader
-/// at start; the key itself is never printed, not even in part.
+/// `fleet.sync.key_file`, read by the sync thread's own reader (so the preflight and the start
+/// agree): a regular file only its owner may read or write, holding 64 hex digits (and at most
+/// one newline), not all zero. The key itself is never printed, not even in part.
 fn key_file(file: &Path, host: &Host) -> Finding {
     let shown = file.display();
     let field = format!("fleet.sync.key_file {shown}");
     let fix = KEY_HOWTO.replace("FILE", &shown.to_string());
     let path = host.path(file);
-    let mut f = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) => return Finding::fail("sync", format!("{field}: {e}")).fix(fix),
+    let problem = match Key::read_file(&path) {
+        Ok(_) => {
+            let mode = std::fs::metadata(&path).map_or(0, |m| m.permissions().mode() & 0o777);
+            return Finding::pass(
+                "sync",
+                format!(
+                    "{field}: a 32-byte key, private to its owner (mode {mode:04o}); every \
+                     instance of the fleet needs the same"
+                ),
+            );
+        }
+        Err(e) => e.problem,
     };
-    let meta = match f.metadata() {
-        Ok(m) => m,
-        Err(e) => return Finding::fail("sync", format!("{field}: {e}")).fix(fix),
+    // The messages name the configured path, not the host-rooted one read.
+    let message = match problem {
+        KeyProblem::NotAbsolute => "is not an absolute path".to_owned(),
+        KeyProblem::Io(e) => e,
+        KeyProblem::NotRegularFile => "not a regular file".to_owned(),
+        KeyProblem::TooOpen(mode) => {
+            return Finding::fail(
+                "sync",
+                format!(
+                    "{field}: its group or other users may read or write it (mode {mode:04o}): \
+                     whoever reads the key can forge connection entries"
+                ),
+            )
+            .fix(format!("chmod 600 {shown}"));
+        }
+        // The reader stops one byte after a key and a newline.
+        KeyProblem::Length(n) if n > 2 * KEY_BYTES + 1 => {
+            "is longer than the 64 hexadecimal digits of a 32-byte key".to_owned()
+        }
+        KeyProblem::Length(n) => {
+            format!("holds {n} characters, not the 64 hexadecimal digits of a 32-byte key")
+        }
+        KeyProblem::NotHex => "holds a character that is not a hexadecimal digit".to_owned(),
+        KeyProblem::AllZero => "is all zeros: a placeholder, not a key".to_owned(),
     };
-    if !meta.is_file() {
-        return Finding::fail("sync", format!("{field}: not a regular file")).fix(fix);
-    }
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Finding::fail(
-            "sync",
-            format!(
-                "{field}: its group or other users may read or write it (mode {mode:04o}): \
-                 whoever reads the key can forge connection entries"
-            ),
-        )
-        .fix(format!("chmod 600 {shown}"));
-    }
-    // 64 digits and a newline at most; reading one byte more than a key and two newlines tells
-    // a file that is too long from one that ends in an extra newline.
-    let mut text = Vec::with_capacity(67);
-    if let Err(e) = (&mut f).take(67).read_to_end(&mut text) {
-        return Finding::fail("sync", format!("{field}: {e}")).fix(fix);
-    }
-    let digits = text.strip_suffix(b"\n").unwrap_or(&text);
-    let problem = if text.len() == 67 {
-        Some("is longer than the 64 hexadecimal digits of a 32-byte key".to_owned())
-    } else if digits.len() != 64 {
-        Some(format!(
-            "holds {} characters, not the 64 hexadecimal digits of a 32-byte key",
-            digits.len()
-        ))
-    } else if !digits.iter().all(u8::is_ascii_hexdigit) {
-        Some("holds a character that is not a hexadecimal digit".to_owned())
-    } else if digits.iter().all(|&c| c == b'0') {
-        Some("is all zeros: a placeholder, not a key".to_owned())
-    } else {
-        None
-    };
-    match problem {
-        Some(p) => Finding::fail("sync", format!("{field}: {p}")).fix(fix),
-        None => Finding::pass(
-            "sync",
-            format!(
-                "{field}: a 32-byte key, private to its owner (mode {mode:04o}); every instance \
-                 of the fleet needs the same"
-            ),
-        ),
-    }
+    Finding::fail("sync", format!("{field}: {message}")).fix(fix)
 }
 
 /// One `fleet.sync.peers[i]`: validation made sure it is not the node and of a family the
