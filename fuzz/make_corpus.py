@@ -2,9 +2,10 @@
 """Seed corpora for the fuzz targets, and expected frames for the builder tests.
 
 `parse` and `path`: frames written here. `config`: the repository's configurations
-(configs/, the simulator tests' configs). `scenario`: the simulator tests' scenarios. `api`:
-requests to the admin API (method byte, target line, body). `sync`: a mode byte, then a
-datagram, a kind and payload to seal, a table file, or entry records (fuzz_targets/sync.rs).
+(configs/, the simulator tests' configs), beside the hand-written `fleet_sync.yaml`, which this
+script leaves alone. `scenario`: the simulator tests' scenarios. `api`: requests to the admin
+API (method byte, target line, body). `sync`: a mode byte, then a datagram, a kind and payload
+to seal, a table file, or entry records (fuzz_targets/sync.rs).
 
 Plain `struct`, no scapy: every header and checksum here is written independently of the
 Rust code under test.

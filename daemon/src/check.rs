@@ -13,7 +13,8 @@
 //! `/proc` and `/`; tests point them at a fake tree with the hidden `--sys`, `--proc` and
 //! `--root` options): `memory` (hugepages, hugetlbfs, `-m`/`--socket-mem` against the
 //! estimated DPDK memory; the connection tables), `lcores`, `ports` (vdevs, PCI drivers, IOMMU,
-//! NUMA), `mtu`, `admin` and `fleet` (the exception interface's name, BIRD's socket).
+//! NUMA), `mtu`, `admin` and `fleet` (the exception interface's name, BIRD's socket, the
+//! sync key file and peers, the table file's directory).
 //!
 //! The memory estimate: `mempool_size` x 2,368 B (`RTE_MBUF_DEFAULT_BUF_SIZE` = 2,048 B of
 //! data room and 128 B of headroom, the 128-byte `struct rte_mbuf`, the mempool's 64-byte

@@ -773,3 +773,164 @@ fn the_kernel_interface_must_not_exist_yet_and_bird_should_answer() {
     let plain = fleet_config().replace("  kernel_interface: {name: spl0}\n", "");
     f.check(&plain).has("WARN", "announce", "announce without dataplane.kernel_interface");
 }
+
+/// [`fleet_config`] with `fleet.sync` (the peers' lines given) and `fleet.table_file`.
+fn sync_config(peers: &str) -> String {
+    format!(
+        "{}fleet:\n  sync:\n    instance_id: 1\n    key_file: /etc/spillway/sync.key\n    \
+         peers:\n{peers}  table_file: /var/lib/spillway/conntrack.table\n",
+        fleet_config()
+    )
+}
+
+const ONE_PEER: &str = "      - {id: 2, address: 198.18.0.12}\n";
+
+/// A fake host for the fleet: [`Fake::clean`] with network devices and BIRD's socket
+/// directory; the key file written with `mode`.
+fn fleet_host() -> Fake {
+    let f = Fake::clean();
+    f.mkdir("sys/class/net/eth0");
+    f.mkdir("root/etc/spillway");
+    f
+}
+
+fn write_key(f: &Fake, text: &str, mode: u32) -> PathBuf {
+    let key = f.path("root/etc/spillway/sync.key");
+    std::fs::write(&key, text).expect("write key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    key
+}
+
+#[test]
+fn the_sync_key_file_must_be_private_and_a_key() {
+    let f = fleet_host();
+    let config = sync_config(ONE_PEER);
+    let field = "fleet.sync.key_file /etc/spillway/sync.key";
+    let out = f.check(&config);
+    assert_eq!(out.status, 1, "{}", out.stdout);
+    let l = out.has("FAIL", "sync", &format!("{field}: No such file"));
+    assert!(
+        l.fix.as_deref().unwrap().starts_with(
+            "head -c 32 /dev/urandom | xxd -p -c 64 > /etc/spillway/sync.key; chmod 600 \
+             /etc/spillway/sync.key"
+        ),
+        "{l:?}"
+    );
+
+    let secret = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF";
+    write_key(&f, &format!("{secret}\n"), 0o640);
+    let out = f.check(&config);
+    let l = out.has("FAIL", "sync", &format!("{field}: its group or other users"));
+    assert!(l.message.contains("(mode 0640)"), "{l:?}");
+    assert_eq!(l.fix.as_deref(), Some("chmod 600 /etc/spillway/sync.key"));
+
+    write_key(&f, &format!("{secret}\n"), 0o600);
+    let out = f.check(&config);
+    out.has("PASS", "sync", &format!("{field}: a 32-byte key, private to its owner (mode 0600)"));
+    // Never printed, not even in part.
+    for part in [&secret[..16], &secret[48..]] {
+        assert!(!out.stdout.contains(part) && !out.stderr.contains(part), "{}", out.stdout);
+    }
+    let json = f.run(&config, &["--json"]);
+    assert!(!json.stdout.contains(&secret[..16]), "{}", json.stdout);
+    // Without the newline too.
+    write_key(&f, secret, 0o400);
+    f.check(&config).has("PASS", "sync", &format!("{field}: a 32-byte key"));
+
+    for (text, problem) in [
+        ("0123456789abcdef\n", "holds 16 characters, not the 64 hexadecimal digits"),
+        (&format!("{secret}{secret}\n")[..], "is longer than the 64 hexadecimal digits"),
+        (&format!("{secret}\n\n")[..], "holds 65 characters"),
+        (&secret.replace('a', "g")[..], "holds a character that is not a hexadecimal digit"),
+        (&"0".repeat(64)[..], "is all zeros: a placeholder, not a key"),
+    ] {
+        write_key(&f, text, 0o600);
+        let out = f.check(&config);
+        let l = out.has("FAIL", "sync", &format!("{field}: {problem}"));
+        assert!(l.fix.is_some(), "{l:?}");
+        assert_eq!(out.status, 1);
+    }
+
+    std::fs::remove_file(f.path("root/etc/spillway/sync.key")).expect("rm");
+    f.mkdir("root/etc/spillway/sync.key");
+    f.check(&config).has("FAIL", "sync", &format!("{field}: not a regular file"));
+}
+
+#[test]
+fn each_sync_peer_is_on_link_or_needs_a_route() {
+    let f = fleet_host();
+    write_key(&f, &format!("{}\n", "5a".repeat(32)), 0o600);
+    let peers = "      - {id: 2, address: 198.18.0.12}\n      - {id: 3, address: 198.19.0.13}\n";
+    let out = f.check(&sync_config(peers));
+    out.has(
+        "PASS",
+        "sync",
+        "fleet.sync.peers[0] 198.18.0.12 (id 2): on-link, inside dataplane.node.ipv4 \
+         198.18.0.2/16: reached directly over the kernel interface `spl0`, UDP port 7455",
+    );
+    let l = out.has(
+        "WARN",
+        "sync",
+        "fleet.sync.peers[1] 198.19.0.13 (id 3): outside dataplane.node.ipv4 198.18.0.2/16: the \
+         host needs a route to it through the kernel interface `spl0`",
+    );
+    assert!(
+        l.fix.as_deref().unwrap().starts_with(
+            "add the route when `spl0` comes up, e.g. `ip route add 198.19.0.13/32 via ROUTER \
+             dev spl0`"
+        ),
+        "{l:?}"
+    );
+    assert_eq!(out.status, 0, "warnings only: {}", out.stdout);
+    // With a gateway, the example route uses it.
+    let gw = sync_config(peers).replace(
+        "    ipv4: 198.18.0.2/16\n",
+        "    ipv4: 198.18.0.2/16\n    gateway_ipv4: 198.18.0.1\n",
+    );
+    let out = f.check(&gw);
+    let l = out.has("WARN", "sync", "fleet.sync.peers[1] 198.19.0.13 (id 3): outside");
+    assert!(l.fix.as_deref().unwrap().contains("via 198.18.0.1 dev spl0"), "{l:?}");
+    // A peer that is the node itself never gets here: the configuration is invalid.
+    let out = f.check(&sync_config("      - {id: 2, address: 198.18.0.2}\n"));
+    assert_eq!(out.status, 2);
+    out.has(
+        "FAIL",
+        "config",
+        "field `fleet.sync.peers[0].address`: `198.18.0.2` is this node's own address",
+    );
+}
+
+#[test]
+fn the_table_files_directory_should_exist() {
+    let f = fleet_host();
+    write_key(&f, &format!("{}\n", "5a".repeat(32)), 0o600);
+    let config = sync_config(ONE_PEER);
+    let out = f.check(&config);
+    let l = out.has(
+        "WARN",
+        "table",
+        "fleet.table_file /var/lib/spillway/conntrack.table: the directory /var/lib/spillway does \
+         not exist",
+    );
+    assert!(l.fix.as_deref().unwrap().starts_with("mkdir -p /var/lib/spillway"), "{l:?}");
+    assert_eq!(out.status, 0, "a warning only: {}", out.stdout);
+    f.mkdir("root/var/lib/spillway");
+    f.check(&config).has(
+        "PASS",
+        "table",
+        "fleet.table_file /var/lib/spillway/conntrack.table: does not exist yet: a clean stop \
+         writes it",
+    );
+    f.write("root/var/lib/spillway/conntrack.table", "SPTB");
+    f.check(&config).has("PASS", "table", "exists: the next start reads it back");
+    f.remove("root/var/lib/spillway/conntrack.table");
+    f.mkdir("root/var/lib/spillway/conntrack.table");
+    let out = f.check(&config);
+    out.has("FAIL", "table", "fleet.table_file /var/lib/spillway/conntrack.table: is a directory");
+    assert_eq!(out.status, 1);
+    // Without fleet.sync, the table file is checked alone.
+    let alone = format!("{CLEAN}fleet:\n  table_file: /var/lib/spillway/t\n");
+    let out = f.check(&alone);
+    out.has("PASS", "table", "fleet.table_file /var/lib/spillway/t: does not exist yet");
+    assert!(out.with("PASS", "sync", "").is_none(), "{}", out.stdout);
+}

@@ -3,8 +3,8 @@
 //! arbitrary field values. A file that loads is also compiled into the decision core's model,
 //! as the daemon and the simulator do.
 //!
-//! Corpus: `fuzz/corpus/config` (the shipped configurations and the simulator's test
-//! configurations).
+//! Corpus: `fuzz/corpus/config` (the shipped configurations, the simulator's test
+//! configurations, and `fleet_sync.yaml`, which reaches every rule of the `fleet:` section).
 
 #![no_main]
 
@@ -19,6 +19,8 @@ fuzz_target!(|data: &[u8]| {
         Ok(c) => {
             let _ = c.to_model();
             let _ = c.advanced_topology();
+            let _ = c.fleet_sync();
+            let _ = c.table_file();
         }
         Err(e) => {
             // Every error renders, and names where it is when it has a place.

@@ -351,7 +351,7 @@ pub fn restart_needed(running: &Config, new: &Config) -> Vec<FieldError> {
                 ("instance_id", a.instance_id != b.instance_id),
                 ("port", a.port != b.port),
                 ("key_file", a.key_file != b.key_file),
-                ("peers", a.peers != b.peers),
+                ("peers", !same_peers(&a.peers, &b.peers)),
                 ("bulk_timeout_sec", a.bulk_timeout_sec.to_bits() != b.bulk_timeout_sec.to_bits()),
                 ("refresh_sec", a.refresh_sec.to_bits() != b.refresh_sec.to_bits()),
                 ("queue_size", a.queue_size != b.queue_size),
@@ -368,6 +368,16 @@ pub fn restart_needed(running: &Config, new: &Config) -> Vec<FieldError> {
         differs("fleet.table_file");
     }
     out
+}
+
+/// The same peers, in any order (the order of the list means nothing).
+fn same_peers(a: &[SyncPeerConfig], b: &[SyncPeerConfig]) -> bool {
+    fn sorted(l: &[SyncPeerConfig]) -> Vec<(u64, &str)> {
+        let mut v: Vec<(u64, &str)> = l.iter().map(|p| (p.id, p.address.as_str())).collect();
+        v.sort_unstable();
+        v
+    }
+    sorted(a) == sorted(b)
 }
 
 #[cfg(test)]
@@ -450,6 +460,10 @@ fleet:
         let b =
             parse(&BASE.replace("instance_id: 1", "instance_id: 9").replace("/var/lib", "/srv"));
         assert_eq!(fields(&b), ["fleet.sync.instance_id", "fleet.table_file"]);
+        // The peers' order means nothing.
+        let mut b = a.clone();
+        b.fleet.sync.as_mut().unwrap().peers.reverse();
+        assert!(restart_needed(&a, &b).is_empty());
         let mut b = a.clone();
         b.fleet.sync = None;
         assert_eq!(fields(&b), ["fleet.sync"]);
