@@ -165,6 +165,8 @@ pub struct SyncShared {
 struct Peer {
     id: u32,
     addr: SocketAddr,
+    /// Up as last logged (a log line per change).
+    logged_up: bool,
     last_hello: Option<Instant>,
     received: u64,
     answered: bool,
@@ -236,7 +238,14 @@ impl Thread {
         let peers = settings
             .peers
             .iter()
-            .map(|&(id, addr)| Peer { id, addr, last_hello: None, received: 0, answered: false })
+            .map(|&(id, addr)| Peer {
+                id,
+                addr,
+                logged_up: false,
+                last_hello: None,
+                received: 0,
+                answered: false,
+            })
             .collect();
         Thread {
             settings,
@@ -468,7 +477,23 @@ impl Thread {
         }
     }
 
-    fn publish_status(&self, now: Instant) {
+    fn publish_status(&mut self, now: Instant) {
+        for p in &mut self.peers {
+            let up = p.last_hello.is_some_and(|t| now.duration_since(t) < PEER_DOWN_AFTER);
+            if up != p.logged_up {
+                p.logged_up = up;
+                if up {
+                    tracing::info!("fleet sync: peer {} ({}) up", p.id, p.addr.ip());
+                } else {
+                    tracing::warn!(
+                        "fleet sync: peer {} ({}) down: no hello for {} s",
+                        p.id,
+                        p.addr.ip(),
+                        PEER_DOWN_AFTER.as_secs()
+                    );
+                }
+            }
+        }
         let peers = self
             .peers
             .iter()
