@@ -12,7 +12,9 @@ Builds (with tests/e2e/fleet.py), in network namespaces:
   their name.
 
 Then it shows the router's FIB (one next hop per instance), spreads new connections over both
-instances, opens 20 long-lived connections that exchange a line every 100 ms, kills instance 1
+instances, opens 20 long-lived connections that exchange a line every 100 ms, adds a fifth
+backend on both instances (a reload: some connections are now pinned to a backend the new
+tables would not pick, and the instances share those entries, fleet sync), kills instance 1
 with SIGKILL, and shows BFD taking it out of the router's FIB and every connection carrying on,
 on the backend it had. Everything it created is removed at the end, also on Ctrl-C.
 
@@ -36,7 +38,7 @@ os.environ.setdefault("SPILLWAYCTL_BIN", str(Path(os.environ["SPILLWAY_BIN"]).pa
 import topo as T  # noqa: E402
 from demo import banner, say  # noqa: E402  (scripts/demo.py: the same output style)
 from fleet import (VIP_WEB, VIPS, Fleet, LongLived, answered_now, carriers, http_get,  # noqa: E402
-                   start_all, summary, wait_all_progress)
+                   spillway_config, start_all, summary, wait_all_progress, wait_synced)
 
 CONNECTIONS = 20
 
@@ -54,9 +56,11 @@ def main() -> int:
         if not Path(b).exists():
             say(f"fleet demo: {b} is not built (cargo build --release -p spillway -p spillway-control)")
             return 1
-    banner("A router (BIRD, ECMP, BFD), two Spillway instances with their own BIRD, four backends")
-    with Fleet(instances=2, bfd=True) as f:
+    banner("A router (BIRD, ECMP, BFD), two Spillway instances with their own BIRD, six backends")
+    with Fleet(instances=2, bfd=True, backends_per_zone=3) as f:
         t0 = time.monotonic()
+        for i in f.instances:
+            f.spillway(i.k, config=spillway_config(f, i.k, sync=True), start=False)
         sps = start_all(f)
         say(f"both instances serving and announced, BGP and BFD up: {time.monotonic() - t0:.1f} s")
         for sp in sps:
@@ -84,6 +88,14 @@ def main() -> int:
         say(f"  through i1: {len(on['i1'])} connections, through i2: {len(on['i2'])}")
         backend_of = {c["id"]: c["backend"] for c in ll.report()["per_connection"]}
 
+        banner("a fifth backend for web, added by a reload on both instances")
+        for sp in sps:
+            sp.reload(spillway_config(f, sp.inst.k, sync=True, extra_web=("b5",)))
+        synced = wait_synced(sps)
+        for k, (_, s) in sorted(synced.items()):
+            say(f"  {k}: {s['entries_sent']} connection entries now pinned elsewhere than the new table "
+                "would pick, sent to its peer")
+
         banner("kill -9 instance 1")
         mark = answered_now(ll)
         t0 = time.monotonic()
@@ -98,9 +110,10 @@ def main() -> int:
         same = sum(1 for c in rep["per_connection"] if c["backends"] == [backend_of[c["id"]]])
         say(f"  connections: {rep['connections']}, open to the end: {rep['open']}, resets: {rep['resets']}")
         say(f"  messages: {rep['sent']} sent, {rep['answered']} answered, {rep['lost']} lost")
+        taken = sps[1].metrics().value("spillway_forwarded_packets_total", reason="sync_takeover")
         say(f"  on the backend they had before: {same} of {rep['connections']} "
-            f"(i2 has no entry for the {len(moved)} it took over: it picks the same backend by the "
-            "consistent hash)")
+            f"(of the {len(moved)} i2 took over, {int(taken)} by the entries i1 had shared, the others "
+            "by the consistent hash)")
         if moved:
             say(f"  longest stall of a moved connection: {max(c['longest_stall_s'] for c in moved):.2f} s")
         ok = rep["resets"] == 0 and rep["lost"] == 0 and same == rep["connections"]

@@ -1361,6 +1361,23 @@ def http_get(c: T.Client, host: str, port: int = T.HTTP_PORT, path: str = "/", t
     return body
 
 
+def wait_synced(sps: list["FleetSpillway"], timeout: float = 15.0) -> dict:
+    """Wait until every instance's workers have scanned their tables against its current
+    snapshot (fleet sync) and every peer has received all that was sent to it; the replies."""
+    def state():
+        return {sp.inst.short: (sp.api("/v1/status")["generation"], sp.instance()["fleet_sync"]) for sp in sps}
+
+    def ok():
+        st = state()
+        sent = sum(s["entries_sent"] for _, s in st.values())
+        received = sum(s["entries_received"] for _, s in st.values())
+        # Two instances: what one sent the other received.
+        return all(s["scanned_generation"] == g for g, s in st.values()) and sent == received
+
+    T.wait_until(ok, lambda: f"fleet sync to settle: {state()}", timeout=timeout)
+    return state()
+
+
 def answered_now(ll: LongLived) -> dict[int, int]:
     return {c["id"]: c["answered"] for c in ll.report()["per_connection"]}
 

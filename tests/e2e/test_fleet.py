@@ -39,7 +39,7 @@ from contextlib import suppress
 import pytest
 
 import topo as T
-from fleet import (answered_now, carriers, http_get, start_all, summary, wait_all_progress, DATA_PORT, OTHER_BACKENDS, OTHER_HEALTH_PORT, SPILLWAY_BIN, SPILLWAYCTL_BIN, VIP_OTHER, VIP_WEB, VIPS,
+from fleet import (answered_now, carriers, wait_synced, http_get, start_all, summary, wait_all_progress, DATA_PORT, OTHER_BACKENDS, OTHER_HEALTH_PORT, SPILLWAY_BIN, SPILLWAYCTL_BIN, VIP_OTHER, VIP_WEB, VIPS,
                    Fleet, FleetSpillway, LongLived, needs_bird, spillway_config)
 from balancer import needs_built
 
@@ -465,23 +465,6 @@ def test_instance_killed_then_restarted(bfd):
             "connections_moved_onto_restarted": len(on_after["i1"]), "backends_changed": rep["backends_changed"],
             "resets": rep["resets"], "lost": rep["lost"], "longest_stall_s": rep["longest_stall_s"],
         })
-
-
-def wait_synced(sps: list[FleetSpillway], timeout: float = 15.0) -> dict:
-    """Wait until every instance's workers have scanned their tables against its current
-    snapshot (fleet sync) and every peer has received all that was sent to it; the replies."""
-    def state():
-        return {sp.inst.short: (sp.api("/v1/status")["generation"], sp.instance()["fleet_sync"]) for sp in sps}
-
-    def ok():
-        st = state()
-        sent = sum(s["entries_sent"] for _, s in st.values())
-        received = sum(s["entries_received"] for _, s in st.values())
-        # Two instances: what one sent the other received.
-        return all(s["scanned_generation"] == g for g, s in st.values()) and sent == received
-
-    T.wait_until(ok, lambda: f"fleet sync to settle: {state()}", timeout=timeout)
-    return state()
 
 
 def test_fs_3_backend_added_then_instance_killed_loses_no_connection():
