@@ -350,5 +350,51 @@ pub struct InstanceReply {
     pub fingerprints: BTreeMap<String, String>,
     /// Fleet sync (FS), when configured: the bulk sync, the peers, what went each way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fleet_sync: Option<crate::sync::SyncReply>,
+    pub fleet_sync: Option<SyncReply>,
+}
+
+/// One peer as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PeerStatus {
+    /// Its configured id.
+    pub id: u32,
+    /// Its address.
+    pub address: String,
+    /// Hellos arrive.
+    pub up: bool,
+    /// Milliseconds since its last hello, if any came.
+    pub last_hello_ms: Option<u64>,
+    /// Entries received from it.
+    pub entries_received: u64,
+    /// Its answer to this instance's bulk request has ended.
+    pub bulk_answered: bool,
+}
+
+/// The thread's state for the API: the bulk sync and the peers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct SyncStatus {
+    /// `pending`, `done` or `timed_out`.
+    pub bulk: String,
+    /// The peers, by id.
+    pub peers: Vec<PeerStatus>,
+    /// The oldest snapshot generation every worker has finished a scan for (0 before the
+    /// first): once it is the current generation and the peers have received what was sent,
+    /// the peers hold every entry at risk after that change.
+    pub scanned_generation: u64,
+}
+
+/// Fleet sync in `GET /v1/instance` (and `spillwayctl instance`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct SyncReply {
+    /// The bulk sync at start and the peers.
+    #[serde(flatten)]
+    pub status: SyncStatus,
+    /// The bulk sync's duration, in milliseconds (once over).
+    pub bulk_ms: Option<u64>,
+    /// Entries sent to the peers.
+    pub entries_sent: u64,
+    /// Entries received from them.
+    pub entries_received: u64,
+    /// Datagrams refused, by reason (only reasons seen).
+    pub refused: BTreeMap<String, u64>,
 }

@@ -413,7 +413,7 @@ pub fn instance(r: &InstanceReply) -> String {
 }
 
 /// The fleet-sync part of `spillwayctl instance`.
-fn fleet_sync(s: &crate::sync::SyncReply) -> String {
+fn fleet_sync(s: &crate::fleet::SyncReply) -> String {
     let mut out = String::new();
     let bulk = match (s.status.bulk.as_str(), s.bulk_ms) {
         (b, Some(ms)) => format!("{b} in {:.2} s", ms as f64 / 1000.0),
@@ -880,6 +880,32 @@ mod tests {
              route table  2 failed update(s); now: netlink: permission denied\n\
              bird         DOWN: connect: no such file\n\
              service  table fingerprint\n"
+        );
+    }
+
+    #[test]
+    fn an_instance_with_fleet_sync_shows_its_bulk_sync_and_peers() {
+        let mut r = instance_reply();
+        r["fingerprints"] = json!({});
+        r["fleet_sync"] = json!({
+            "bulk": "done", "bulk_ms": 506, "entries_sent": 12, "entries_received": 8,
+            "scanned_generation": 9, "refused": {"auth_failed": 3},
+            "peers": [
+                {"id": 2, "address": "198.18.0.12", "up": true, "last_hello_ms": 420,
+                 "entries_received": 8, "bulk_answered": true},
+                {"id": 3, "address": "198.18.0.13", "up": false, "last_hello_ms": null,
+                 "entries_received": 0, "bulk_answered": false},
+            ],
+        });
+        let out = instance(&reply(r));
+        let tail = out.split_once("service  table fingerprint\n").expect("the fingerprints").1;
+        assert_eq!(
+            tail,
+            "fleet sync   bulk sync done in 0.51 s; 12 entries sent, 8 received\n\
+             \x20            refused: auth_failed 3\n\
+             peer  address      state  last hello  received  bulk answered\n\
+             2     198.18.0.12  up     420 ms ago  8         yes\n\
+             3     198.18.0.13  DOWN   never       0         no\n"
         );
     }
 

@@ -147,9 +147,7 @@ pub use persist::{
     TABLE_CHECKSUM_BYTES, TABLE_HEADER_BYTES, TABLE_MAGIC, TABLE_VERSION,
 };
 pub use replay::{ReplayState, REPLAY_WINDOW};
-pub use thread::{
-    peer_addresses, spawn, PeerStatus, SyncReply, SyncSettings, SyncShared, SyncStats, SyncStatus,
-};
+pub use thread::{peer_addresses, spawn, SyncSettings, SyncShared, SyncStats};
 pub use wire::{
     decode, Body, Datagram, Encoder, EntriesKind, Header, Kind, Packed, Refused, BULK_END_BYTES,
     BULK_REQUEST_BYTES, ENTRIES_PER_DATAGRAM, ENTRIES_PREFIX_BYTES, HEADER_BYTES, HELLO_BYTES,

@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
 use spillway_core::counters::WorkerCounters;
 use spillway_core::model::Endpoint;
 use spillway_core::peer::{self, Installed, PeerEntry, PeerIndex, SyncLink};
@@ -35,7 +34,7 @@ use super::entry::SyncedEntry;
 use super::key::Key;
 use super::replay::ReplayState;
 use super::wire::{decode, Body, Encoder, EntriesKind, Refused, MAX_DATAGRAM};
-use crate::fleet::Phase;
+use crate::fleet::{PeerStatus, Phase, SyncReply, SyncStatus};
 
 /// How often the thread says hello, and how long a peer stays up without one.
 pub const HELLO_EVERY: Duration = Duration::from_secs(1);
@@ -82,52 +81,6 @@ pub struct SyncStats {
     pub bulk_ms: AtomicU64,
     /// Bulk answers sent to joining peers.
     pub bulk_answers: AtomicU64,
-}
-
-/// One peer as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PeerStatus {
-    /// Its configured id.
-    pub id: u32,
-    /// Its address.
-    pub address: String,
-    /// Hellos arrive.
-    pub up: bool,
-    /// Milliseconds since its last hello, if any came.
-    pub last_hello_ms: Option<u64>,
-    /// Entries received from it.
-    pub entries_received: u64,
-    /// Its answer to this instance's bulk request has ended.
-    pub bulk_answered: bool,
-}
-
-/// The thread's state for the API: the bulk sync and the peers.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
-pub struct SyncStatus {
-    /// `pending`, `done` or `timed_out`.
-    pub bulk: String,
-    /// The peers, by id.
-    pub peers: Vec<PeerStatus>,
-    /// The oldest snapshot generation every worker has finished a scan for (0 before the
-    /// first): once it is the current generation and the peers have received what was sent,
-    /// the peers hold every entry at risk after that change.
-    pub scanned_generation: u64,
-}
-
-/// Fleet sync in `GET /v1/instance` (and `spillwayctl instance`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
-pub struct SyncReply {
-    /// The bulk sync at start and the peers.
-    #[serde(flatten)]
-    pub status: SyncStatus,
-    /// The bulk sync's duration, in milliseconds (once over).
-    pub bulk_ms: Option<u64>,
-    /// Entries sent to the peers.
-    pub entries_sent: u64,
-    /// Entries received from them.
-    pub entries_received: u64,
-    /// Datagrams refused, by reason (only reasons seen).
-    pub refused: BTreeMap<String, u64>,
 }
 
 impl SyncShared {
