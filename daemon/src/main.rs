@@ -19,6 +19,7 @@ mod control_loop;
 mod kernel;
 mod run;
 mod systemd;
+mod table;
 mod view;
 
 use std::io::IsTerminal;

@@ -40,6 +40,7 @@ use crate::check;
 use crate::control_loop::{self, ControlPlane, LinkWatch, Signals};
 use crate::kernel;
 use crate::systemd;
+use crate::table;
 use crate::view::DaemonView;
 
 // The config's burst limit is the size of the safe layer's on-stack burst array.
@@ -255,6 +256,17 @@ fn run_config(
             counters: Arc::clone(&kernel_counters),
         }
     });
+    // The connection tables, with the table file's entries when there is one (read once, before
+    // any worker runs).
+    let mut shards: Vec<Shard> = match &control {
+        Some(_) => lcores.iter().map(|_| conntrack_shard(config)).collect(),
+        None => Vec::new(),
+    };
+    if let (Some(path), Some((c, _))) = (config.table_file(), &control) {
+        let snap = control_loop::lock(c).snapshot();
+        table::restore(path, &mut shards, &snap, origin);
+    }
+    let mut shards = shards.into_iter();
     let mut workers: Vec<Worker<'_, '_>> = queues
         .into_iter()
         .enumerate()
@@ -267,7 +279,7 @@ fn run_config(
                 neighbours: resolver.reader(),
                 next_hops: NextHopCache::new(),
                 events: resolver.events(),
-                shard: conntrack_shard(config),
+                shard: shards.next().expect("one table per worker"),
                 node: *node,
                 origin,
                 kernel: kernel_path.as_ref().map(|_| KernelLink {
@@ -398,6 +410,9 @@ fn run_config(
     //    control loop here until it returns (a signal, after the stop grace when announcing).
     let halt = AtomicBool::new(false);
     let stop = &halt;
+    // The workers' tables, handed back as each worker stops (for the table file).
+    let stopped_tables: Mutex<Vec<Shard>> = Mutex::new(Vec::new());
+    let stopped = &stopped_tables;
     let ran_for = eal
         .scope(|scope| -> Result<Duration, DaemonError> {
             // Whatever happens below, the workers are told to stop before the scope waits.
@@ -405,7 +420,12 @@ fn run_config(
             for mut worker in workers {
                 let lcore = worker.lcore();
                 scope
-                    .launch(lcore, move || worker.run(stop))
+                    .launch(lcore, move || {
+                        worker.run(stop);
+                        if let Some(shard) = worker.take_shard() {
+                            stopped.lock().unwrap_or_else(|e| e.into_inner()).push(shard);
+                        }
+                    })
                     .map_err(dpdk_err(format!("launching a worker on lcore {lcore}")))?;
             }
             println!(
@@ -464,6 +484,12 @@ fn run_config(
     sync_stop.store(true, Ordering::Relaxed);
     if let Some((handle, _)) = sync {
         let _ = handle.join();
+    }
+    // The workers stopped: their tables are final.
+    if let (Some(path), Some((c, _))) = (config.table_file(), &control) {
+        let tables = stopped_tables.into_inner().unwrap_or_else(|e| e.into_inner());
+        let snap = control_loop::lock(c).snapshot();
+        table::save(path, &tables, &snap, origin);
     }
 
     // 5. Report, then tear down in reverse order of setup.

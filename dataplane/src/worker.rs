@@ -214,6 +214,12 @@ impl<'p, 'c> Worker<'p, 'c> {
         self.lcore
     }
 
+    /// Hands back the worker's connection table (load-balance mode), once [`Worker::run`] has
+    /// returned: a clean stop writes the tables to the table file after the workers stopped.
+    pub fn take_shard(&mut self) -> Option<Shard> {
+        self.balancer.take().map(|b| b.shard)
+    }
+
     /// Polls until `stop` is set, then flushes its TX buffers.
     pub fn run(&mut self, stop: &AtomicBool) {
         let mut last_drain = dpdk::tsc();

@@ -48,6 +48,16 @@ pub fn service_identity(name: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(&buf)
 }
 
+/// Every service's identity and consistent-hash tables ([`Snapshot::table_fingerprint`]) in
+/// one number, independent of the services' order: two instances (or one instance before and
+/// after a restart) with the same value send a new connection with a given key to the same
+/// backend. The sync hello carries it, and the table file is written and read under it, so a
+/// file from another configuration is refused instead of pinning connections to backends the
+/// tables no longer agree on.
+pub fn tables_fingerprint(snap: &Snapshot) -> u64 {
+    snap.services().fold(0u64, |acc, s| acc ^ s.identity.rotate_left(7) ^ snap.table_fingerprint(s))
+}
+
 /// What [`install`] did with a peer's entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Installed {
@@ -192,7 +202,11 @@ pub struct LocalEntry {
 /// already here is refreshed.
 pub fn store(shard: &mut Shard, e: &LocalEntry, now: Time) -> Installed {
     let hash = key_hash(&e.key);
-    let seen = Time(now.as_millis().saturating_sub(u64::from(e.idle_ms)));
+    // Wrapping, not saturating: shortly after a start `now` (time since the worker's origin)
+    // is smaller than the idle time of an entry from a peer or the table file, and the table
+    // keeps only the low 32 bits of the last-use time, so the wrapped value gives back the
+    // exact idle time instead of one clipped to the uptime (which would extend its life).
+    let seen = Time(now.as_millis().wrapping_sub(u64::from(e.idle_ms)));
     if let Some(slot) = shard.find(&e.key, hash) {
         let here = shard.get(slot, now);
         if here.value.epoch != SYNCED_EPOCH {

@@ -13,6 +13,9 @@ announce a VIP. The tests check what a fleet promises:
 * an instance killed (SIGKILL) under 60 long-lived connections: BFD (and, separately, the hold
   timer) takes it out of the router's FIB and every connection goes on on the backend it had;
   restarted, it announces only once ready and the connections ECMP moves onto it keep theirs;
+* one instance restarted (SIGTERM, start) with ``fleet.table_file`` after a fifth backend was
+  added: the table it wrote at the stop and read back at the start keeps every connection on
+  its backend;
 * a graceful drain (``spillwayctl drain-instance --wait``) then SIGTERM: nothing lost, exit 0;
 * a service whose backends all fail is withdrawn by every instance and comes back, the other
   service untouched;
@@ -29,6 +32,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -556,6 +560,63 @@ def test_fs_5_rolling_restart_while_a_backend_is_added_loses_no_connection():
             "longest_stall_s": rep["longest_stall_s"],
         })
         check_clean(rep, "rolling restart while a backend was added, with fleet sync")
+
+
+def test_single_instance_restart_keeps_its_table():
+    """One instance restarted (SIGTERM, start) under 60 long-lived connections, with
+    ``fleet.table_file``: a fifth backend is added by a reload first, so that about a fifth of
+    the connections are pinned to a backend the new tables would not pick. The stop writes the
+    table, the start reads it back before the workers run, and every connection goes on on its
+    backend once TCP retransmits across the gap. Without the file, those connections reach
+    another backend after the restart and are reset."""
+    with Fleet(instances=1, backends_per_zone=3) as f:
+        table = f.state_dir / "i1.conntrack.table"
+
+        def config(**kw) -> dict:
+            # A short stop grace: with one instance, nothing carries the traffic meanwhile.
+            cfg = spillway_config(f, 1, stop_grace_sec=1.0, **kw)
+            cfg["fleet"] = {"table_file": str(table)}
+            return cfg
+
+        sp = f.spillway(1, config=config(), start=False)
+        start_all(f)
+        i1 = f.instance(1)
+        ll = long_lived(f)
+        fps = sp.instance()["fingerprints"]
+        assert sp.reload(config(extra_web=("b5",)))["added"]
+        # The new tables once b5 is healthy (a new backend starts unhealthy).
+        T.wait_until(lambda: sp.instance()["fingerprints"] != fps, "b5 in web's tables", timeout=15)
+        mark = answered_now(ll)
+        t0 = time.monotonic()
+        sp.stop()
+        assert sp.returncode == 0, sp.output()[-2000:]
+        stopped = sp.output()
+        sp.wait_gone()
+        sp.start(timeout=60)
+        sp.wait_phase("serving", timeout=30)
+        sp.wait_announced(VIPS, timeout=30)
+        f.wait_nexthops(VIP_WEB, [i1.node], timeout=30)
+        restart_s = time.monotonic() - t0
+        started = sp.output()
+        wait_all_progress(ll, mark, more=5, timeout=90)
+        rep = ll.stop(drain=5.0)
+        wrote = re.search(r"fleet.table_file: wrote (\d+) entries .* in (\d+) ms", stopped)
+        restored = re.search(r"fleet.table_file: restored (\d+) of (\d+) entries .* in (\d+) ms.*not restored: (.*)",
+                             started)
+        assert wrote, stopped[-2000:]
+        assert restored, started[-2000:]
+        figures = {
+            "connections": rep["connections"], "entries_written": int(wrote[1]), "write_ms": int(wrote[2]),
+            "entries_restored": int(restored[1]), "entries_in_file": int(restored[2]),
+            "restore_ms": int(restored[3]), "not_restored": restored[4].strip(),
+            "restart_to_next_hop_s": round(restart_s, 3),
+            "resets": rep["resets"], "backends_changed": rep["backends_changed"], "lost": rep["lost"],
+            "longest_stall_s": rep["longest_stall_s"],
+        }
+        record("table_file_restart", figures)
+        assert int(wrote[1]) >= rep["connections"], figures
+        assert int(restored[1]) >= rep["connections"], figures
+        check_clean(rep, "single instance restarted with its table file")
 
 
 # ---- 3: graceful drain, undrain, drain, SIGTERM --------------------------------------------------------

@@ -132,6 +132,7 @@ mod entry;
 mod key;
 mod persist;
 mod replay;
+mod restart;
 mod thread;
 mod wire;
 
@@ -147,6 +148,7 @@ pub use persist::{
     TABLE_CHECKSUM_BYTES, TABLE_HEADER_BYTES, TABLE_MAGIC, TABLE_VERSION,
 };
 pub use replay::{ReplayState, REPLAY_WINDOW};
+pub use restart::{export_tables, restore_tables, table_file_fingerprint, Restored};
 pub use thread::{peer_addresses, spawn, SyncSettings, SyncShared, SyncStats};
 pub use wire::{
     decode, Body, Datagram, Encoder, EntriesKind, Header, Kind, Packed, Refused, BULK_END_BYTES,

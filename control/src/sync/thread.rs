@@ -255,9 +255,7 @@ impl Thread {
 
     fn hello(&mut self) {
         let snap = self.snapshots.load();
-        let fingerprint = snap
-            .services()
-            .fold(0u64, |acc, s| acc ^ s.identity.rotate_left(7) ^ snap.table_fingerprint(s));
+        let fingerprint = peer::tables_fingerprint(snap);
         let phase = if self.shared.bulk_done.load(Ordering::Relaxed) {
             Phase::Serving
         } else {
@@ -471,7 +469,7 @@ impl Thread {
 }
 
 /// An entry of this instance as the wire carries it.
-fn synced(e: &PeerEntry) -> SyncedEntry {
+pub(super) fn synced(e: &PeerEntry) -> SyncedEntry {
     SyncedEntry {
         key: e.key,
         service: e.service,
@@ -483,7 +481,7 @@ fn synced(e: &PeerEntry) -> SyncedEntry {
 }
 
 /// A received entry in the decision core's terms.
-fn peer_entry(e: &SyncedEntry) -> PeerEntry {
+pub(super) fn peer_entry(e: &SyncedEntry) -> PeerEntry {
     PeerEntry {
         key: e.key,
         service: e.service,
