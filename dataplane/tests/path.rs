@@ -811,7 +811,7 @@ fn bursts_of_syns_into_a_crowded_table_are_decided_exactly_like_frame_by_frame()
 /// Packets of flows whose entries are in either bucket, in bursts, reach their entries'
 /// backends exactly as one by one: the same bytes, outcomes, counters and table.
 #[test]
-fn bursts_of_established_flows_in_a_nearly_full_table_are_decided_exactly_like_frame_by_frame() {
+fn bursts_of_established_flows_in_a_crowded_table_are_decided_exactly_like_frame_by_frame() {
     let make = || Rig { shard: Shard::with_capacity(64), ..Rig::new(Encap::Ipip) };
     let (mut one_by_one, mut burst) = (make(), make());
     let frame = |i: u16, flags: u8| {
