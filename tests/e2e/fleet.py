@@ -736,7 +736,8 @@ def sync_key(fleet: "Fleet") -> str:
 
 def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: float = 1.0,
                     stop_grace_sec: float = 10.0, check_interval: float = 0.5, healthy_threshold: int = 1,
-                    sync: bool = False, extra_web: Sequence[str] = ()) -> dict:
+                    sync: bool = False, extra_web: Sequence[str] = (), drop_web: Sequence[str] = (),
+                    web_b_weight: int | None = None, draining_sec: int = 0) -> dict:
     """Instance ``k``'s configuration (JSON is YAML): one worker on a ``net_tap`` data port
     (``dtap0``), node address 198.18.0.(10+k)/16 with the router as gateway, the kernel
     interface ``spl0``, the admin API on ``<state>/i<k>.admin.sock``, VIPs announced into table
@@ -750,7 +751,8 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
 
     Checks every ``check_interval`` s (timeout the same), healthy after ``healthy_threshold``
     successes, unhealthy after 2 failures. ``extra_web`` adds backends (by short name) to
-    ``web-b``; ``sync`` shares connection state with every other instance (``fleet.sync``: ids
+    ``web-b``, ``drop_web`` removes them from ``web``, ``web_b_weight`` sets ``web-b``'s weight,
+    ``draining_sec`` web's connection draining; ``sync`` shares connection state with every other instance (``fleet.sync``: ids
     are the instances' numbers, the key :func:`sync_key`)."""
     inst = fleet.instance(k)
     sd = fleet.state_dir
@@ -789,6 +791,13 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
                  {"group": "other-b", "zone": "b", "health_check": "ho", "endpoints": [ips["b4"]]}]}},
         ],
     }
+    web = cfg["services"][0]["backend_service"]
+    for g in web["backends"]:
+        g["endpoints"] = [e for e in g["endpoints"] if e not in {ips[b] for b in drop_web}]
+        if g["group"] == "web-b" and web_b_weight is not None:
+            g["weight"] = web_b_weight
+    if draining_sec:
+        web["connection_draining"] = {"draining_timeout_sec": draining_sec}
     if sync:
         cfg["fleet"] = {"sync": {
             "instance_id": inst.k, "key_file": sync_key(fleet), "bulk_timeout_sec": 5,

@@ -471,17 +471,22 @@ def test_instance_killed_then_restarted(bfd):
         })
 
 
-def test_fs_3_backend_added_then_instance_killed_loses_no_connection():
+@pytest.mark.parametrize("change", ["added", "removed_draining_reweighted"])
+def test_fs_3_backend_change_then_instance_killed_loses_no_connection(change):
     """Connection continuity across the fleet (FS-1..FS-3): 60 long-lived connections over two
-    instances that share their entries at risk; a fifth backend is added by a reload on both
-    (the same new tables: about a fifth of the connections are now pinned to a backend the new
-    tables would not pick); once both have synced, i1 is killed (SIGKILL). The connections it
-    carried move to i2 and every one of them continues on the backend it started on: i2 took
-    them over from i1's entries. Without sync, the moved connections whose table position
-    changed were reset."""
+    instances that share their entries at risk; the backends change by a reload on both (a fifth
+    backend added; or b4 removed with 60 s of draining and web-b's weight raised to 3), which
+    pins some connections to a backend the new tables would not pick; once both have synced, i1
+    is killed (SIGKILL). The connections it carried move to i2 and every one of them continues
+    on the backend it started on: i2 took them over from i1's entries (a draining backend stays
+    a valid choice, CD-3). Without sync, the moved connections whose table position changed
+    were reset."""
+    changed = {"added": dict(extra_web=("b5",)),
+               "removed_draining_reweighted": dict(drop_web=("b4",), web_b_weight=3, draining_sec=60)}[change]
+    base = {} if change == "added" else dict(draining_sec=60)
     with Fleet(instances=2, bfd=True, backends_per_zone=3) as f:
         for i in f.instances:
-            f.spillway(i.k, config=spillway_config(f, i.k, sync=True), start=False)
+            f.spillway(i.k, config=spillway_config(f, i.k, sync=True, **base), start=False)
         sps = start_all(f)
         sp1, sp2 = sps
         i2 = f.instance(2)
@@ -491,13 +496,13 @@ def test_fs_3_backend_added_then_instance_killed_loses_no_connection():
         on = carriers(sps, ll)
         assert on["i1"] and on["i2"] and not on["none"], on
         for sp in sps:
-            r = sp.reload(spillway_config(f, sp.inst.k, sync=True, extra_web=("b5",)))
-            assert r["added"], r
+            r = sp.reload(spillway_config(f, sp.inst.k, sync=True, **changed))
+            assert r["added"] or r["removed"], r
         T.wait_until(lambda: len({json.dumps(sp.instance()["fingerprints"], sort_keys=True) for sp in sps}) == 1,
                      "both instances to have the same new tables", timeout=10)
         synced = wait_synced(sps)
         shared = {k: s["entries_sent"] for k, (_, s) in synced.items()}
-        assert shared["i1"] > 0 or shared["i2"] > 0, ("no entry at risk after a fifth backend", synced)
+        assert shared["i1"] > 0 or shared["i2"] > 0, ("no entry at risk after the change", synced)
         mark = answered_now(ll)
         t0 = time.monotonic()
         sp1.kill()
@@ -511,8 +516,57 @@ def test_fs_3_backend_added_then_instance_killed_loses_no_connection():
             "resets": rep["resets"], "backends_changed": rep["backends_changed"], "lost": rep["lost"],
             "longest_stall_s": rep["longest_stall_s"],
         }
-        record("sync_backend_added_then_killed", figures)
-        check_clean(rep, "backend added, then i1 killed, with fleet sync")
+        record(f"sync_backend_{change}_then_killed", figures)
+        check_clean(rep, f"backend {change}, then i1 killed, with fleet sync")
+
+
+def test_fs_6_hostile_sync_traffic_installs_nothing_and_forwarding_goes_on():
+    """From a host on the fabric (a backend's namespace), datagrams to i1's sync port: garbage,
+    truncated, a wrong version, an unknown sender, and well-formed ones sealed under another key
+    that claim to be i2 (FS-6). Each is counted by its reason, none installs an entry, and the
+    long-lived connections through i1 go on."""
+    with Fleet(instances=2, bfd=True) as f:
+        for i in f.instances:
+            f.spillway(i.k, config=spillway_config(f, i.k, sync=True), start=False)
+        sps = start_all(f)
+        sp1 = sps[0]
+        ll = long_lived(f, n=20)
+        mark = answered_now(ll)
+        before = sp1.instance()["fleet_sync"]
+
+        def header(kind: int, sender: int, version: int = 1, seq: int = 1) -> bytes:
+            return (b"SPSY" + bytes([version, kind]) + sender.to_bytes(4, "big")
+                    + (2**62).to_bytes(8, "big") + seq.to_bytes(8, "big"))
+
+        forged = [header(1, 2, seq=s) + os.urandom(2 + 69 + 16) for s in range(1, 21)]
+        datagrams = {
+            "bad_magic": [b"hello, spillway" * 3],
+            "truncated": [b"SPSY\x01"],
+            "wrong_version": [header(1, 2, version=9) + os.urandom(40)],
+            "unknown_sender": [header(1, 77) + os.urandom(40)],
+            "auth_failed": forged,
+        }
+        attacker = f.backends[0]
+        code = ("import socket,sys,json\n"
+                "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+                "for d in json.load(sys.stdin): s.sendto(bytes.fromhex(d),(sys.argv[1],7455))\n")
+        payload = json.dumps([d.hex() for ds in datagrams.values() for d in ds])
+        attacker.run(["python3", "-c", code, f.instance(1).node], input=payload)
+
+        def refused():
+            return sp1.instance()["fleet_sync"]["refused"]
+
+        want = {reason: len(ds) for reason, ds in datagrams.items()}
+        T.wait_until(lambda: all(refused().get(r, 0) >= n for r, n in want.items()),
+                     lambda: f"each hostile datagram counted by reason: {refused()} (want {want})", timeout=10)
+        after = sp1.instance()["fleet_sync"]
+        assert after["entries_received"] == before["entries_received"], (before, after)
+        assert sp1.metrics().value("spillway_forwarded_packets_total", reason="sync_takeover") == 0
+        wait_all_progress(ll, mark, more=5, timeout=15)
+        rep = ll.stop(drain=2.0)
+        record("sync_hostile", {"refused": refused(), "entries_received": after["entries_received"],
+                                "resets": rep["resets"], "lost": rep["lost"]})
+        check_clean(rep, "hostile sync traffic")
 
 
 def restart(f: Fleet, sp: FleetSpillway, timeout: float = 30.0) -> dict:
