@@ -569,6 +569,46 @@ def test_fs_6_hostile_sync_traffic_installs_nothing_and_forwarding_goes_on():
         check_clean(rep, "hostile sync traffic")
 
 
+def test_fs_5_an_instance_that_joins_after_a_backend_change_keeps_the_connections_it_gets():
+    """ECMP rehash on a join (FS-1..FS-5): two instances serve 60 long-lived connections; a fifth
+    backend is added on both; then a third instance starts with the new configuration. It asks
+    its peers for their entries at risk before it announces; the router (hashing on the
+    5-tuple: ``fib_multipath_hash_policy`` 3, fields 0x37, so that flows move as their tuples
+    say rather than by their sockets' hash) moves part of the connections onto it, and every
+    one keeps its backend."""
+    with Fleet(instances=3, bfd=True, backends_per_zone=3) as f:
+        f.router.sysctl(**{"net.ipv4.fib_multipath_hash_policy": 3,
+                           "net.ipv4.fib_multipath_hash_fields": "0x37"})
+        sp1, sp2 = (f.spillway(k, config=spillway_config(f, k, sync=True)) for k in (1, 2))
+        for sp in (sp1, sp2):
+            sp.wait_phase("serving", timeout=30)
+            sp.wait_announced(VIPS, timeout=30)
+        f.wait_established([1, 2], timeout=30)
+        f.wait_nexthops(VIP_WEB, [f.instance(1).node, f.instance(2).node], timeout=30)
+        ll = long_lived(f)
+        for sp in (sp1, sp2):
+            assert sp.reload(spillway_config(f, sp.inst.k, sync=True, extra_web=("b5",)))["added"]
+        synced = wait_synced([sp1, sp2])
+        mark = answered_now(ll)
+        sp3 = f.spillway(3, config=spillway_config(f, 3, sync=True, extra_web=("b5",)))
+        sp3.wait_phase("serving", timeout=30)
+        joined = sp3.instance()["fleet_sync"]
+        assert joined["bulk"] == "done" and all(p["bulk_answered"] for p in joined["peers"]), joined
+        f.wait_nexthops(VIP_WEB, [i.node for i in f.instances], timeout=30)
+        sps = [sp1, sp2, sp3]
+        T.wait_until(lambda: len(carriers(sps, ll)["i3"]) > 0, "connections to move onto i3", timeout=15)
+        wait_all_progress(ll, mark, more=10, timeout=30)
+        on = carriers(sps, ll)
+        rep = ll.stop(drain=3.0)
+        record("sync_join_after_change", {
+            "connections": rep["connections"], "moved_onto_joined": len(on["i3"]),
+            "entries_shared": {k: s["entries_sent"] for k, (_, s) in synced.items()},
+            "bulk_ms": joined["bulk_ms"], "bulk_entries": sum(p["entries_received"] for p in joined["peers"]),
+            "resets": rep["resets"], "backends_changed": rep["backends_changed"], "lost": rep["lost"],
+        })
+        check_clean(rep, "an instance joined after a backend change, with fleet sync")
+
+
 def restart(f: Fleet, sp: FleetSpillway, timeout: float = 30.0) -> dict:
     """SIGTERM (withdraw, drain, stop), then start again with its current configuration; wait
     until it serves and the router has it as a next hop again. Its fleet-sync state then."""
