@@ -290,6 +290,9 @@ impl Thread {
             } else {
                 tracing::info!("fleet sync: bulk sync done in {:.2} s", waited.as_secs_f64());
             }
+            // The peers' answers and the verdict in one status: a reader never sees the bulk
+            // sync over with an answer it counted missing.
+            self.publish_status(now);
             self.shared.status.lock().map(|mut s| s.bulk = state.into()).ok();
             return;
         }
