@@ -22,7 +22,7 @@ pub use spillway_core::peer::MIN_QUEUE;
 const _: () = assert!(MIN_QUEUE >= 2 * SCAN_BUCKETS_PER_POLL * WAYS);
 use spillway_core::counters::SyncCounters;
 use spillway_core::decide::SYNCED_EPOCH;
-use spillway_core::peer::{self, Installed, SyncLink};
+use spillway_core::peer::{self, SyncLink};
 use spillway_core::snapshot::Snapshot;
 use spillway_core::time::Time;
 
@@ -88,7 +88,7 @@ impl WorkerSync {
         for _ in 0..STORE_PER_POLL {
             let Some(e) = self.link.inbound.pop() else { break };
             let got = peer::store(shard, &e, now);
-            c.installed[Installed::ALL.iter().position(|&i| i == got).unwrap_or(0)].inc();
+            c.installed[got.index()].inc();
         }
         let Some(scan) = &mut self.scan else { return };
         let out = &self.link.outbound;

@@ -86,6 +86,11 @@ impl Installed {
         Installed::TableFull,
     ];
 
+    /// Its place in [`Installed::ALL`] (the counter tables' index).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The name used in metric labels.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -149,7 +149,7 @@ pub use persist::{
 };
 pub use replay::{ReplayState, REPLAY_WINDOW};
 pub use restart::{export_tables, restore_tables, table_file_fingerprint, Restored};
-pub use thread::{peer_addresses, spawn, SyncSettings, SyncShared, SyncStats};
+pub use thread::{spawn, SyncSettings, SyncShared, SyncStats};
 pub use wire::{
     decode, Body, Datagram, Encoder, EntriesKind, Header, Kind, Packed, Refused, BULK_END_BYTES,
     BULK_REQUEST_BYTES, ENTRIES_PER_DATAGRAM, ENTRIES_PREFIX_BYTES, HEADER_BYTES, HELLO_BYTES,

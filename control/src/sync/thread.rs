@@ -16,9 +16,8 @@
 //! Workers never wait for it: both ways are bounded queues, and what finds a queue full is
 //! counted. Nothing here is on a worker's path.
 
-use std::collections::BTreeMap;
 use std::io::ErrorKind;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -357,7 +356,9 @@ impl Thread {
     fn receive(&mut self, buf: &mut [u8; MAX_DATAGRAM]) {
         // At most a few hundred datagrams per turn, so that sending keeps up.
         for _ in 0..256 {
-            let (n, from) = match self.socket.recv_from(buf) {
+            // The sender is known by its authenticated id, not its source address: answers go
+            // to the configured address.
+            let (n, _) = match self.socket.recv_from(buf) {
                 Ok(r) => r,
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                     return;
@@ -376,9 +377,6 @@ impl Thread {
             };
             let sender = dgram.header.sender;
             let Some(peer) = self.peers.iter_mut().find(|p| p.id == sender) else { continue };
-            // A datagram from the peer's id but another address is still authentic (the key
-            // proves it); answers go to the configured address.
-            let _ = from;
             match dgram.body {
                 Body::Hello { .. } => peer.last_hello = Some(Instant::now()),
                 Body::Entries(records) => {
@@ -424,8 +422,7 @@ impl Thread {
                     }
                 }
                 Err(why) => {
-                    let i = Installed::ALL.iter().position(|&x| x == why).unwrap_or(0);
-                    stats.entries_refused[i].fetch_add(1, Ordering::Relaxed);
+                    stats.entries_refused[why.index()].fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
@@ -492,9 +489,4 @@ pub(super) fn peer_entry(e: &SyncedEntry) -> PeerEntry {
         idle_ms: e.idle_ms,
         flags: e.flags,
     }
-}
-
-/// The peers' ids and addresses with the fleet's port, for [`SyncSettings`].
-pub fn peer_addresses(peers: &BTreeMap<u32, IpAddr>, port: u16) -> Vec<(u32, SocketAddr)> {
-    peers.iter().map(|(&id, &ip)| (id, SocketAddr::new(ip, port))).collect()
 }
