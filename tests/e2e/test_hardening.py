@@ -351,16 +351,26 @@ def test_syn_flood_from_outside_keeps_established_flows():
                 assert len(first) == len(socks)
                 m0 = lb.metrics()
                 gen, prefix = start_gen(t, lb, 8, flood=FLOOD_VIP)
-                rounds = lost = moved = 0
+                rounds = lost = moved = first_try_lost = 0
                 lost_by_round = []
                 t_start = time.monotonic()
                 try:
                     deadline = time.monotonic() + 9
                     while time.monotonic() < deadline:
-                        got = exchange(socks, f"flood{rounds}")
+                        got = exchange(socks, f"flood{rounds}", timeout=1.0)
+                        # A datagram the starved machine lost (the generator flat out on one
+                        # core, Python backends on the other) is asked once more, still inside
+                        # the flood: a flow the balancer dropped or sent elsewhere fails again.
+                        unanswered = [i for i in range(len(socks)) if i not in got]
+                        first_try_lost += len(unanswered)
+                        if unanswered:
+                            again = exchange([socks[i] for i in unanswered], f"again{rounds}",
+                                             timeout=1.0)
+                            got.update({unanswered[j]: b for j, b in again.items()})
                         rounds += 1
                         lost += len(socks) - len(got)
-                        lost_by_round.append((round(time.monotonic() - t_start, 1), len(socks) - len(got)))
+                        lost_by_round.append((round(time.monotonic() - t_start, 1),
+                                              len(unanswered), len(socks) - len(got)))
                         moved += sum(1 for k, b in got.items() if b != first[k])
                         time.sleep(0.2)  # pacing: a round of the established flows every 0.2 s
                 finally:
@@ -379,6 +389,7 @@ def test_syn_flood_from_outside_keeps_established_flows():
             "evictions": m1.value("spillway_conntrack_evictions_total", worker=0),
             "table": m1.value("spillway_conntrack_entries", worker=0),
             "established_rounds": rounds, "established_lost": lost, "established_moved": moved,
+            "established_lost_first_try": first_try_lost,
             "unresolved_drops": final.get("drop.neighbour_unresolved", 0),
             "lost_by_round": lost_by_round,
         }
