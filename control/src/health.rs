@@ -11,11 +11,14 @@
 //! [`HealthChecker`] runs one tokio task per target, so a slow or hung backend only ever delays
 //! its own probes. Each task:
 //!
-//! - waits a deterministic per-target offset in `[0, interval)` (a hash of the key and the check
-//!   name) before its first probe, so a reload or a start does not fire every probe at once;
-//! - then probes forever, starting each probe `interval` (±5 %, again derived from the key and
-//!   the probe's sequence number) after the start of the previous one, or right after the
-//!   previous one finished if it took longer: probes of one target never overlap;
+//! - probes on the wall clock (HC-4): probe `n` of a target starts at `n x interval` since the
+//!   Unix epoch, plus an offset in `[0, interval)` and a jitter of ±5 % of the interval, both
+//!   derived from the key and the check name alone. Different targets are spread over the
+//!   interval (a reload or a start does not fire every probe at once), and every instance of
+//!   a fleet probes a given backend at the same moments, so their verdicts change together
+//!   and their tables differ for milliseconds rather than up to an interval (FS-7);
+//! - a probe that overruns its slot delays the next one (the next slot not yet begun): probes
+//!   of one target never overlap;
 //! - bounds every probe by `timeout` (connection set-up included).
 //!
 //! Probes go to `endpoint.addr` on `check.port`, or the endpoint's port when the check has none.
@@ -67,9 +70,7 @@
 
 use spillway_core::model::BackendKey;
 use spillway_core::rng::mix;
-use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -439,28 +440,45 @@ impl HealthChecker {
     }
 }
 
-/// A seed for the target's deterministic jitter.
+/// A seed for the target's offset and jitter: the same on every instance and every version
+/// (xxh3 of the key as text and the check name), so that a fleet's instances probe a backend
+/// at the same moments (HC-4).
 fn seed(key: &BackendKey, check: &CheckSpec) -> u64 {
-    // `DefaultHasher::new()` uses fixed keys: the same target gets the same offsets in every
-    // run of one build, which is all the spreading needs.
-    let mut h = DefaultHasher::new();
-    key.hash(&mut h);
-    check.name.hash(&mut h);
-    h.finish()
+    let text = format!("{key}\0{}", check.name);
+    xxhash_rust::xxh3::xxh3_64(text.as_bytes())
+}
+
+/// When probe slot `slot` of a target starts, as a duration since the Unix epoch: the slot's
+/// start on the wall clock (`slot x interval`), plus the target's offset in `[0, interval)`
+/// and the slot's jitter in `[-5 %, +5 %)` of the interval (HC-4). Consecutive slots start at
+/// least 90 % of an interval apart.
+fn slot_start(interval: Duration, seed: u64, slot: u64) -> Duration {
+    let span = interval / u32::try_from(JITTER_DIVISOR).unwrap_or(20);
+    let base = interval.as_nanos().saturating_mul(u128::from(slot));
+    let base = Duration::from_nanos(u64::try_from(base).unwrap_or(u64::MAX));
+    (base + fraction_of(interval, mix(seed)) + fraction_of(span * 2, mix(seed ^ mix(slot))))
+        .saturating_sub(span)
+}
+
+/// The first slot that starts at or after `now` (a duration since the Unix epoch).
+fn next_slot(interval: Duration, seed: u64, now: Duration) -> u64 {
+    let per = interval.as_nanos().max(1);
+    let mut slot = u64::try_from(now.as_nanos() / per).unwrap_or(u64::MAX).saturating_sub(1);
+    while slot_start(interval, seed, slot) < now {
+        slot += 1;
+    }
+    slot
+}
+
+/// The wall clock, as a duration since the Unix epoch.
+fn wall_clock() -> Duration {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
 }
 
 /// `d` scaled by a value in `[0, 1)` derived from `r`.
 fn fraction_of(d: Duration, r: u64) -> Duration {
     let nanos = d.as_nanos() * u128::from(r >> 11) / (1u128 << 53);
     Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
-}
-
-/// The interval before probe `seq + 1`: `interval` ±5 %.
-fn jittered(interval: Duration, seed: u64, seq: u64) -> Duration {
-    let span = interval.as_nanos() / JITTER_DIVISOR;
-    let span = Duration::from_nanos(u64::try_from(span).unwrap_or(u64::MAX));
-    // interval - span + [0, 2 span)
-    interval.saturating_sub(span) + fraction_of(span * 2, mix(seed ^ mix(seq)))
 }
 
 /// Where a probe goes, if the target has a port.
@@ -479,9 +497,14 @@ async fn run_target(
     let interval = check.interval.max(MIN_INTERVAL);
     let seed = seed(&key, &check);
     let addr = probe_addr(&key, &check);
-    tokio::time::sleep(fraction_of(interval, mix(seed))).await;
-    let mut seq: u64 = 0;
+    // The wall clock read once, then followed by the monotonic clock (which NTP slews like
+    // the wall clock): a clock step after the start does not move this target's slots.
+    let (wall0, mono0) = (wall_clock(), Instant::now());
     loop {
+        // HC-4: wait for the next slot on the wall clock.
+        let now = wall0 + mono0.elapsed();
+        let at = slot_start(interval, seed, next_slot(interval, seed, now));
+        tokio::time::sleep(at.saturating_sub(now)).await;
         let start = Instant::now();
         let result = match addr {
             Some(addr) => match tokio::time::timeout(check.timeout, probe(&check.kind, addr)).await
@@ -502,9 +525,9 @@ async fn run_target(
                 let _ = events.send(HealthEvent { key: key.clone(), healthy });
             }
         }
-        // Never earlier than `interval` after the start; right away when the probe overran.
-        tokio::time::sleep_until(start + jittered(interval, seed, seq)).await;
-        seq = seq.wrapping_add(1);
+        // A timer may wake a little before the wall clock reaches the slot: without this pause
+        // the same slot could be found again and probed twice.
+        tokio::time::sleep_until(start + interval / 10).await;
     }
 }
 
@@ -681,14 +704,48 @@ mod tests {
         assert!(http_request(a, "/", Some("h\n")).is_none());
     }
 
+    /// HC-4: slots follow the wall clock: slot `n` starts within slot `n`'s interval on the
+    /// clock (±5 %), 90 % to 110 % of an interval after the slot before, at the same offset
+    /// into the interval but for the jitter.
     #[test]
-    fn jitter_stays_within_five_percent() {
+    fn hc_4_slots_follow_the_wall_clock() {
         let i = Duration::from_millis(1000);
-        for seq in 0..1000 {
-            let j = jittered(i, 42, seq);
-            assert!(j >= Duration::from_millis(950) && j < Duration::from_millis(1050), "{j:?}");
+        let (seed, first) = (42, 1_700_000_000u64);
+        let mut offsets = Vec::new();
+        for slot in first..first + 1000 {
+            let at = slot_start(i, seed, slot);
+            let begin = Duration::from_secs(slot);
+            assert!(at + i / 20 >= begin && at < begin + i + i / 20, "slot {slot}: {at:?}");
+            offsets.push((at + i / 20 - begin).as_millis());
+            let gap = slot_start(i, seed, slot + 1) - at;
+            assert!(gap >= i * 9 / 10 && gap <= i * 11 / 10, "{slot}: {gap:?}");
+            assert_eq!(next_slot(i, seed, at), slot, "a slot is found at its start");
+            assert_eq!(next_slot(i, seed, at + Duration::from_nanos(1)), slot + 1);
         }
-        assert_ne!(jittered(i, 42, 0), jittered(i, 42, 1));
+        let (lo, hi) = (offsets.iter().min().unwrap(), offsets.iter().max().unwrap());
+        assert!(hi - lo <= 100 && hi - lo >= 80, "one offset, jittered by +-5 %: {lo}..{hi} ms");
+    }
+
+    /// HC-4: the seed depends on the target and the check only: two instances (or versions)
+    /// agree on it; two targets differ.
+    #[test]
+    fn hc_4_the_seed_is_the_targets_own() {
+        let spec = |name: &str| CheckSpec { name: name.into(), ..spec(1, 1) };
+        let key = |a: &str| BackendKey {
+            service: "web".into(),
+            endpoint: spillway_core::model::Endpoint {
+                addr: a.parse::<IpAddr>().unwrap().into(),
+                port: 80,
+            },
+        };
+        // A fixed value: a change of the hash would misalign a fleet running two versions.
+        assert_eq!(seed(&key("198.18.1.1"), &spec("h")), seed(&key("198.18.1.1"), &spec("h")));
+        assert_eq!(
+            seed(&key("198.18.1.1"), &spec("h")),
+            xxhash_rust::xxh3::xxh3_64(b"web/198.18.1.1:80\0h")
+        );
+        assert_ne!(seed(&key("198.18.1.1"), &spec("h")), seed(&key("198.18.1.2"), &spec("h")));
+        assert_ne!(seed(&key("198.18.1.1"), &spec("h")), seed(&key("198.18.1.1"), &spec("g")));
     }
 
     #[test]

@@ -230,13 +230,14 @@ async fn udp_echo(ip: IpAddr) -> u16 {
     port
 }
 
-/// The most probes of one target with interval `interval_ms` that can start within `d`, and the
-/// fewest, from the moment its task starts (first probe within one interval, then every
-/// interval +-5 %, each deadline rounded up to the next millisecond).
+/// The fewest probes of one target with interval `interval_ms` that can start within `d`, and
+/// the most, from the moment its task starts (HC-4: the first at the next slot, within 105 % of
+/// an interval, then one a slot, 90 % to 110 % of an interval apart; each deadline rounded up
+/// to the next millisecond).
 fn probes_within(interval_ms: u64, d: Duration) -> (u64, u64) {
     let d = u64::try_from(d.as_millis()).unwrap();
-    let (short, long) = (interval_ms * 95 / 100, interval_ms * 105 / 100 + 1);
-    (1 + d.saturating_sub(interval_ms) / long, 1 + d / short)
+    let (short, long) = (interval_ms * 90 / 100, interval_ms * 110 / 100 + 1);
+    (1 + d.saturating_sub(interval_ms * 105 / 100 + 1) / long, 1 + d / short)
 }
 
 /// HC-1 (TCP) and HC-3: a listening port turns healthy after exactly `healthy_threshold`
@@ -265,10 +266,11 @@ async fn hc_1_hc_3_tcp_listening_turns_healthy_after_threshold() {
     assert!(st.healthy && st.last_result == Some(ProbeResult::Success));
     assert!(st.last_latency.is_some() && st.latency_count == 3);
     assert_eq!(accepted.load(Ordering::Relaxed), 3);
-    // First probe within one interval, then two intervals (+-5 %): 190 ms to 100 + 2 x 106 ms.
+    // First probe at the next slot on the wall clock (HC-4: within 105 ms), then two slots
+    // later (90 to 110 ms each): 180 ms to 105 + 2 x 110 ms.
     eprintln!("tcp: healthy after {healthy_after:?}");
     assert!(
-        (Duration::from_millis(190)..=Duration::from_millis(312)).contains(&healthy_after),
+        (Duration::from_millis(180)..=Duration::from_millis(325)).contains(&healthy_after),
         "{healthy_after:?}"
     );
 
@@ -688,4 +690,51 @@ async fn hc_3_a_flapping_backend_changes_verdict_only_as_the_thresholds_allow() 
             _ => assert!(n <= probes / 2 && n + 2 >= probes / 2 - 1, "{k}: {n} of {probes}"),
         }
     }
+}
+
+/// HC-4, on the real clock: two checkers (two instances of a fleet) that start 130 ms apart
+/// probe the same backend at the same moments, one slot of the wall clock after another, so
+/// that their verdicts change together (FS-7). Each accepted connection's time is recorded;
+/// they come in pairs a few milliseconds apart (without HC-4, each checker's probes would
+/// keep the 130 ms of its start).
+#[tokio::test]
+async fn hc_4_fs_7_two_instances_probe_a_backend_at_the_same_moments() {
+    let l = TcpListener::bind(SocketAddr::new(LO4, 0)).await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let times = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let t = Arc::clone(&times);
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            t.lock().unwrap().push(Instant::now());
+            drop(s);
+        }
+    });
+    let k = key("web", LO4, port);
+    let (tx_a, _rx_a) = unbounded_channel();
+    let (tx_b, _rx_b) = unbounded_channel();
+    let mut a = HealthChecker::new(tx_a);
+    let mut b = HealthChecker::new(tx_b);
+    a.set_targets(vec![target(&k, spec(CheckKind::Tcp, 200, 1, 1))]);
+    tokio::time::sleep(Duration::from_millis(130)).await;
+    let both_from = Instant::now();
+    b.set_targets(vec![target(&k, spec(CheckKind::Tcp, 200, 1, 1))]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    drop((a, b));
+    let seen: Vec<Instant> =
+        times.lock().unwrap().iter().copied().filter(|t| *t >= both_from).collect();
+    // Group the probes closer than 40 ms (slots are at least 180 ms apart).
+    let mut groups: Vec<Vec<Instant>> = Vec::new();
+    for t in seen {
+        match groups.last_mut() {
+            Some(g) if t - *g.last().unwrap() < Duration::from_millis(40) => g.push(t),
+            _ => groups.push(vec![t]),
+        }
+    }
+    let sizes: Vec<usize> = groups.iter().map(Vec::len).collect();
+    let spreads: Vec<Duration> = groups.iter().map(|g| *g.last().unwrap() - g[0]).collect();
+    eprintln!("probes per slot {sizes:?}, spread {spreads:?}");
+    // Six slots or more in 1.5 s; every one probed by both (the last may be cut by the end).
+    assert!(groups.len() >= 6, "{sizes:?}");
+    assert!(sizes[..sizes.len() - 1].iter().all(|&n| n == 2), "{sizes:?} {spreads:?}");
+    assert!(spreads.iter().all(|d| *d < Duration::from_millis(20)), "{spreads:?}");
 }
