@@ -120,6 +120,7 @@ pub fn path_ctx<'a>(
         events,
         counters,
         kernel: false,
+        waiting: spillway_dataplane::path::WaitingSlots::default(),
     }
 }
 

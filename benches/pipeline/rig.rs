@@ -159,6 +159,7 @@ impl<'p> Rig<'p> {
             origin: Instant::now(),
             kernel: None,
             sync: None,
+            waiting: spillway_dataplane::unresolved::WaitQueue::new(),
         }
     }
 

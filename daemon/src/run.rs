@@ -287,6 +287,7 @@ fn run_config(
                     from_kernel: (i == 0).then(|| Arc::clone(&from_kernel)),
                 }),
                 sync: sync_links.get(i).map(|l| WorkerSync::new(l.clone())),
+                waiting: spillway_dataplane::unresolved::WaitQueue::new(),
             });
             Worker::new(i, lcores[i], q, params, &counters[i], balancer)
         })

@@ -23,5 +23,6 @@ pub mod path;
 pub mod setup;
 pub mod stats;
 pub mod sync;
+pub mod unresolved;
 pub mod vecbuf;
 pub mod worker;

@@ -43,6 +43,9 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Default, Clone)]
 pub struct NeighbourTable {
     entries: HashMap<Addr, MacAddr>,
+    /// One more for every table the resolver publishes: a reader tells a new table from the
+    /// one it saw last by this number.
+    generation: u64,
 }
 
 impl NeighbourTable {
@@ -50,6 +53,16 @@ impl NeighbourTable {
     #[inline]
     pub fn get(&self, next_hop: &Addr) -> Option<MacAddr> {
         self.entries.get(next_hop).copied()
+    }
+
+    /// The table's generation (one more per table published).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// This table with generation `g` (tests, static neighbours).
+    pub fn with_generation(self, g: u64) -> NeighbourTable {
+        NeighbourTable { generation: g, ..self }
     }
 
     /// Number of resolved next hops.
@@ -69,7 +82,7 @@ impl NeighbourTable {
 
     /// A table with one entry per pair (tests, static neighbours).
     pub fn from_pairs(pairs: impl IntoIterator<Item = (Addr, MacAddr)>) -> NeighbourTable {
-        NeighbourTable { entries: pairs.into_iter().collect() }
+        NeighbourTable { entries: pairs.into_iter().collect(), generation: 0 }
     }
 }
 
@@ -323,8 +336,10 @@ impl Resolver {
             }
         }
         if changed {
-            let table =
-                NeighbourTable { entries: self.known.iter().map(|(ip, k)| (*ip, k.mac)).collect() };
+            let table = NeighbourTable {
+                entries: self.known.iter().map(|(ip, k)| (*ip, k.mac)).collect(),
+                generation: self.cell.load().generation + 1,
+            };
             self.cell.store(Arc::new(table));
             self.counters.publishes.inc();
         }

@@ -85,6 +85,39 @@ pub enum Outcome {
     Consumed,
     /// Hand it, unchanged, to the kernel interface (the exception path); the caller counts it.
     ToKernel,
+    /// Keep it until its backend's next hop is resolved: it is built but for its destination
+    /// MAC ([`crate::unresolved`]); the backend's slot is the next of [`PathCtx::waiting`].
+    Wait,
+}
+
+/// The backend slots of the frames of a burst that wait for their next hop's MAC, in the
+/// order of their [`Outcome::Wait`] (kept apart so that an outcome stays two bytes: a slot in
+/// it cost every packet 9 instructions).
+#[derive(Debug, Clone)]
+pub struct WaitingSlots {
+    slots: [u16; MAX_BURST],
+    len: usize,
+}
+
+impl Default for WaitingSlots {
+    fn default() -> Self {
+        WaitingSlots { slots: [0; MAX_BURST], len: 0 }
+    }
+}
+
+impl WaitingSlots {
+    /// One more frame waits for the next hop of the backend in `slot`.
+    fn push(&mut self, slot: u16) {
+        if let Some(s) = self.slots.get_mut(self.len) {
+            *s = slot;
+            self.len += 1;
+        }
+    }
+
+    /// The slots, in the order of the burst's [`Outcome::Wait`]s.
+    pub fn slots(&self) -> &[u16] {
+        &self.slots[..self.len]
+    }
 }
 
 /// Everything the path reads and writes for one burst.
@@ -108,6 +141,8 @@ pub struct PathCtx<'a> {
     pub counters: &'a WorkerCounters,
     /// True when there is an exception path to the kernel ([`Outcome::ToKernel`]).
     pub kernel: bool,
+    /// The slots of the frames that wait ([`Outcome::Wait`]).
+    pub waiting: WaitingSlots,
 }
 
 impl PathCtx<'_> {
@@ -141,8 +176,9 @@ fn drop_path(r: PathDrop) -> Outcome {
 /// configured with).
 pub const MAX_BURST: usize = 64;
 
-/// Process one received frame. The caller counts rx, transmits on [`Outcome::Transmit`] and
-/// frees otherwise; every outcome is counted here.
+/// Process one received frame. The caller counts rx, transmits on [`Outcome::Transmit`], keeps
+/// the frame on [`Outcome::Wait`] and frees otherwise; every outcome is counted here (a frame
+/// that waits is counted as forwarded; if its next hop stays silent, as dropped too).
 #[inline]
 pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
     let (mut staged, mut last_rule) = (Staged::EMPTY, RuleCache::EMPTY);
@@ -804,8 +840,10 @@ fn forward<B: PacketBuf>(
     let dst = backend.endpoint.addr;
     let inner_len = ip.l3_len as usize;
     let hop = ctx.next_hops.hop(slot);
-    let Some(mac) = hop.map(|h| h.mac).or_else(|| resolve(ctx, &dst)) else {
-        return drop_path(PathDrop::NeighbourUnresolved);
+    // Without a MAC the frame is built all the same and waits for it (`Outcome::Wait`).
+    let (mac, waits) = match hop.map(|h| h.mac).or_else(|| resolve(ctx, &dst)) {
+        Some(mac) => (mac, false),
+        None => (UNRESOLVED_MAC, true),
     };
     let sent = match svc.encap {
         Encap::L2 => {
@@ -865,8 +903,16 @@ fn forward<B: PacketBuf>(
     // An ICMP error is routed to its flow's backend: never a new connection of its own.
     let new = reason.is_new() && !icmp_error;
     count_forwarded(c, (d.service, slot), reason, new.then_some(d.client_zone), inner_len);
+    if waits && sent == Outcome::Transmit {
+        ctx.waiting.push(slot);
+        return Outcome::Wait;
+    }
     sent
 }
+
+/// The destination MAC of a frame built before its next hop is resolved; the worker writes
+/// the real one before it sends the frame.
+const UNRESOLVED_MAC: MacAddr = [0; 6];
 
 /// The encapsulation of a service and its GUE destination port (0 for IPIP); `None` for L2.
 #[inline(always)]

@@ -36,6 +36,7 @@ use crate::node::Node;
 use crate::outbox::Outbox;
 use crate::path::{self, Outcome, PacketBuf, PathCtx};
 use crate::sync::WorkerSync;
+use crate::unresolved::WaitQueue;
 
 // A received burst fits the staged path's arrays.
 const _: () = assert!(path::MAX_BURST == dpdk::MAX_BURST);
@@ -141,6 +142,14 @@ pub struct Balancer<'p> {
     pub kernel: Option<KernelLink<'p>>,
     /// Fleet sync (FS), when configured.
     pub sync: Option<WorkerSync>,
+    /// Frames waiting for their next hop's MAC, with the port they leave by.
+    pub waiting: WaitQueue<(Mbuf<'p>, usize)>,
+}
+
+/// [`crate::unresolved::WAIT`] in TSC ticks.
+fn wait_ticks(tsc_hz: u64) -> u64 {
+    let ms = u64::try_from(crate::unresolved::WAIT.as_millis()).unwrap_or(u64::MAX);
+    tsc_hz.saturating_mul(ms) / 1000
 }
 
 /// Every conntrack bucket is swept once per this many seconds (the sweep also bounds how long
@@ -253,6 +262,7 @@ impl<'p, 'c> Worker<'p, 'c> {
                 self.send_outbox();
                 self.answer_mailbox();
                 self.sync_step();
+                self.release_waiting(now);
             }
             if now.wrapping_sub(last_drain) >= self.params.drain_ticks {
                 self.drain();
@@ -305,6 +315,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         c.rx_bytes.add(burst.iter().map(|m| m.pkt_len() as u64).sum());
         let tx = &mut self.ports[port].tx;
         let mut tally = TxTally::default();
+        let wait_ticks = wait_ticks(self.params.tsc_hz);
         let Some(b) = &mut self.balancer else {
             for m in burst.drain() {
                 tally.add(tx.push(m));
@@ -315,7 +326,16 @@ impl<'p, 'c> Worker<'p, 'c> {
         // Split the borrows: the caches are loaded once (one pointer compare each), the shard
         // is written.
         let Balancer {
-            snapshots, neighbours, next_hops, events, shard, node, origin, kernel, ..
+            snapshots,
+            neighbours,
+            next_hops,
+            events,
+            shard,
+            node,
+            origin,
+            kernel,
+            waiting,
+            ..
         } = b;
         let snap = snapshots.load();
         c.snapshot_generation.set(snap.generation);
@@ -332,6 +352,7 @@ impl<'p, 'c> Worker<'p, 'c> {
             events,
             counters: c,
             kernel: kernel.is_some(),
+            waiting: path::WaitingSlots::default(),
         };
         let mut outcomes = [Outcome::Consumed; path::MAX_BURST];
         path::process_burst(burst.as_mut_slice(), &mut ctx, &mut outcomes);
@@ -347,6 +368,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         }
         // What is not sent is freed in bulk when `spent` goes out of scope.
         let mut spent = MbufBurst::new();
+        let mut waits = ctx.waiting.slots().iter();
         for (m, &o) in burst.drain().zip(&outcomes) {
             match o {
                 Outcome::Transmit => tally.add(tx.push(m)),
@@ -358,6 +380,19 @@ impl<'p, 'c> Worker<'p, 'c> {
                     }
                     None => {}
                 },
+                Outcome::Wait => {
+                    let until = dpdk::tsc().wrapping_add(wait_ticks);
+                    let backend = waits.next().and_then(|&slot| snap.backend(slot));
+                    let hop = backend.and_then(|b| node.next_hop(&b.endpoint.addr));
+                    let kept = match hop {
+                        Some(hop) => waiting.push((m, port), hop, until).map_err(|(m, _)| m),
+                        None => Err(m),
+                    };
+                    if let Err(m) = kept {
+                        c.reason(Reason::Path(PathDrop::NeighbourUnresolved)).inc();
+                        let _ = spent.push(m);
+                    }
+                }
                 _ => {
                     let _ = spent.push(m);
                 }
@@ -368,6 +403,33 @@ impl<'p, 'c> Worker<'p, 'c> {
         c.ct_inserts.set(stats.inserts);
         c.ct_evictions.set(stats.evictions);
         c.ct_bypassed.set(stats.bypassed);
+        publish_tx(c, tally);
+    }
+
+    /// Sends the frames whose next hop is now resolved, drops those that waited in vain
+    /// ([`crate::unresolved`]); one length test when nothing waits. `now` is the TSC.
+    pub fn release_waiting(&mut self, now: u64) {
+        let Some(b) = self.balancer.as_mut().filter(|b| !b.waiting.is_empty()) else { return };
+        let c = self.counters;
+        let table = b.neighbours.load();
+        let ports = &mut self.ports;
+        let mut tally = TxTally::default();
+        let mut spent = MbufBurst::new();
+        let r = b.waiting.release(
+            table,
+            now,
+            |(m, _), mac| {
+                if let Some(dst) = m.data_mut().ok().and_then(|d| d.get_mut(..6)) {
+                    dst.copy_from_slice(&mac);
+                }
+            },
+            |(m, port)| tally.add(ports[port].tx.push(m)),
+            |(m, _)| {
+                let _ = spent.push(m);
+            },
+        );
+        c.neighbour_waited.add(r.sent);
+        c.reason(Reason::Path(PathDrop::NeighbourUnresolved)).add(r.expired);
         publish_tx(c, tally);
     }
 

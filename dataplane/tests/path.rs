@@ -19,7 +19,9 @@ use spillway_core::time::Time;
 use spillway_core::wire::{self, FrameKind, Malformed};
 use spillway_dataplane::neighbour::{NeighbourEvent, NeighbourTable, NextHopCache};
 use spillway_dataplane::node::Node;
-use spillway_dataplane::path::{process, process_burst, Outcome, PacketBuf, PathCtx, MAX_BURST};
+use spillway_dataplane::path::{
+    process, process_burst, Outcome, PacketBuf, PathCtx, WaitingSlots, MAX_BURST,
+};
 use spillway_dataplane::vecbuf::VecBuf;
 
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0c];
@@ -86,6 +88,7 @@ impl Rig {
             events: &self.events,
             counters: &self.counters,
             kernel: self.kernel,
+            waiting: WaitingSlots::default(),
         }
     }
 
@@ -265,13 +268,27 @@ fn l2_dsr_rewrites_macs_only() {
 }
 
 #[test]
-fn unresolved_next_hop_drops_counts_and_asks() {
+fn unresolved_next_hop_waits_built_but_for_its_mac_and_asks() {
+    // Resolved: the frame as it leaves.
+    let (frame, _) = syn_to_vip();
+    let (o, resolved) = Rig::new(Encap::Ipip).run(&frame);
+    assert_eq!(o, Outcome::Transmit);
+    // Unresolved: the same frame, but for a destination MAC the worker writes when the answer
+    // comes; it waits (the backend's slot), is counted as forwarded, not dropped, and the
+    // resolver is asked.
     let mut r = Rig::new(Encap::Ipip);
     r.neighbours = NeighbourTable::default();
-    let (frame, _) = syn_to_vip();
-    let (o, _) = r.run(&frame);
-    assert_eq!(o, Outcome::Drop(Reason::Path(PathDrop::NeighbourUnresolved)));
-    assert_eq!(r.count(Reason::Path(PathDrop::NeighbourUnresolved)), 1);
+    let mut b = VecBuf::with_frame(&frame);
+    let mut ctx = r.ctx();
+    let o = process(&mut b, &mut ctx);
+    let slots = ctx.waiting.slots().to_vec();
+    let waiting = b.data().to_vec();
+    assert_eq!(o, Outcome::Wait);
+    assert_eq!(slots.len(), 1);
+    assert_eq!(r.snap.backend(slots[0]).map(|b| b.endpoint.addr), Some(a("198.18.1.1")));
+    assert_eq!((&waiting[..6], &waiting[6..]), (&[0u8; 6][..], &resolved[6..]));
+    assert_eq!(r.count(Reason::Path(PathDrop::NeighbourUnresolved)), 0);
+    assert_eq!(r.count(Reason::Forward(ForwardReason::NewConnection)), 1);
     assert_eq!(r.events.pop(), Some(NeighbourEvent::Wanted(a("198.18.1.1"))));
 }
 
@@ -518,6 +535,7 @@ fn a_burst_is_decided_in_order_exactly_like_frame_by_frame() {
         events: &r.events,
         counters: &r.counters,
         kernel: false,
+        waiting: WaitingSlots::default(),
     };
     process_burst(&mut bufs, &mut ctx, &mut out);
     for (i, ((o, bytes), b)) in expected.iter().zip(&bufs).enumerate() {

@@ -4,7 +4,8 @@
 //! burst whose every packet is to be sent, with nothing buffered, is handed over as it is; any
 //! other goes through the TX buffer, which sends when full or when drained), every packet to
 //! send leaves once, in arrival order, encapsulated, and is counted; a dropped one never
-//! leaves. One test function: EAL starts once per process.
+//! leaves; a packet whose next hop is not resolved waits for it and leaves when it is, or is
+//! dropped when it waited in vain. One test function: EAL starts once per process.
 
 #[path = "../../benches/fixture.rs"]
 mod fixture;
@@ -135,13 +136,14 @@ fn every_packet_to_send_leaves_once_in_order_whichever_way_it_reaches_the_driver
         )],
     ));
     let publisher = Publisher::new(snap);
-    let neighbours =
-        NeighbourTable::from_pairs((1..=BACKENDS).map(|i| (backend(i), backend_mac(i))));
+    let all_resolved =
+        || NeighbourTable::from_pairs((1..=BACKENDS).map(|i| (backend(i), backend_mac(i))));
+    let cell = Arc::new(ArcSwap::from_pointee(all_resolved()));
     let balancer = Balancer {
         mailbox: Mailbox::default(),
         outbox: None,
         snapshots: publisher.reader(),
-        neighbours: arc_swap::Cache::new(Arc::new(ArcSwap::from_pointee(neighbours))),
+        neighbours: arc_swap::Cache::new(Arc::clone(&cell)),
         next_hops: NextHopCache::new(),
         events: Arc::new(ArrayQueue::new(64)),
         shard: Shard::with_capacity(4096),
@@ -149,6 +151,7 @@ fn every_packet_to_send_leaves_once_in_order_whichever_way_it_reaches_the_driver
         origin: Instant::now(),
         kernel: None,
         sync: None,
+        waiting: spillway_dataplane::unresolved::WaitQueue::new(),
     };
     let counters = WorkerCounters::default();
     // No drain deadline is reached: the test drains when it says so.
@@ -215,4 +218,39 @@ fn every_packet_to_send_leaves_once_in_order_whichever_way_it_reaches_the_driver
         CounterValues { rx: 202, tx: 201, dropped: 1 },
         "in all"
     );
+
+    // No backend resolved (the first packets after a start, or to backends a reload added):
+    // the frames wait, none is dropped; once the table has their next hops they leave, in
+    // order, with the MACs written.
+    cell.store(Arc::new(NeighbourTable::default().with_generation(1)));
+    let e = syns(12);
+    let mut burst = burst_of(&pool, &e);
+    worker.process(0, &mut burst);
+    worker.drain();
+    worker.release_waiting(spillway_dpdk::tsc());
+    assert!(received(&mut out_rx).is_empty(), "the frames wait for their next hops");
+    assert_eq!(counters.neighbour_waited.get(), 0);
+    assert_eq!(counters.reason(Reason::Path(PathDrop::NeighbourUnresolved)).get(), 0);
+    cell.store(Arc::new(all_resolved().with_generation(2)));
+    worker.release_waiting(spillway_dpdk::tsc());
+    worker.drain();
+    assert_encapsulated(&received(&mut out_rx), &e.iter().collect::<Vec<_>>(), "waited");
+    assert_eq!(counters.neighbour_waited.get(), 12);
+    assert_eq!(
+        CounterValues::read(&counters),
+        CounterValues { rx: 214, tx: 213, dropped: 1 },
+        "the waiting frames sent"
+    );
+
+    // A next hop that never answers: its frames are dropped when their time is up, counted.
+    cell.store(Arc::new(NeighbourTable::default().with_generation(3)));
+    let mut burst = burst_of(&pool, &syns(2));
+    worker.process(0, &mut burst);
+    worker.release_waiting(spillway_dpdk::tsc());
+    assert_eq!(counters.reason(Reason::Path(PathDrop::NeighbourUnresolved)).get(), 0);
+    worker.release_waiting(u64::MAX);
+    worker.drain();
+    assert!(received(&mut out_rx).is_empty(), "nothing leaves without a MAC");
+    assert_eq!(counters.reason(Reason::Path(PathDrop::NeighbourUnresolved)).get(), 2);
+    assert_eq!(counters.neighbour_waited.get(), 12);
 }

@@ -91,6 +91,7 @@ fuzz_target!(|data: &[u8]| {
         counters: &counters,
         // The exception path on for odd-length inputs.
         kernel: data.len() % 2 == 1,
+        waiting: spillway_dataplane::path::WaitingSlots::default(),
     };
     let mut out = [Outcome::Consumed; MAX_BURST];
     process_burst(&mut bufs, &mut ctx, &mut out);

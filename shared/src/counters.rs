@@ -203,6 +203,10 @@ pub struct WorkerCounters {
     /// replies to the health checks, ARP replies and neighbour advertisements (those are
     /// heard by the resolver too). Neither forwarded nor dropped: counted once, here.
     pub kernel_frames: Counter,
+    /// Frames that waited for their next hop's MAC and were then sent (the first packets to a
+    /// next hop not yet resolved); those that found no room or whose next hop stayed silent
+    /// are the drop reason `neighbour_unresolved`.
+    pub neighbour_waited: Counter,
     /// Conntrack gauge: entries in this worker's shard.
     pub ct_entries: Counter,
     /// Conntrack: inserts (new entries, not replacements in place).
@@ -262,6 +266,7 @@ impl WorkerCounters {
             neighbour_answers_heard: Counter::default(),
             icmp_errors_forwarded: Counter::default(),
             kernel_frames: Counter::default(),
+            neighbour_waited: Counter::default(),
             ct_entries: Counter::default(),
             ct_inserts: Counter::default(),
             ct_evictions: Counter::default(),

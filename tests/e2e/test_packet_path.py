@@ -28,6 +28,7 @@ import ipaddress
 import re
 import socket
 import struct
+import threading
 import time
 from collections import Counter
 
@@ -534,3 +535,43 @@ def test_too_big_for_the_tunnel_is_answered_and_the_client_adapts(family):
     # the tunnel's overhead, and the client's kernel took it (path MTU cached).
     assert f"mtu {1500 - overhead}" in route, route
     assert final.get("drop.too_big", 0) >= 1, final
+
+
+def test_first_packets_to_an_unresolved_backend_wait_for_its_mac():
+    """The first packets to a backend whose MAC is not known yet (a start, a reload that adds
+    it, a health change that makes it eligible) wait for the answer instead of being dropped
+    as ``neighbour_unresolved``. Backend b1 ignores ARP while the balancer starts and the
+    clients send (so the balancer cannot know its MAC), then answers: every datagram of the
+    round is answered, by the backend its flow maps to, and none was dropped (a frame whose
+    next hop stays silent for 1 s is dropped and counted: dataplane/tests/worker_tx.rs).
+    Before frames could wait, b1's flows lost their first datagram."""
+    from test_hardening import exchange
+
+    with T.Topology() as t:
+        b1 = t.backend("b1")
+        b1.sysctl(**{"net.ipv4.conf.all.arp_ignore": 8})
+        lb = Spillway(t, make_config(t, [service(t, vips=(T.VIP4,))]))
+        with lb:
+            lb.wait_ready(t.clients[0])
+            c1 = t.client("c1")
+            socks = [c1.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(40)]
+            try:
+                for s in socks:
+                    s.bind((c1.ipv4, 0))
+                # b1 answers ARP again while the first round's frames for it wait.
+                threading.Timer(0.3, lambda: b1.sysctl(**{"net.ipv4.conf.all.arp_ignore": 0})).start()
+                first = exchange(socks, "first", timeout=3.0)
+                m = lb.metrics()
+                waited = m.value("spillway_neighbour_waited_frames_total", worker=0)
+                again = exchange(socks, "again", timeout=3.0)
+            finally:
+                for s in socks:
+                    s.close()
+            final = lb.stop()
+        report = {"answered_first": len(first), "answered_again": len(again), "waited": waited,
+                  "on_b1": sum(1 for b in first.values() if b == "b1"),
+                  "unresolved": final.get("drop.neighbour_unresolved", 0)}
+        print("first packets:", report)
+        assert len(first) == len(socks) and first == again, report
+        assert report["on_b1"] > 0 and waited >= report["on_b1"], report
+        assert report["unresolved"] == 0, (report, final)

@@ -10,7 +10,7 @@ use spillway_core::counters::{Reason, TrafficCounters, WorkerCounters};
 type Pick = fn(&WorkerCounters) -> u64;
 
 /// The families with one sample per worker, in the order they are exposed.
-const PER_WORKER: [(&str, &str, MetricType, Pick); 15] = [
+const PER_WORKER: [(&str, &str, MetricType, Pick); 16] = [
     (
         "spillway_conntrack_bypassed",
         "New connections the flood guard forwarded by the hash alone, without an entry.",
@@ -83,6 +83,14 @@ const PER_WORKER: [(&str, &str, MetricType, Pick); 15] = [
          queue to it is the drop reason kernel_busy.",
         Counter,
         |c| c.kernel_frames.get(),
+    ),
+    (
+        "spillway_neighbour_waited_frames",
+        "Frames that waited for their next hop's MAC (the first packets to a next hop not yet \
+         resolved) and were then sent; those that found no room or waited in vain are the drop \
+         reason neighbour_unresolved.",
+        Counter,
+        |c| c.neighbour_waited.get(),
     ),
 ];
 
