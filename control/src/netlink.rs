@@ -108,6 +108,19 @@ impl Netlink {
     ) -> Result<(), NetlinkError> {
         let set = LinkUnspec::new_with_index(index).address(mac.to_vec()).mtu(mtu).down().build();
         self.handle.link().set(set).execute().await.map_err(err("setting MAC and MTU"))?;
+        self.add_addresses(index, addrs).await?;
+        let up = LinkUnspec::new_with_index(index).up().build();
+        self.handle.link().set(up).execute().await.map_err(err("bringing it up"))?;
+        Ok(())
+    }
+
+    /// Adds `addrs` to interface `index` (IPv6 without duplicate address detection); an
+    /// address it has already is fine.
+    pub async fn add_addresses(
+        &self,
+        index: u32,
+        addrs: &[(IpAddr, u8)],
+    ) -> Result<(), NetlinkError> {
         for &(addr, len) in addrs {
             let mut req = self.handle.address().add(index, addr, len);
             if addr.is_ipv6() {
@@ -118,8 +131,6 @@ impl Netlink {
                 r => r.map_err(err(format!("adding {addr}/{len}")))?,
             }
         }
-        let up = LinkUnspec::new_with_index(index).up().build();
-        self.handle.link().set(up).execute().await.map_err(err("bringing it up"))?;
         Ok(())
     }
 

@@ -83,6 +83,22 @@ pub async fn configure(nl: &Netlink, name: &str, node: &Node) -> Result<u32, Str
     Ok(index)
 }
 
+/// Gives the kernel interface `name`, still down (its port not started), the node's addresses
+/// `addrs`: starting the port brings it up, and it must come up with them (a BIRD still
+/// running from before a restart binds its sessions to them), not once without them.
+pub async fn address_before_up(
+    nl: &Netlink,
+    name: &str,
+    addrs: &[(IpAddr, u8)],
+) -> Result<(), String> {
+    let index = nl
+        .link_index(name)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("the kernel interface `{name}` did not appear"))?;
+    nl.add_addresses(index, addrs).await.map_err(|e| e.to_string())
+}
+
 /// Has the kernel announce the node's addresses when the interface comes up (a gratuitous ARP,
 /// an unsolicited neighbour advertisement): the hosts on the segment that knew the node by an
 /// older MAC (a restart on a port whose MAC changed) learn the current one at once, rather than

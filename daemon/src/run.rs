@@ -165,8 +165,31 @@ fn run_config(
     };
     let ports = setup::open_ports(&eal, &dp.ports, port_setup, &pool)
         .map_err(|(i, e)| dpdk_err(format!("dataplane.ports[{i}]"))(e))?;
+    // The control plane's runtime, and netlink, before the kernel interface's port starts:
+    // the interface gets the node's addresses while it is down (kernel::address_before_up).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    let _enter = runtime.enter();
+    let netlink = if kernel_if.is_some() || config.announce.is_some() {
+        Some(Netlink::connect().map_err(|e| setting("announce", format!("netlink: {e}")))?)
+    } else {
+        None
+    };
     let kernel_port = match &kernel_if {
         Some(k) => {
+            if let Some(nl) = &netlink {
+                let n = config.node_addrs();
+                let addrs: Vec<(std::net::IpAddr, u8)> = [n.ipv4, n.ipv6]
+                    .into_iter()
+                    .flatten()
+                    .map(|(a, len)| (a.to_ip(), len))
+                    .collect();
+                runtime
+                    .block_on(kernel::address_before_up(nl, &k.name, &addrs))
+                    .map_err(|m| setting("dataplane.kernel_interface", m))?;
+            }
             let one = PortSetup { rx_queues: 1, tx_queues: 1, ..port_setup };
             let port = setup::open_ports(&eal, std::slice::from_ref(&k.port), one, &pool)
                 .map_err(|(_, e)| dpdk_err("dataplane.kernel_interface")(e))?;
@@ -176,12 +199,7 @@ fn run_config(
     };
     report_memory(&eal, dp, &need, &plan, balance);
 
-    // 2. The control plane, on this (the main) lcore: a current-thread runtime.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(DaemonError::Runtime)?;
-    let _enter = runtime.enter();
+    // 2. The control plane, on this (the main) lcore: the current-thread runtime made above.
     let origin = Instant::now();
     let mut resolver = Resolver::new(ResolverTimers::default());
     let mut control = None;
@@ -195,11 +213,6 @@ fn run_config(
         control = Some((Arc::new(Mutex::new(controller)), node));
     }
     // The exception interface: the data port's MAC, the node's MTU and addresses.
-    let netlink = if kernel_if.is_some() || config.announce.is_some() {
-        Some(Netlink::connect().map_err(|e| setting("announce", format!("netlink: {e}")))?)
-    } else {
-        None
-    };
     let kernel_index = match (&kernel_if, &control, &netlink) {
         (Some(k), Some((_, node)), Some(nl)) => {
             let index = runtime
