@@ -68,6 +68,12 @@
 //! the whole run and `--only floor` then print the machine's memory latency: TSC cycles per
 //! load when each waits for the one before, over arrays of 1 MiB to 1 GiB.
 //!
+//! `--sync` gives the balancer fleet sync (FS) and, in the measured window, stands in for the
+//! sync thread: it asks for a refresh scan as soon as the one before has finished (the worker
+//! scans all the time, the worst case; a fleet asks every `refresh_sec`, and at each snapshot
+//! change) and takes what the scans hand over. With one snapshot nothing is at risk, so
+//! this is the scans' cost: two buckets per poll, each entry judged (`decide::at_risk`).
+//!
 //! Results are printed as a table and, with `--json`, written as one JSON object per line.
 
 #[path = "../fixture.rs"]
@@ -106,6 +112,8 @@ struct Options {
     slices: usize,
     /// `--slice-ms`.
     slice: Duration,
+    /// `--sync`: the balancer carries fleet sync, its scans asked for continuously.
+    sync: bool,
 }
 
 impl Options {
@@ -136,6 +144,7 @@ impl Options {
             slice: Duration::from_millis(
                 flag("--slice-ms").map_or(500, |m| m.parse().expect("--slice-ms: milliseconds")),
             ),
+            sync: args.iter().any(|a| a == "--sync"),
         }
     }
 
@@ -159,6 +168,9 @@ fn main() {
     let pool = rig::mempool(&eal);
     let ports = Ports::open(&eal, &pool);
     let mut rig = Rig::new(&eal, &pool, &ports, opts.burst);
+    if opts.sync {
+        rig.sync = Some(spillway_core::peer::SyncLink::new(rig::SYNC_QUEUE));
+    }
     // Every run says which host it ran on: the VM moves between hosts whose pipelines differ
     // threefold, and the cross-core round trip printed here tells them apart.
     probe::print_host(&eal, rig.worker_lcore, rig.tsc_hz);

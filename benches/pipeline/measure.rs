@@ -2,6 +2,7 @@
 //! the generator on its lcore, the worker on the other, and the worker's counters read around
 //! a measured window.
 
+use spillway_core::peer::SyncLink;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -101,6 +102,8 @@ fn window<'p>(
 ) -> ((CounterValues, f64), u64, gen::SendReport) {
     let (worker_lcore, gen_lcore, tsc_hz, pool) =
         (rig.worker_lcore, rig.gen_lcore, rig.tsc_hz, rig.pool);
+    let sync = rig.sync.clone();
+    let sync = sync.as_ref();
     let tx = &mut rig.ring0_tx[0];
     let mut factory = FrameFactory::new(&sc.spec).expect("traffic spec");
     let stop = AtomicBool::new(false);
@@ -140,6 +143,8 @@ fn window<'p>(
             let t0 = Instant::now();
             if by_load && sc.spec.syn_share > 0.0 {
                 print_rate_by_load(counters, sc.capacity, measure);
+            } else if let Some(link) = sync.filter(|_| sc.balance) {
+                stand_in_for_sync(link, counters, measure);
             } else {
                 std::thread::sleep(measure);
             }
@@ -152,6 +157,32 @@ fn window<'p>(
         .expect("the benchmark runs on the main lcore");
     let report = report.into_inner().expect("report").expect("generator reported");
     (window, ct_hits_before, report)
+}
+
+/// `--sync`, for `window`: the sync thread's part, as far as the worker sees it: a refresh
+/// scan asked for as soon as the one before has finished (the worker scans all the time), the
+/// entries handed over taken (counted, not sent); prints what the scans did.
+fn stand_in_for_sync(link: &SyncLink, counters: &WorkerCounters, window: Duration) {
+    let scans = || counters.sync.scans.get();
+    let (scans0, t0) = (scans(), Instant::now());
+    let (mut taken, mut asked_at) = (0u64, scans0);
+    link.requests.ask_refresh();
+    while t0.elapsed() < window {
+        if scans() > asked_at {
+            asked_at = scans();
+            link.requests.ask_refresh();
+        }
+        while link.outbound.pop().is_some() {
+            taken += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (done, secs) = (scans() - scans0, t0.elapsed().as_secs_f64());
+    println!(
+        "sync: {done} scans of the whole table back to back in {secs:.2} s ({:.0} ms each), \
+         {taken} entries at risk handed over",
+        secs * 1000.0 / done.max(1) as f64
+    );
 }
 
 /// `--by-load`: for `window`, every 100 ms, the new connections' rate and how full the

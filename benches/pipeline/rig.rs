@@ -1,6 +1,8 @@
 //! The test rig: EAL on two lcores, the mempool, the `net_ring` and `net_null` ports and their
 //! queues, and the balancer a worker is given (its services, neighbours and connection table).
 
+use spillway_core::peer::SyncLink;
+use spillway_dataplane::sync::WorkerSync;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -99,7 +101,12 @@ pub struct Rig<'p> {
     pub params: WorkerParams,
     publisher: Publisher,
     neighbour_cell: Arc<ArcSwap<NeighbourTable>>,
+    /// `--sync`: the link every balancer's fleet sync uses.
+    pub sync: Option<SyncLink>,
 }
+
+/// The sync queue's room, each way, with `--sync`.
+pub const SYNC_QUEUE: usize = 4096;
 
 impl<'p> Rig<'p> {
     /// Takes the ports' queues; the worker polls `burst` frames at a time.
@@ -136,6 +143,7 @@ impl<'p> Rig<'p> {
             params,
             publisher,
             neighbour_cell,
+            sync: None,
         }
     }
 
@@ -158,7 +166,7 @@ impl<'p> Rig<'p> {
             node: fixture::node(true),
             origin: Instant::now(),
             kernel: None,
-            sync: None,
+            sync: self.sync.as_ref().map(|l| WorkerSync::new(l.clone())),
             waiting: spillway_dataplane::unresolved::WaitQueue::new(),
         }
     }
