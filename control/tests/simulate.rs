@@ -89,6 +89,15 @@ fn compare(name: &str, actual: &str, expected_text: &str) {
     }
 }
 
+// ---- section 2.7: connection state shared by a fleet ----
+
+/// FS-1 (entries at risk shared), FS-2 (stored), FS-3 (taken over on their backend), FS-4 (an
+/// instance's own entry wins), on two simulated instances.
+#[test]
+fn fs_1_to_4_two_instances_share_entries_at_risk() {
+    check("fs_a.yaml", "fs_1_4");
+}
+
 // ---- section 2: connection tracking ----
 
 #[test]
@@ -619,7 +628,7 @@ fn bad_traffic_steps_name_line_and_field() {
         (
             "- {advance: 1, traffic: {from_zone: zone-a, new_connections_per_sec: 1, seconds: 1}}",
             "steps[1]",
-            "`traffic` (found advance, traffic)",
+            "`sync` (found advance, traffic)",
         ),
     ];
     for (i, (step, field, message)) in cases.iter().enumerate() {
@@ -661,4 +670,28 @@ fn traffic_and_packets_in_one_scenario() {
     assert_eq!(lines[1]["groups"][0]["live_connections"], 0, "hold_sec defaults to 0");
     assert_eq!(lines[2]["step"], 1);
     assert_eq!(lines[2]["verdict"], "forward");
+}
+
+/// A scenario's `instances` and a packet's `instance` out of range are errors that name the
+/// field and the line, before anything runs.
+#[test]
+fn fs_instances_out_of_range_are_located_errors() {
+    let packet = "{src: 198.18.10.5, dst: 198.18.0.100, proto: TCP, sport: 1, dport: 80, flags: S";
+    for (text, line, field, message) in [
+        ("instances: 9\nsteps: []\n".to_owned(), 1, "instances", "1 to 8 instances, not 9"),
+        ("instances: 0\nsteps: []\n".to_owned(), 1, "instances", "1 to 8 instances, not 0"),
+        (
+            format!("instances: 2\nsteps:\n  - packet: {packet}, instance: 3}}\n"),
+            3,
+            "steps[0].packet.instance",
+            "instance 3 of 1 to 2",
+        ),
+    ] {
+        let (out, r) = run_text("fs_bad.yaml", "fs_a.yaml", &text);
+        let e = r.expect_err(&text);
+        let shown = e.to_string();
+        assert!(out.is_empty(), "{text}: checked before the first step");
+        assert_eq!((e.line(), e.field()), (Some(line), Some(field)), "{shown}");
+        assert!(shown.contains(message), "{shown}");
+    }
 }

@@ -471,10 +471,12 @@ impl Simulator {
         self.rebuild();
     }
 
-    /// This instance's entries at risk, as its peers receive them (FS-1).
+    /// This instance's own entries at risk, as its peers receive them at a refresh (FS-1): the
+    /// peers' entries it holds are sent by their owners.
     pub fn entries_at_risk(&self) -> Vec<PeerEntry> {
         self.shard
             .iter(self.now)
+            .filter(|(_, e)| e.value.epoch != crate::decide::SYNCED_EPOCH)
             .filter_map(|(_, e)| {
                 peer::export_at_risk(&e.key, &e.value, e.idle_ms, &self.snapshot, self.now)
             })

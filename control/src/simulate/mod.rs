@@ -130,7 +130,7 @@ pub fn run(config: &Path, scenario: &Path, out: &mut dyn Write) -> Result<(), Si
                     config: Box::new(e),
                 })?;
                 model_at = c.to_model();
-                reloads.insert(i, (c.to_model(), c.advanced_topology()));
+                reloads.insert(i, c);
             }
             Step::Traffic(t) => {
                 check_traffic(t, &model_at).map_err(|(f, m)| at(traffic_field(i, t, &f), m))?;
@@ -139,39 +139,94 @@ pub fn run(config: &Path, scenario: &Path, out: &mut dyn Write) -> Result<(), Si
         }
     }
 
-    let mut sim = Simulator::new(cfg.to_model())
-        .map_err(|e| SimulateError::Model { path: config.to_owned(), message: e.to_string() })?;
-    // Section 7 locality (region order, latencies) of the configuration.
-    sim.set_topology(cfg.advanced_topology());
-    apply_health(&mut sim, &parsed.health).map_err(|a| {
-        let field = format!("health.{a}");
-        at(field, format!("{a} is not a configured backend"))
-    })?;
+    let n = parsed.instances;
+    if !(1..=MAX_INSTANCES).contains(&n) {
+        return Err(at("instances".into(), format!("1 to {MAX_INSTANCES} instances, not {n}")));
+    }
+    for (i, step) in parsed.steps.iter().enumerate() {
+        if let Step::Packet(PacketSpec { instance: Some(k), .. }) = step {
+            if !(1..=n).contains(k) {
+                let field = format!("steps[{i}].packet.instance");
+                return Err(at(field, format!("instance {k} of 1 to {n} (`instances`)")));
+            }
+        }
+    }
+    // One simulator per instance, the same configuration and health (FS: a fleet).
+    let mut sims = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut sim = Simulator::new(cfg.to_model()).map_err(|e| SimulateError::Model {
+            path: config.to_owned(),
+            message: e.to_string(),
+        })?;
+        // Section 7 locality (region order, latencies) of the configuration.
+        sim.set_topology(cfg.advanced_topology());
+        apply_health(&mut sim, &parsed.health).map_err(|a| {
+            let field = format!("health.{a}");
+            at(field, format!("{a} is not a configured backend"))
+        })?;
+        sims.push(sim);
+    }
 
     for (i, step) in parsed.steps.iter().enumerate() {
         match step {
             Step::Packet(spec) => {
+                let k = spec.instance.unwrap_or(1);
                 let line = match impossible(spec) {
                     Some(_) => OutputLine::malformed(i),
-                    None => OutputLine::from_outcome(i, &sim.packet(&spec.info())),
+                    None => OutputLine::from_outcome(i, &sims[k - 1].packet(&spec.info())),
                 };
+                let line = OutputLine { instance: (n > 1).then_some(k), ..line };
                 write_line(out, &line).map_err(SimulateError::Output)?;
             }
             Step::Advance(Seconds(d)) => {
-                sim.advance(*d);
-                sim.rebuild();
+                for sim in &mut sims {
+                    sim.advance(*d);
+                    sim.rebuild();
+                }
             }
-            Step::Health(h) => apply_health(&mut sim, h).map_err(|a| {
-                at(format!("steps[{i}].health.{a}"), format!("{a} is not a configured backend"))
-            })?,
+            Step::Health(h) => {
+                for sim in &mut sims {
+                    apply_health(sim, h).map_err(|a| {
+                        let field = format!("steps[{i}].health.{a}");
+                        at(field, format!("{a} is not a configured backend"))
+                    })?;
+                }
+            }
             Step::Reload(_) => {
-                let Some((model, topology)) = reloads.remove(&i) else { continue };
-                sim.replace_model(model).map_err(|e| {
-                    at(format!("steps[{i}].reload"), format!("cannot apply the configuration: {e}"))
-                })?;
-                sim.set_topology(topology);
+                let Some(c) = reloads.remove(&i) else { continue };
+                for sim in &mut sims {
+                    sim.replace_model(c.to_model()).map_err(|e| {
+                        let field = format!("steps[{i}].reload");
+                        at(field, format!("cannot apply the configuration: {e}"))
+                    })?;
+                    sim.set_topology(c.advanced_topology());
+                }
+            }
+            Step::Sync => {
+                for from in 0..n {
+                    let entries = sims[from].entries_at_risk();
+                    for to in (0..n).filter(|&to| to != from) {
+                        let mut outcomes: BTreeMap<&'static str, u64> = BTreeMap::new();
+                        for got in sims[to].install_peer_entries(&entries) {
+                            *outcomes.entry(got.as_str()).or_default() += 1;
+                        }
+                        let outcomes = ZoneCounts(
+                            outcomes.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+                        );
+                        let pair = SyncPair {
+                            from: from + 1,
+                            to: to + 1,
+                            entries: entries.len(),
+                            outcomes,
+                        };
+                        write_line(out, &SyncLine { step: i, sync: pair })
+                            .map_err(SimulateError::Output)?;
+                    }
+                }
             }
             Step::Traffic(t) => {
+                // On the first instance (section 7's control loop is per instance).
+                let sim = &mut sims[0];
                 let plan = t.plan(sim.state().model());
                 let report = sim.run_traffic(&plan).map_err(|e| {
                     let f = match &e {

@@ -9,6 +9,9 @@ use spillway_core::simulator::{Outcome, TrafficReport};
 #[derive(Debug, Serialize)]
 pub(super) struct OutputLine {
     pub(super) step: usize,
+    /// The instance that received the packet, with more than one (FS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) instance: Option<usize>,
     pub(super) verdict: &'static str,
     pub(super) backend: Option<String>,
     pub(super) reason: &'static str,
@@ -27,6 +30,7 @@ impl OutputLine {
     pub(super) fn malformed(step: usize) -> OutputLine {
         OutputLine {
             step,
+            instance: None,
             verdict: "drop",
             backend: None,
             reason: "malformed",
@@ -38,6 +42,7 @@ impl OutputLine {
     pub(super) fn from_outcome(step: usize, o: &Outcome) -> OutputLine {
         OutputLine {
             step,
+            instance: None,
             verdict: if o.decision.backend().is_some() { "forward" } else { "drop" },
             backend: o.backend.map(|e| e.to_string()),
             reason: o.decision.reason_str(),
@@ -49,6 +54,23 @@ impl OutputLine {
             }),
         }
     }
+}
+
+/// One output line per pair of instances of a `sync` step: what `to` did with the entries at
+/// risk `from` sent (FS-1, FS-2, FS-4).
+#[derive(Debug, Serialize)]
+pub(super) struct SyncLine {
+    pub(super) step: usize,
+    pub(super) sync: SyncPair,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct SyncPair {
+    pub(super) from: usize,
+    pub(super) to: usize,
+    pub(super) entries: usize,
+    /// Outcome (`installed`, `refreshed`, `kept_local`, ...) -> count, those that happened.
+    pub(super) outcomes: ZoneCounts,
 }
 
 /// One output line per interval (virtual second) of a traffic step.

@@ -18,12 +18,23 @@ use super::*;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Scenario {
+    /// Instances of a fleet that share their entries at risk (FS), 1 to [`MAX_INSTANCES`];
+    /// every step but a packet applies to all of them.
+    #[serde(default = "one")]
+    pub(super) instances: usize,
     /// Initial health overrides; unnamed backends start healthy.
     #[serde(default)]
     pub(super) health: HealthMap,
     /// The steps, run in order.
     pub(super) steps: Vec<Step>,
 }
+
+fn one() -> usize {
+    1
+}
+
+/// Most instances a scenario simulates.
+pub const MAX_INSTANCES: usize = 8;
 
 /// Address -> verdict (applied together, so their order does not matter).
 pub(super) type HealthMap = BTreeMap<HealthAddr, HealthWord>;
@@ -42,6 +53,8 @@ pub(super) enum Step {
     Reload(PathBuf),
     /// Run new connections from client zones over virtual time (section 7 load).
     Traffic(TrafficStep),
+    /// Every instance sends its entries at risk to every other (FS-1, FS-2, FS-4).
+    Sync,
 }
 
 /// A step as written: a mapping with exactly one of these keys (the YAML reader takes enums only
@@ -54,6 +67,16 @@ pub(super) struct StepSpec {
     pub(super) health: Option<HealthMap>,
     pub(super) reload: Option<PathBuf>,
     pub(super) traffic: Option<TrafficStep>,
+    /// `sync: all` (the only value).
+    pub(super) sync: Option<SyncWord>,
+}
+
+/// The value of a `sync` step.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum SyncWord {
+    /// Every instance to every other.
+    All,
 }
 
 impl TryFrom<StepSpec> for Step {
@@ -81,11 +104,15 @@ impl TryFrom<StepSpec> for Step {
             found.push("traffic");
             step = Some(Step::Traffic(t));
         }
+        if let Some(SyncWord::All) = s.sync {
+            found.push("sync");
+            step = Some(Step::Sync);
+        }
         match (step, found.len()) {
             (Some(step), 1) => Ok(step),
             _ => Err(format!(
-                "a step has exactly one of `packet`, `advance`, `health`, `reload`, `traffic` \
-                 (found {})",
+                "a step has exactly one of `packet`, `advance`, `health`, `reload`, `traffic`, \
+                 `sync` (found {})",
                 if found.is_empty() { "none".to_owned() } else { found.join(", ") }
             )),
         }
@@ -259,6 +286,9 @@ pub(super) struct PacketSpec {
     pub(super) flags: Option<Flags>,
     #[serde(default)]
     pub(super) fragment: bool,
+    /// The instance that receives it (1-based; 1 when absent).
+    #[serde(default)]
+    pub(super) instance: Option<usize>,
 }
 
 impl PacketSpec {
