@@ -7,6 +7,8 @@
 //! The table is built once per size, outside the measurement. Throughput is reported in
 //! elements (lookups or inserts) per second.
 //!
+//! `dump_slice`: one slice of a table dump (`spillwayctl flows`) from a 1M-entry table.
+//!
 //! `cargo bench -p spillway-core --bench conntrack`
 
 use std::hint::black_box;
@@ -17,6 +19,7 @@ use spillway_core::addr::Addr;
 use spillway_core::conntrack::key_hash;
 use spillway_core::conntrack::{Ask, Burst, EntryValue, Hint, Pending, Shard};
 use spillway_core::flow::FlowKey;
+use spillway_core::mailbox::{Mailbox, Query, SLICE_BUCKETS};
 use spillway_core::rng::SplitMix64;
 use spillway_core::time::Time;
 
@@ -319,6 +322,26 @@ fn load_report() {
     println!("90% full / empty insert time: {:.2}x (goal <= 2x)", medians[0] / medians[1]);
 }
 
+/// A table dump's slice (`mailbox::SliceQuery`, 16 buckets): how long a worker pauses, between
+/// two bursts, for each slice while `spillwayctl flows` runs. The query's buffer is made by the
+/// control thread in the daemon; here it is inside the timed part.
+fn bench_dump_slice(c: &mut Criterion, n: usize, label: &str) {
+    let Filled { shard, .. } = filled(n);
+    let mailbox = Mailbox::default();
+    let mut from = 0;
+    let mut g = c.benchmark_group(format!("conntrack/{label}"));
+    g.throughput(Throughput::Elements(1));
+    g.bench_function(BenchmarkId::new("dump_slice", SLICE_BUCKETS), |b| {
+        b.iter(|| {
+            let rx = mailbox.ask_slice(from);
+            let Some(Query::Slice(q)) = mailbox.take() else { unreachable!("a slice query") };
+            q.answer(&shard, Time(0));
+            from = (from + SLICE_BUCKETS) % shard.bucket_count();
+            black_box(rx)
+        })
+    });
+}
+
 fn benches(c: &mut Criterion) {
     if std::env::var_os("CONNTRACK_LOAD").is_some() {
         load_report();
@@ -331,6 +354,7 @@ fn benches(c: &mut Criterion) {
     }
     bench_size(c, 1_000, "1K");
     bench_size(c, 1_000_000, "1M");
+    bench_dump_slice(c, 1_000_000, "1M");
 }
 
 criterion_group! {

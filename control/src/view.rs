@@ -11,7 +11,7 @@ use spillway_core::counters::{
     KernelPathCounters, NeighbourCounters, PortCounters, WorkerCounters,
 };
 use spillway_core::flow::FlowKey;
-pub use spillway_core::mailbox::LookupReply;
+pub use spillway_core::mailbox::{LookupReply, SliceReply};
 
 /// The data plane as the control plane sees it.
 pub trait DataplaneView: Send + Sync + 'static {
@@ -24,6 +24,13 @@ pub trait DataplaneView: Send + Sync + 'static {
     /// Ask every worker for the entry of `key` (bucket hash `hash`); one reply per worker
     /// (a worker whose mailbox is full answers nothing: its reply is cancelled).
     fn lookup(&self, key: FlowKey, hash: u64) -> Vec<LookupReply>;
+
+    /// Ask worker `worker` for the slice of its table from bucket `from` (a table dump);
+    /// `None` where there is no table to list.
+    fn slice(&self, worker: usize, from: usize) -> Option<SliceReply> {
+        let _ = (worker, from);
+        None
+    }
 
     /// The resolved neighbours (next hop, MAC).
     fn neighbours(&self) -> Vec<(Addr, [u8; 6])>;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use spillway_control::view::{DataplaneView, LookupReply};
+use spillway_control::view::{DataplaneView, LookupReply, SliceReply};
 use spillway_core::addr::Addr;
 use spillway_core::counters::{
     KernelPathCounters, NeighbourCounters, PortCounters, WorkerCounters,
@@ -40,6 +40,10 @@ impl DataplaneView for DaemonView {
 
     fn lookup(&self, key: FlowKey, hash: u64) -> Vec<LookupReply> {
         self.mailboxes.iter().map(|m| m.ask(key, hash)).collect()
+    }
+
+    fn slice(&self, worker: usize, from: usize) -> Option<SliceReply> {
+        self.mailboxes.get(worker).map(|m| m.ask_slice(from))
     }
 
     fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {

@@ -25,7 +25,7 @@ use spillway_core::conntrack::Shard;
 pub use spillway_core::counters::WorkerCounters;
 use spillway_core::counters::{PathDrop, Reason};
 use spillway_core::decide::is_reclaimable;
-use spillway_core::mailbox::Mailbox;
+use spillway_core::mailbox::{Mailbox, Query};
 use spillway_core::publish::SnapshotReader;
 use spillway_core::time::Time;
 
@@ -433,13 +433,20 @@ impl<'p, 'c> Worker<'p, 'c> {
         publish_tx(c, tally);
     }
 
-    /// Answers the control thread's conntrack queries (rare; one atomic load when empty).
+    /// Answers the control thread's conntrack queries: lookups, and slices of the table for a
+    /// dump (rare; one atomic load when empty).
     fn answer_mailbox(&mut self) {
         let Some(b) = &mut self.balancer else { return };
         while let Some(q) = b.mailbox.take() {
             let now = time_since(b.origin);
-            let entry = b.shard.lookup(&q.key, q.hash, now).map(|(_, e)| e);
-            let _ = q.reply.send(entry);
+            match q {
+                Query::Lookup(q) => {
+                    let entry = b.shard.lookup(&q.key, q.hash, now).map(|(_, e)| e);
+                    let _ = q.reply.send(entry);
+                }
+                // A few buckets into the query's own buffer: a few microseconds.
+                Query::Slice(q) => q.answer(&b.shard, now),
+            }
         }
     }
 

@@ -551,3 +551,58 @@ def test_metrics_parse_and_match_traffic_failover_and_zonal_spill():
             assert all(v == 1 for v in m4.by("spillway_backend_healthy", "backend", service="web").values())
             final = lb.stop()
     assert final.get("drop.no_eligible_backend", 0) == 0, final
+
+
+def test_flows_lists_the_connection_table_with_filters_and_counts():
+    """``spillwayctl flows``: 40 UDP flows from c1 through the VIP, each answered by a backend;
+    the dump lists exactly those flows, each with the client's port and the backend that
+    answered it; ``--backend`` lists that backend's flows only; ``--count-by backend`` counts
+    what the replies counted; a client prefix with no flows matches none; ``--limit`` lists
+    fewer and still counts all; ``--json`` is one JSON object per line."""
+    from test_hardening import exchange
+
+    with T.Topology(vips4=(T.VIP4,)) as t:
+        lb = Spillway(t, make_config(t, [service(t, vips=(T.VIP4,))]))
+        with lb:
+            lb.wait_ready(t.clients[0])
+            lb.wait_neighbours()
+            c1 = t.client("c1")
+            socks = [c1.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(40)]
+            try:
+                for s in socks:
+                    s.bind((c1.ipv4, 0))
+                answered = exchange(socks, "dump")
+                assert len(answered) == len(socks), answered
+                port_backend = {socks[i].getsockname()[1]: t.backend(b).ipv4 for i, b in answered.items()}
+                udp = ["flows", "--vip", T.VIP4, "--proto", "udp"]
+                r = lb.ctl_run(*udp)
+                assert r.returncode == 0, r.stderr
+                lines = [json.loads(x) for x in r.stdout.splitlines()]
+                flows, totals = lines[:-1], lines[-1]
+                listed = {int(f["client"].rsplit(":", 1)[1]): f["backend"].rsplit(":", 1)[0] for f in flows
+                          if f["client"].startswith(c1.ipv4 + ":")}
+                assert listed == port_backend, (listed, port_backend)
+                assert all(f["state"] == "live" and f["service"] == "web" and not f["peer"] for f in flows)
+                assert totals["matched"] == len(socks) and totals["incomplete_workers"] == [], totals
+
+                b = next(iter(port_backend.values()))
+                mine = lb.ctl_run(*udp, "--backend", b)
+                got = {int(json.loads(x)["client"].rsplit(":", 1)[1]) for x in mine.stdout.splitlines()[:-1]}
+                assert got == {p for p, be in port_backend.items() if be == b}, (b, got)
+
+                counted = json.loads(lb.ctl_run(*udp, "--count-by", "backend").stdout.splitlines()[-1])["counts"]
+                want = Counter(port_backend.values())
+                assert {k.rsplit(":", 1)[0]: v for k, v in counted.items()} == dict(want), (counted, want)
+
+                none = json.loads(lb.ctl_run(*udp, "--client", "198.18.99.0/24").stdout.splitlines()[-1])
+                assert none["matched"] == 0 and none["listed"] == 0, none
+                few = json.loads(lb.ctl_run(*udp, "--limit", "5").stdout.splitlines()[-1])
+                assert few["listed"] == 5 and few["matched"] == len(socks), few
+
+                table = lb.ctl_run(*udp, "--count-by", "service", json_out=False)
+                assert table.returncode == 0 and "40 flows matched (40 listed)" in table.stdout, table.stdout
+                bad = lb.ctl_run("flows", "--client", "not-an-address")
+                assert bad.returncode != 0 and "client" in (bad.stderr + bad.stdout), bad
+            finally:
+                for s in socks:
+                    s.close()

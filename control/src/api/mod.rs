@@ -27,6 +27,7 @@ use std::time::Duration;
 
 pub mod client;
 mod error;
+mod flows;
 mod format;
 mod handlers;
 mod query;

@@ -487,3 +487,44 @@ pub struct ExplainEntry {
 }
 
 pub use crate::fleet::{BirdStatus, InstanceReply};
+
+/// One flow of the dump.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowInfo {
+    /// The worker whose table holds it.
+    pub worker: usize,
+    /// `tcp`, `udp`, ...
+    pub proto: String,
+    /// The client, `address:port` (the address alone without ports).
+    pub client: String,
+    /// The VIP, `address:port`.
+    pub vip: String,
+    /// The service, by name (`null` when it is gone).
+    pub service: Option<String>,
+    /// The backend the entry pins, `address` or `address:port` (`null` when its slot was
+    /// freed).
+    pub backend: Option<String>,
+    /// Milliseconds since its last packet.
+    pub idle_ms: u64,
+    /// `live`, `draining` or `expired`.
+    pub state: String,
+    /// A peer instance's entry that no packet has used here yet (fleet sync, FS-2).
+    pub peer: bool,
+}
+
+/// `GET /v1/conntrack/flows`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowsReply {
+    /// The first `limit` matching flows, worker by worker, in table order.
+    pub flows: Vec<FlowInfo>,
+    /// Every matching flow, listed or not.
+    pub matched: u64,
+    /// Entries read from the tables.
+    pub scanned: u64,
+    /// With `count_by`: matches per backend (or service), by name.
+    pub counts: Option<BTreeMap<String, u64>>,
+    /// Workers that did not answer a slice (their part of the dump is missing).
+    pub incomplete_workers: Vec<usize>,
+    /// How long the dump took.
+    pub duration_ms: u64,
+}

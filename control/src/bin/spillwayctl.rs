@@ -90,6 +90,10 @@ enum Command {
     Conntrack,
     /// Find one flow's connection-table entry on every worker.
     Lookup(Flow),
+    /// The connection table: every worker's entries that match the filters (read a slice at a
+    /// time: a worker is never held for longer than one slice), the first --limit listed,
+    /// every match counted. With --json, one JSON object per flow per line, then the totals.
+    Flows(FlowsArgs),
     /// Explain where one flow goes now and why.
     Explain {
         #[command(flatten)]
@@ -124,6 +128,56 @@ enum Command {
     },
     /// Run a scenario through the decision core offline (no daemon needed).
     Simulate(spillway_control::simulate::SimulateArgs),
+}
+
+/// `spillwayctl flows`' filters.
+#[derive(Debug, Args)]
+struct FlowsArgs {
+    /// Only flows to this VIP.
+    #[arg(long)]
+    vip: Option<String>,
+    /// Only this service's flows.
+    #[arg(long)]
+    service: Option<String>,
+    /// Only flows pinned to this backend (`address` or `address:port`).
+    #[arg(long)]
+    backend: Option<String>,
+    /// Only flows from this client address or prefix (`198.18.10.0/24`).
+    #[arg(long)]
+    client: Option<String>,
+    /// Only this protocol: `tcp`, `udp`, `icmp`, `icmpv6` or a number.
+    #[arg(long)]
+    proto: Option<String>,
+    /// Only flows in this state.
+    #[arg(long, value_parser = ["live", "draining", "expired"])]
+    state: Option<String>,
+    /// How many flows to list (every match is counted).
+    #[arg(long, default_value_t = 1000)]
+    limit: usize,
+    /// Count the matches per backend or per service.
+    #[arg(long, value_parser = ["backend", "service"])]
+    count_by: Option<String>,
+}
+
+impl FlowsArgs {
+    /// The query string of `GET /v1/conntrack/flows`.
+    fn query(&self) -> String {
+        let mut q = vec![format!("limit={}", self.limit)];
+        for (name, v) in [
+            ("vip", &self.vip),
+            ("service", &self.service),
+            ("backend", &self.backend),
+            ("client", &self.client),
+            ("proto", &self.proto),
+            ("state", &self.state),
+            ("count_by", &self.count_by),
+        ] {
+            if let Some(v) = v {
+                q.push(format!("{name}={}", enc(v)));
+            }
+        }
+        q.join("&")
+    }
 }
 
 /// One flow, as a client sends it.
@@ -264,6 +318,7 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
         Command::Neighbours => get("/v1/neighbours".into()).await?,
         Command::Conntrack => get("/v1/conntrack".into()).await?,
         Command::Lookup(flow) => get(format!("/v1/conntrack/lookup?{}", flow.query(false))).await?,
+        Command::Flows(f) => get(format!("/v1/conntrack/flows?{}", f.query())).await?,
         Command::Explain { flow, syn } => get(format!("/v1/explain?{}", flow.query(*syn))).await?,
         Command::Metrics => return get("/metrics".into()).await,
         Command::Instance => get("/v1/instance".into()).await?,
@@ -279,6 +334,9 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
         Command::Simulate(_) | Command::Compare { .. } => unreachable!("handled in main"),
     };
     if cli.json {
+        if let Command::Flows(_) = cli.command {
+            return Ok(render::flows_json_lines(&serde_json::from_str(&body)?));
+        }
         return Ok(format!("{}\n", render::pretty(&body)));
     }
     Ok(match &cli.command {
@@ -295,6 +353,7 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
         Command::Neighbours => render::neighbours(&serde_json::from_str(&body)?),
         Command::Conntrack => render::conntrack(&serde_json::from_str(&body)?),
         Command::Lookup(_) => render::lookup(&serde_json::from_str(&body)?),
+        Command::Flows(_) => render::flows(&serde_json::from_str(&body)?),
         Command::Explain { .. } => render::explain(&serde_json::from_str(&body)?),
         Command::Instance | Command::DrainInstance { .. } | Command::UndrainInstance => {
             render::instance(&serde_json::from_str(&body)?)

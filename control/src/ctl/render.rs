@@ -307,6 +307,68 @@ pub fn lookup(r: &FlowLookupReply) -> String {
     out
 }
 
+/// `spillwayctl flows`: the flows listed, then what the dump read and matched, and the counts.
+pub fn flows(r: &FlowsReply) -> String {
+    let rows: Vec<Vec<String>> = r
+        .flows
+        .iter()
+        .map(|f| {
+            vec![
+                f.worker.to_string(),
+                f.proto.clone(),
+                f.client.clone(),
+                f.vip.clone(),
+                opt(&f.service),
+                opt(&f.backend),
+                if f.peer { format!("{} (peer's)", f.state) } else { f.state.clone() },
+                f.idle_ms.to_string(),
+            ]
+        })
+        .collect();
+    let mut out = if rows.is_empty() {
+        String::new()
+    } else {
+        table(
+            &["WORKER", "PROTO", "CLIENT", "VIP", "SERVICE", "BACKEND", "STATE", "IDLE_MS"],
+            &rows,
+        )
+    };
+    let _ = writeln!(
+        out,
+        "{} flows matched ({} listed), {} entries read in {} ms",
+        r.matched,
+        r.flows.len(),
+        r.scanned,
+        r.duration_ms
+    );
+    if !r.incomplete_workers.is_empty() {
+        let ws: Vec<String> = r.incomplete_workers.iter().map(ToString::to_string).collect();
+        let _ = writeln!(out, "incomplete: worker(s) {} did not answer", ws.join(", "));
+    }
+    if let Some(counts) = &r.counts {
+        let rows: Vec<Vec<String>> =
+            counts.iter().map(|(k, n)| vec![k.clone(), n.to_string()]).collect();
+        out.push('\n');
+        out.push_str(&table(&["BY", "FLOWS"], &rows));
+    }
+    out
+}
+
+/// `spillwayctl flows --json`: one JSON object per flow, per line, then one with the totals
+/// (`matched`, `scanned`, `counts`, `incomplete_workers`, `duration_ms`).
+pub fn flows_json_lines(r: &FlowsReply) -> String {
+    let mut out = String::new();
+    for f in &r.flows {
+        let _ = writeln!(out, "{}", serde_json::to_string(f).unwrap_or_default());
+    }
+    let totals = serde_json::json!({
+        "matched": r.matched, "listed": r.flows.len(), "scanned": r.scanned, "counts": r.counts,
+        "incomplete_workers": r.incomplete_workers, "duration_ms": r.duration_ms,
+    });
+    let _ = writeln!(out, "{totals}");
+    out
+}
+
 /// `spillwayctl explain`: one field per line; an advanced service adds its split and the
 /// backend's group.
 pub fn explain(x: &ExplainReply) -> String {

@@ -1,0 +1,274 @@
+//! `GET /v1/conntrack/flows`: the connection table dump (`spillwayctl flows`).
+//!
+//! Every worker's table is read a slice at a time through its mailbox
+//! ([`spillway_core::mailbox::SliceQuery`]: 16 buckets, at most 256 entries, copied between
+//! two bursts into a buffer the query brings), so that a dump of a table of millions of entries
+//! never holds a worker for more than one slice. Each entry is judged against the current
+//! snapshot (its service, its backend, its state) and kept when it passes the filters; the
+//! first `limit` are listed, and every match is counted (per backend or service with
+//! `count_by`).
+//!
+//! A table that changes during the dump is listed as it is when each slice is read: an entry
+//! that moves between two slices (a relocation by an insert) can be missed or seen twice,
+//! which a dump for an operator accepts (`ipvsadm -Lnc` reads a live table the same way).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::Json;
+use serde::Deserialize;
+use spillway_core::addr::{Addr, Prefix};
+use spillway_core::conntrack::Entry;
+use spillway_core::decide::{is_reclaimable, SYNCED_EPOCH};
+use spillway_core::snapshot::{BackendRef, BackendStatus, Snapshot};
+use spillway_core::time::Time;
+
+use super::error::HttpError;
+use super::format::{protocol_name, sock};
+use super::query;
+use super::routes::{lock, Api};
+use super::types::{FlowInfo, FlowsReply};
+
+/// The most flows one reply lists (`limit`); every match is counted all the same.
+pub const MAX_LIMIT: usize = 100_000;
+
+/// Listed when `limit` is not given.
+pub const DEFAULT_LIMIT: usize = 1_000;
+
+/// How long one slice may take to come back before its worker counts as not answering.
+const SLICE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `GET /v1/conntrack/flows?...`: every parameter optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FlowsQuery {
+    /// The VIP (the flow's destination address).
+    vip: Option<String>,
+    /// The service, by name.
+    service: Option<String>,
+    /// The backend: an address (any port), or `address:port`.
+    backend: Option<String>,
+    /// The client: an address or a prefix (`198.18.10.0/24`).
+    client: Option<String>,
+    /// `tcp`, `udp`, `icmp`, `icmpv6` or a protocol number.
+    proto: Option<String>,
+    /// `live`, `draining` or `expired` (idle past its timeout or otherwise invalid, not yet
+    /// swept).
+    state: Option<String>,
+    /// How many flows to list (default 1,000, at most 100,000).
+    limit: Option<usize>,
+    /// `backend` or `service`: count the matches per backend or per service.
+    count_by: Option<String>,
+}
+
+/// What an entry is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FlowState {
+    Live,
+    Draining,
+    Expired,
+}
+
+impl FlowState {
+    fn as_str(self) -> &'static str {
+        match self {
+            FlowState::Live => "live",
+            FlowState::Draining => "draining",
+            FlowState::Expired => "expired",
+        }
+    }
+
+    fn parse(s: &str) -> Result<FlowState, HttpError> {
+        match s {
+            "live" => Ok(FlowState::Live),
+            "draining" => Ok(FlowState::Draining),
+            "expired" => Ok(FlowState::Expired),
+            _ => Err(HttpError::bad_request(format!(
+                "state: `{s}` is not live, draining or expired"
+            ))),
+        }
+    }
+}
+
+/// The filters of a query, parsed.
+#[derive(Debug, Default)]
+struct Filter {
+    vip: Option<Addr>,
+    service: Option<String>,
+    backend: Option<(Addr, Option<u16>)>,
+    client: Option<Prefix>,
+    proto: Option<u8>,
+    state: Option<FlowState>,
+}
+
+/// What to count by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CountBy {
+    Backend,
+    Service,
+}
+
+pub(super) async fn flows(
+    State(api): State<Api>,
+    q: Result<Query<FlowsQuery>, QueryRejection>,
+) -> Result<Json<FlowsReply>, HttpError> {
+    let q = query::query(q)?;
+    let filter = parse_filter(&q)?;
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if limit > MAX_LIMIT {
+        return Err(HttpError::bad_request(format!("limit: at most {MAX_LIMIT}")));
+    }
+    let count_by = match q.count_by.as_deref() {
+        None => None,
+        Some("backend") => Some(CountBy::Backend),
+        Some("service") => Some(CountBy::Service),
+        Some(other) => {
+            return Err(HttpError::bad_request(format!(
+                "count_by: `{other}` is not backend or service"
+            )))
+        }
+    };
+    let t0 = Instant::now();
+    let mut reply = FlowsReply {
+        flows: Vec::new(),
+        matched: 0,
+        scanned: 0,
+        counts: count_by.map(|_| BTreeMap::new()),
+        incomplete_workers: Vec::new(),
+        duration_ms: 0,
+    };
+    for w in 0..api.view.workers() {
+        let mut from = Some(0);
+        while let Some(f) = from {
+            let Some(rx) = api.view.slice(w, f) else {
+                reply.incomplete_workers.push(w);
+                break;
+            };
+            let slice = match tokio::time::timeout(SLICE_TIMEOUT, rx).await {
+                Ok(Ok(s)) => s,
+                _ => {
+                    reply.incomplete_workers.push(w);
+                    break;
+                }
+            };
+            // The snapshot and clock of each slice: a reload during the dump is seen.
+            let (snap, now) = {
+                let c = lock(&api.controller);
+                (c.snapshot(), c.now())
+            };
+            reply.scanned += slice.entries.len() as u64;
+            for e in &slice.entries {
+                let Some(flow) = judge(w, e, &snap, now, &filter) else { continue };
+                reply.matched += 1;
+                if let Some(counts) = reply.counts.as_mut() {
+                    let by = match count_by {
+                        Some(CountBy::Service) => flow.service.clone(),
+                        _ => flow.backend.clone(),
+                    };
+                    *counts.entry(by.unwrap_or_else(|| "(none)".into())).or_default() += 1;
+                }
+                if reply.flows.len() < limit {
+                    reply.flows.push(flow);
+                }
+            }
+            from = slice.next;
+        }
+    }
+    reply.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(Json(reply))
+}
+
+fn parse_filter(q: &FlowsQuery) -> Result<Filter, HttpError> {
+    let addr = |name: &str, v: &str| -> Result<Addr, HttpError> {
+        v.parse().map_err(|_| HttpError::bad_request(format!("{name}: `{v}` is not an IP address")))
+    };
+    let backend = match q.backend.as_deref() {
+        None => None,
+        Some(b) => match b.parse::<std::net::SocketAddr>() {
+            Ok(sa) => Some((Addr::from(sa.ip()), Some(sa.port()))),
+            Err(_) => Some((addr("backend", b)?, None)),
+        },
+    };
+    let client =
+        match q.client.as_deref() {
+            None => None,
+            Some(c) if c.contains('/') => Some(c.parse::<Prefix>().map_err(|e| {
+                HttpError::bad_request(format!("client: `{c}` is not a prefix: {e}"))
+            })?),
+            Some(c) => Some(Prefix::host(addr("client", c)?)),
+        };
+    let proto = match q.proto.as_deref() {
+        None => None,
+        Some(p) => Some(match p.to_ascii_lowercase().as_str() {
+            "tcp" => spillway_core::flow::proto::TCP,
+            "udp" => spillway_core::flow::proto::UDP,
+            "icmp" => spillway_core::flow::proto::ICMP,
+            "icmpv6" => spillway_core::flow::proto::ICMPV6,
+            other => other.parse().map_err(|_| {
+                HttpError::bad_request(format!(
+                    "proto: `{other}` is not tcp, udp, icmp, icmpv6 or a protocol number"
+                ))
+            })?,
+        }),
+    };
+    Ok(Filter {
+        vip: q.vip.as_deref().map(|v| addr("vip", v)).transpose()?,
+        service: q.service.clone(),
+        backend,
+        client,
+        proto,
+        state: q.state.as_deref().map(FlowState::parse).transpose()?,
+    })
+}
+
+/// The entry as a flow of the dump, when it passes `f`.
+fn judge(worker: usize, e: &Entry, snap: &Snapshot, now: Time, f: &Filter) -> Option<FlowInfo> {
+    let k = &e.key;
+    if f.vip.is_some_and(|v| v != k.dst)
+        || f.proto.is_some_and(|p| p != k.proto)
+        || f.client.as_ref().is_some_and(|c| !c.contains(k.src))
+    {
+        return None;
+    }
+    let svc = snap.service(k.service);
+    let service = svc.map(|s| s.name.to_string());
+    if f.service.as_ref().is_some_and(|want| service.as_ref() != Some(want)) {
+        return None;
+    }
+    let r = BackendRef::from_u32(e.value.backend);
+    let backend =
+        snap.backend(r.slot).filter(|b| b.gen == r.gen && svc.is_some_and(|s| b.service == s.id));
+    if let Some((addr, port)) = f.backend {
+        let b = backend?;
+        if b.endpoint.addr != addr || port.is_some_and(|p| p != b.endpoint.port) {
+            return None;
+        }
+    }
+    let expired = is_reclaimable(k.service, &e.value, e.idle_ms, snap, now);
+    let state = match backend.map(|b| b.status) {
+        _ if expired => FlowState::Expired,
+        Some(BackendStatus::Draining { .. }) => FlowState::Draining,
+        _ => FlowState::Live,
+    };
+    if f.state.is_some_and(|s| s != state) {
+        return None;
+    }
+    let ported = k.sport != 0 || k.dport != 0;
+    let end = |a: Addr, p: u16| if ported { sock(a, p) } else { a.to_string() };
+    Some(FlowInfo {
+        worker,
+        proto: protocol_name(k.proto),
+        client: end(k.src, k.sport),
+        vip: end(k.dst, k.dport),
+        service,
+        backend: backend.map(|b| match b.endpoint.port {
+            0 => b.endpoint.addr.to_string(),
+            p => sock(b.endpoint.addr, p),
+        }),
+        idle_ms: e.idle_ms,
+        state: state.as_str().into(),
+        peer: e.value.epoch == SYNCED_EPOCH,
+    })
+}
