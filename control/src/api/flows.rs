@@ -199,20 +199,7 @@ fn parse_filter(q: &FlowsQuery) -> Result<Filter, HttpError> {
             })?),
             Some(c) => Some(Prefix::host(addr("client", c)?)),
         };
-    let proto = match q.proto.as_deref() {
-        None => None,
-        Some(p) => Some(match p.to_ascii_lowercase().as_str() {
-            "tcp" => spillway_core::flow::proto::TCP,
-            "udp" => spillway_core::flow::proto::UDP,
-            "icmp" => spillway_core::flow::proto::ICMP,
-            "icmpv6" => spillway_core::flow::proto::ICMPV6,
-            other => other.parse().map_err(|_| {
-                HttpError::bad_request(format!(
-                    "proto: `{other}` is not tcp, udp, icmp, icmpv6 or a protocol number"
-                ))
-            })?,
-        }),
-    };
+    let proto = q.proto.as_deref().map(query::protocol_of).transpose()?;
     Ok(Filter {
         vip: q.vip.as_deref().map(|v| addr("vip", v)).transpose()?,
         service: q.service.clone(),

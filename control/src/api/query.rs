@@ -78,7 +78,12 @@ fn addr_param(name: &str, v: &Option<String>) -> Result<Addr, HttpError> {
 
 /// `tcp` (the default), `udp`, `icmp`, `icmpv6` in any case, or a protocol number.
 fn protocol(v: Option<&str>) -> Result<u8, HttpError> {
-    Ok(match v.unwrap_or("tcp").to_ascii_lowercase().as_str() {
+    protocol_of(v.unwrap_or("tcp"))
+}
+
+/// `tcp`, `udp`, `icmp`, `icmpv6` in any case, or a protocol number.
+pub(super) fn protocol_of(v: &str) -> Result<u8, HttpError> {
+    Ok(match v.to_ascii_lowercase().as_str() {
         "tcp" => proto::TCP,
         "udp" => proto::UDP,
         "icmp" => proto::ICMP,
