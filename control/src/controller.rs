@@ -378,6 +378,34 @@ impl Controller {
         Ok(ReloadReport { change, services: self.config.services.len() })
     }
 
+    /// The snapshot `config` would make if it were applied now, applying nothing (a reload
+    /// preview): validated as a reload would be (a start-only setting changed is an error),
+    /// with today's health verdicts, overrides and drains; the backends it adds are counted
+    /// healthy (their checks have not run yet: this is the picture once they pass). Also what
+    /// the reload would add and remove.
+    pub fn preview(&self, config: &Config) -> Result<(Snapshot, ModelChange), ControlError> {
+        let restart = config::fleet::restart_needed(&self.config, config);
+        if !restart.is_empty() {
+            let errors = restart
+                .into_iter()
+                .map(|e| config::InvalidField {
+                    field: e.field,
+                    location: None,
+                    message: e.message,
+                })
+                .collect();
+            return Err(ConfigError::Invalid { path: self.path.clone(), errors }.into());
+        }
+        let now = self.now();
+        let mut state = self.state.clone();
+        state.set_topology(config.advanced_topology());
+        let change = state.apply_model(config.to_model(), now)?;
+        for key in &change.added {
+            state.set_health(key, true);
+        }
+        Ok((state.snapshot(now), change))
+    }
+
     /// The configured or draining backends whose address is `addr` (and, when given, whose
     /// service is `service`).
     pub fn backends_matching(&self, addr: Addr, service: Option<&str>) -> Vec<BackendKey> {

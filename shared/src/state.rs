@@ -48,7 +48,7 @@ struct ServiceState {
 
 /// Section 7 bookkeeping of one service: measured load (raw and smoothed), the AL-6 drain
 /// timers, and the weights last published per client (hysteresis).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct AdvancedRuntime {
     client_sample: HashMap<Option<String>, ClientLoad>,
     group_sample: HashMap<String, GroupLoad>,
@@ -95,7 +95,7 @@ pub struct ModelChange {
 }
 
 /// The control plane's state between snapshots.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PolicyState {
     model: Model,
     backends: Vec<BackendView>,

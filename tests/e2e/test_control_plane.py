@@ -606,3 +606,82 @@ def test_flows_lists_the_connection_table_with_filters_and_counts():
             finally:
                 for s in socks:
                     s.close()
+
+
+def test_reload_preview_reports_what_a_candidate_would_do_and_applies_nothing():
+    """``spillwayctl reload --dry-run FILE``: 40 UDP flows through the VIP; a candidate without
+    backend b1 and without draining would drop exactly b1's flows (exit 4, ``would_drop``);
+    the same candidate with 60 s of draining would drain them and drop none (exit 0); the
+    running configuration itself changes nothing (all stay); an invalid candidate is refused
+    (exit 1). Nothing is applied: the generation stays and every flow keeps its backend."""
+    from test_hardening import exchange
+
+    with T.Topology(vips4=(T.VIP4,)) as t:
+        cfg = make_config(t, [service(t, vips=(T.VIP4,))])
+        lb = Spillway(t, cfg)
+        with lb:
+            lb.wait_ready(t.clients[0])
+            lb.wait_neighbours()
+            c1 = t.client("c1")
+            socks = [c1.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(40)]
+            try:
+                for s in socks:
+                    s.bind((c1.ipv4, 0))
+                first = exchange(socks, "before")
+                assert len(first) == len(socks), first
+                on_b1 = sum(1 for b in first.values() if b == "b1")
+                assert on_b1 > 0, first
+                b1 = t.backend("b1").ipv4
+                generation = lb.ctl("status")["generation"]
+
+                def candidate(name: str, draining: int | None, drop_b1: bool = True) -> str:
+                    c = copy.deepcopy(cfg)
+                    web = c["services"][0]["backend_service"]
+                    for g in web["backends"]:
+                        g["endpoints"] = [e for e in g["endpoints"] if not (drop_b1 and e == b1)]
+                    web["backends"] = [g for g in web["backends"] if g["endpoints"]]
+                    if draining is not None:
+                        web["connection_draining"] = {"draining_timeout_sec": draining}
+                    path = t.state_dir / f"{name}.yaml"
+                    path.write_text(json.dumps(c))
+                    return str(path)
+
+                def preview(path: str) -> tuple[int, dict]:
+                    r = lb.ctl_run("reload", "--dry-run", path)
+                    return r.returncode, (json.loads(r.stdout) if r.stdout.strip() else {"stderr": r.stderr})
+
+                code, p = preview(candidate("no-draining", None))
+                assert code == 4 and p["would_drop"], (code, p)
+                fates = p["connections"]
+                assert fates["dropped"] == on_b1 and fates["drain"] == 0, (on_b1, p)
+                assert fates["stay"] + fates["moves"] == len(socks) - on_b1, p
+                assert p["by_backend"][f"web/{b1}"]["dropped"] == on_b1, p
+                assert p["removed"] == [f"web/{b1}"] and p["added"] == [], p
+                web = next(s for s in p["services"] if s["service"] == "web")
+                assert web["change"] == "changed" and 0 < web["positions_changed"] < 1, p
+                shares = {b["backend"]: b for b in p["backends"]}
+                assert shares[b1]["share_before"] > 0 and shares[b1]["share_after"] == 0, shares
+
+                code, p = preview(candidate("draining", 60))
+                assert code == 0 and not p["would_drop"], (code, p)
+                assert p["connections"]["drain"] == on_b1 and p["connections"]["dropped"] == 0, p
+
+                code, p = preview(candidate("same", None, drop_b1=False))
+                assert code == 0 and p["connections"] == {"stay": len(socks), "moves": 0, "drain": 0,
+                                                           "dropped": 0}, p
+                assert all(s["change"] == "same" for s in p["services"]), p
+
+                bad = t.state_dir / "bad.yaml"
+                bad.write_text("services: [{name: web, bogus: 1}]\n")
+                code, p = preview(str(bad))
+                assert code == 1, (code, p)
+
+                text = lb.ctl_run("reload", "--dry-run", candidate("text", None), "--verbose", json_out=False)
+                assert text.returncode == 4 and "DROPPED" in text.stdout and b1 in text.stdout, text.stdout
+
+                assert lb.ctl("status")["generation"] == generation, "a preview applied nothing"
+                again = exchange(socks, "after")
+                assert again == first, (first, again)
+            finally:
+                for s in socks:
+                    s.close()

@@ -16,6 +16,9 @@ pub enum ClientError {
     /// The `--admin` address is malformed.
     #[error("`{0}` is neither `host:port` nor `unix:/absolute/path`")]
     BadAddress(String),
+    /// A local input the command needs could not be read (a candidate configuration).
+    #[error("{0}")]
+    Input(String),
     /// Nothing answers at the address.
     #[error("cannot reach the spillway daemon at {admin}: {source}")]
     Unreachable {

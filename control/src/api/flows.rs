@@ -139,45 +139,56 @@ pub(super) async fn flows(
         incomplete_workers: Vec::new(),
         duration_ms: 0,
     };
+    reply.incomplete_workers = scan(&api, |w, e, snap, now| {
+        reply.scanned += 1;
+        let Some(flow) = judge(w, e, snap, now, &filter) else { return };
+        reply.matched += 1;
+        if let Some(counts) = reply.counts.as_mut() {
+            let by = match count_by {
+                Some(CountBy::Service) => flow.service.clone(),
+                _ => flow.backend.clone(),
+            };
+            *counts.entry(by.unwrap_or_else(|| "(none)".into())).or_default() += 1;
+        }
+        if reply.flows.len() < limit {
+            reply.flows.push(flow);
+        }
+    })
+    .await;
+    reply.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(Json(reply))
+}
+
+/// Every entry of every worker's table, a slice at a time, to `each` (worker, entry, the
+/// snapshot and time of its slice); the workers that did not answer a slice.
+pub(super) async fn scan(
+    api: &Api,
+    mut each: impl FnMut(usize, &Entry, &Snapshot, Time),
+) -> Vec<usize> {
+    let mut incomplete = Vec::new();
     for w in 0..api.view.workers() {
         let mut from = Some(0);
         while let Some(f) = from {
             let Some(rx) = api.view.slice(w, f) else {
-                reply.incomplete_workers.push(w);
+                incomplete.push(w);
                 break;
             };
-            let slice = match tokio::time::timeout(SLICE_TIMEOUT, rx).await {
-                Ok(Ok(s)) => s,
-                _ => {
-                    reply.incomplete_workers.push(w);
-                    break;
-                }
+            let Ok(Ok(slice)) = tokio::time::timeout(SLICE_TIMEOUT, rx).await else {
+                incomplete.push(w);
+                break;
             };
             // The snapshot and clock of each slice: a reload during the dump is seen.
             let (snap, now) = {
                 let c = lock(&api.controller);
                 (c.snapshot(), c.now())
             };
-            reply.scanned += slice.entries.len() as u64;
             for e in &slice.entries {
-                let Some(flow) = judge(w, e, &snap, now, &filter) else { continue };
-                reply.matched += 1;
-                if let Some(counts) = reply.counts.as_mut() {
-                    let by = match count_by {
-                        Some(CountBy::Service) => flow.service.clone(),
-                        _ => flow.backend.clone(),
-                    };
-                    *counts.entry(by.unwrap_or_else(|| "(none)".into())).or_default() += 1;
-                }
-                if reply.flows.len() < limit {
-                    reply.flows.push(flow);
-                }
+                each(w, e, &snap, now);
             }
             from = slice.next;
         }
     }
-    reply.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
-    Ok(Json(reply))
+    incomplete
 }
 
 fn parse_filter(q: &FlowsQuery) -> Result<Filter, HttpError> {

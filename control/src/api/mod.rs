@@ -30,6 +30,7 @@ mod error;
 mod flows;
 mod format;
 mod handlers;
+mod preview;
 mod query;
 mod replies;
 mod routes;

@@ -528,3 +528,84 @@ pub struct FlowsReply {
     /// How long the dump took.
     pub duration_ms: u64,
 }
+
+/// `POST /v1/reload/preview`: what a candidate configuration would do (nothing is applied).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PreviewReply {
+    /// Backends the candidate adds (`service/address`).
+    pub added: Vec<String>,
+    /// Backends it removes (they drain when their service drains, else go at once).
+    pub removed: Vec<String>,
+    /// Per service: `same`, `changed`, `added` or `removed`, and the share of its table
+    /// positions whose backend changes.
+    pub services: Vec<ServicePreview>,
+    /// Per backend: its share of its service's new connections before and after.
+    pub backends: Vec<BackendPreview>,
+    /// The live connections by what would happen to them.
+    pub connections: ConnectionFates,
+    /// The same, per `service/backend` the connections are pinned to.
+    pub by_backend: BTreeMap<String, ConnectionFates>,
+    /// Up to 20 connections of each fate but `stay`.
+    pub examples: Vec<PreviewFlow>,
+    /// Workers that did not answer (their connections are not counted).
+    pub incomplete_workers: Vec<usize>,
+    /// True when connections would be dropped: a deployment pipeline stops here.
+    pub would_drop: bool,
+    /// How long reading the tables took.
+    pub duration_ms: u64,
+}
+
+/// One service in a [`PreviewReply`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServicePreview {
+    /// Its name.
+    pub service: String,
+    /// `same`, `changed`, `added` or `removed`.
+    pub change: String,
+    /// Share of its consistent-hash table positions whose backend changes (0 to 1).
+    pub positions_changed: f64,
+}
+
+/// One backend in a [`PreviewReply`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackendPreview {
+    /// Its service.
+    pub service: String,
+    /// Its address (`address:port` with a port).
+    pub backend: String,
+    /// Its share of the service's table now.
+    pub share_before: f64,
+    /// With the candidate (backends it adds counted healthy).
+    pub share_after: f64,
+}
+
+/// Live connections by fate.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionFates {
+    /// Backend kept, and still its table position's.
+    pub stay: u64,
+    /// Backend kept by its entry, but its table position names another: it would change
+    /// backend if it lost its entry.
+    pub moves: u64,
+    /// Backend removed with draining: kept until the deadline.
+    pub drain: u64,
+    /// Backend removed without draining, or its service or rule removed.
+    pub dropped: u64,
+}
+
+/// A connection of a [`PreviewReply`]'s examples.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviewFlow {
+    /// `moves`, `drains` or `dropped`.
+    pub fate: String,
+    /// Why.
+    pub why: Option<String>,
+    /// The client, `address:port`.
+    pub client: String,
+    /// The VIP, `address:port`.
+    pub vip: String,
+    /// Its service.
+    pub service: String,
+    /// The backend it is pinned to.
+    pub backend: String,
+}

@@ -81,8 +81,17 @@ enum Command {
         #[arg(long)]
         service: Option<String>,
     },
-    /// Re-read the configuration file; an invalid file changes nothing (NX-3).
-    Reload,
+    /// Re-read the configuration file; an invalid file changes nothing (NX-3). With
+    /// --dry-run FILE: what FILE would do to the tables and the live connections, applying
+    /// nothing; exit 4 when it would drop connections.
+    Reload {
+        /// Preview this candidate configuration instead of reloading.
+        #[arg(long, value_name = "FILE")]
+        dry_run: Option<std::path::PathBuf>,
+        /// With --dry-run: every service and backend, and example connections.
+        #[arg(long)]
+        verbose: bool,
+    },
     /// Resolved next hops (backends on-link, gateways) and what the resolver did with the
     /// ARP replies and neighbour advertisements it heard.
     Neighbours,
@@ -263,15 +272,21 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(&cli, &client)) {
-        Ok(out) => {
+    let result = match &cli.command {
+        Command::Reload { dry_run: Some(file), verbose } => {
+            runtime.block_on(preview(&cli, &client, file, *verbose))
+        }
+        _ => runtime.block_on(run(&cli, &client)).map(|out| (out, ExitCode::SUCCESS)),
+    };
+    match result {
+        Ok((out, code)) => {
             print!("{out}");
-            ExitCode::SUCCESS
+            code
         }
         Err(e) => {
             let code = match &e {
                 ClientError::Status { .. } | ClientError::Json(_) | ClientError::Http { .. } => 1,
-                ClientError::BadAddress(_) => 2,
+                ClientError::BadAddress(_) | ClientError::Input(_) => 2,
                 ClientError::Unreachable { .. } | ClientError::Timeout(_) => 3,
             };
             match &e {
@@ -287,6 +302,27 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// `reload --dry-run FILE`: the preview, and exit 4 when it would drop connections.
+async fn preview(
+    cli: &Cli,
+    client: &Client,
+    file: &std::path::Path,
+    verbose: bool,
+) -> Result<(String, ExitCode), ClientError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| ClientError::Input(format!("{}: cannot read: {e}", file.display())))?;
+    let body = serde_json::json!({ "config": text });
+    let reply = client.call(Method::POST, "/v1/reload/preview", Some(&body)).await?;
+    let r: PreviewReply = serde_json::from_str(&reply)?;
+    let code = if r.would_drop { ExitCode::from(4) } else { ExitCode::SUCCESS };
+    let out = if cli.json {
+        format!("{}\n", render::pretty(&reply))
+    } else {
+        render::preview(&r, verbose)
+    };
+    Ok((out, code))
 }
 
 /// Run one command; the text to print.
@@ -314,7 +350,7 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
             post(format!("/v1/backends/{}/{verb}", enc(addr)), Some(serde_json::to_value(req)?))
                 .await?
         }
-        Command::Reload => post("/v1/reload".into(), None).await?,
+        Command::Reload { .. } => post("/v1/reload".into(), None).await?,
         Command::Neighbours => get("/v1/neighbours".into()).await?,
         Command::Conntrack => get("/v1/conntrack".into()).await?,
         Command::Lookup(flow) => get(format!("/v1/conntrack/lookup?{}", flow.query(false))).await?,
@@ -349,7 +385,7 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
         Command::SetHealth { .. } | Command::Drain { .. } | Command::Undrain { .. } => {
             render::action(&serde_json::from_str(&body)?)
         }
-        Command::Reload => render::reload(&serde_json::from_str(&body)?),
+        Command::Reload { .. } => render::reload(&serde_json::from_str(&body)?),
         Command::Neighbours => render::neighbours(&serde_json::from_str(&body)?),
         Command::Conntrack => render::conntrack(&serde_json::from_str(&body)?),
         Command::Lookup(_) => render::lookup(&serde_json::from_str(&body)?),

@@ -369,6 +369,94 @@ pub fn flows_json_lines(r: &FlowsReply) -> String {
     out
 }
 
+/// `spillwayctl reload --dry-run`: the summary (what changes, the connections by fate), then
+/// with `verbose` every service and backend and example connections.
+pub fn preview(r: &PreviewReply, verbose: bool) -> String {
+    let c = &r.connections;
+    let mut out = String::new();
+    let changed: Vec<String> = r
+        .services
+        .iter()
+        .filter(|s| s.change != "same")
+        .map(|s| {
+            format!("{} ({}, {} of its table)", s.service, s.change, percent(s.positions_changed))
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "services changed   {}",
+        if changed.is_empty() { "none".into() } else { changed.join(", ") }
+    );
+    let list = |v: &[String]| if v.is_empty() { "none".to_owned() } else { v.join(", ") };
+    let _ = writeln!(out, "backends added     {}", list(&r.added));
+    let _ = writeln!(out, "backends removed   {}", list(&r.removed));
+    let _ = writeln!(
+        out,
+        "live connections   {} stay, {} would move if they lost their entry, {} drain, {} \
+         dropped",
+        c.stay, c.moves, c.drain, c.dropped
+    );
+    if !r.incomplete_workers.is_empty() {
+        let ws: Vec<String> = r.incomplete_workers.iter().map(ToString::to_string).collect();
+        let _ = writeln!(out, "incomplete         worker(s) {} did not answer", ws.join(", "));
+    }
+    if r.would_drop {
+        let _ = writeln!(out, "verdict            connections would be DROPPED (exit 4)");
+    }
+    if !verbose {
+        return out;
+    }
+    out.push('\n');
+    let rows: Vec<Vec<String>> = r
+        .services
+        .iter()
+        .map(|s| vec![s.service.clone(), s.change.clone(), percent(s.positions_changed)])
+        .collect();
+    out.push_str(&table(&["SERVICE", "CHANGE", "POSITIONS CHANGED"], &rows));
+    out.push('\n');
+    let rows: Vec<Vec<String>> = r
+        .backends
+        .iter()
+        .map(|b| {
+            let f = r.by_backend.get(&format!("{}/{}", b.service, b.backend));
+            let n = |g: fn(&ConnectionFates) -> u64| f.map_or("0".into(), |f| g(f).to_string());
+            vec![
+                b.service.clone(),
+                b.backend.clone(),
+                percent(b.share_before),
+                percent(b.share_after),
+                n(|f| f.stay),
+                n(|f| f.moves),
+                n(|f| f.drain),
+                n(|f| f.dropped),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["SERVICE", "BACKEND", "SHARE", "AFTER", "STAY", "MOVE", "DRAIN", "DROP"],
+        &rows,
+    ));
+    if !r.examples.is_empty() {
+        out.push('\n');
+        let rows: Vec<Vec<String>> = r
+            .examples
+            .iter()
+            .map(|e| {
+                vec![
+                    e.fate.clone(),
+                    e.client.clone(),
+                    e.vip.clone(),
+                    e.service.clone(),
+                    e.backend.clone(),
+                    opt(&e.why),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["FATE", "CLIENT", "VIP", "SERVICE", "BACKEND", "WHY"], &rows));
+    }
+    out
+}
+
 /// `spillwayctl explain`: one field per line; an advanced service adds its split and the
 /// backend's group.
 pub fn explain(x: &ExplainReply) -> String {

@@ -1,0 +1,258 @@
+//! `POST /v1/reload/preview`: what a candidate configuration would do, applying nothing
+//! (`spillwayctl reload --dry-run FILE`).
+//!
+//! The candidate is parsed and validated as a reload would be, and turned into the snapshot it
+//! would make ([`crate::controller::Controller::preview`]: today's health, the backends it adds
+//! counted healthy). Against the running snapshot it reports, per service, the share of its
+//! consistent-hash table positions whose backend changes, and per backend its share of the
+//! table (of new connections) before and after; then every live connection in the workers'
+//! tables (read as `flows` reads them) is judged by what the candidate would do to it:
+//!
+//! - **stays**: its backend is still configured and is still the one its table position names;
+//! - **moves**: its backend stays, but its table position now names another one: it keeps its
+//!   entry, and would change backend only if it lost it (idle timeout, an instance death
+//!   without fleet sync);
+//! - **drains**: its backend is removed with connection draining: it keeps its backend until
+//!   the draining deadline (CD-3);
+//! - **dropped**: its backend is removed without draining, or its service or forwarding rule
+//!   is gone (CD-5): its next packet is reset or dropped.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use spillway_core::conntrack::Entry;
+use spillway_core::decide::select_new;
+use spillway_core::model::Endpoint;
+use spillway_core::snapshot::{BackendRef, BackendStatus, ServiceView, Snapshot};
+use spillway_core::time::Time;
+
+use super::error::{config_error, HttpError};
+use super::flows::scan;
+use super::format::sock;
+use super::routes::{lock, Api};
+use super::types::{BackendPreview, ConnectionFates, PreviewFlow, PreviewReply, ServicePreview};
+use crate::config::Config;
+
+/// Flows of each fate listed as examples (`--verbose`).
+const EXAMPLES: usize = 20;
+
+/// The request: the candidate configuration's text.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PreviewRequest {
+    /// The YAML of the candidate configuration.
+    config: String,
+}
+
+/// What a candidate does to one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Stays,
+    Moves,
+    Drains { remaining_ms: u64 },
+    Dropped(&'static str),
+}
+
+pub(super) async fn preview(
+    State(api): State<Api>,
+    body: Bytes,
+) -> Result<Json<PreviewReply>, HttpError> {
+    let req: PreviewRequest = serde_json::from_slice(&body)
+        .map_err(|e| HttpError::bad_request(format!("bad JSON body: {e}")))?;
+    let config = Config::from_yaml(Path::new("(candidate)"), &req.config).map_err(config_error)?;
+    let (old, new, change) = {
+        let c = lock(&api.controller);
+        let (new, change) = c.preview(&config).map_err(HttpError::from)?;
+        (c.snapshot(), new, change)
+    };
+    let t0 = Instant::now();
+    let mut reply = PreviewReply {
+        added: change.added.iter().map(ToString::to_string).collect(),
+        removed: change.removed.iter().map(|(k, _)| k.to_string()).collect(),
+        services: services(&old, &new),
+        backends: backends(&old, &new),
+        connections: ConnectionFates::default(),
+        by_backend: BTreeMap::new(),
+        examples: Vec::new(),
+        incomplete_workers: Vec::new(),
+        would_drop: false,
+        duration_ms: 0,
+    };
+    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    reply.incomplete_workers = scan(&api, |_, e, running, now| {
+        // An entry judged against the snapshot of its slice (a reload since the preview's
+        // start is the running state it leaves) and the candidate.
+        let Some((svc_name, endpoint)) = entry_backend(e, running) else { return };
+        let f = fate(e, &svc_name, endpoint, &new, now);
+        let c = &mut reply.connections;
+        let name = match f {
+            Fate::Stays => {
+                c.stay += 1;
+                "stays"
+            }
+            Fate::Moves => {
+                c.moves += 1;
+                "moves"
+            }
+            Fate::Drains { .. } => {
+                c.drain += 1;
+                "drains"
+            }
+            Fate::Dropped(_) => {
+                c.dropped += 1;
+                "dropped"
+            }
+        };
+        let backend = endpoint_str(endpoint);
+        let per = reply.by_backend.entry(format!("{svc_name}/{backend}")).or_default();
+        match f {
+            Fate::Stays => per.stay += 1,
+            Fate::Moves => per.moves += 1,
+            Fate::Drains { .. } => per.drain += 1,
+            Fate::Dropped(_) => per.dropped += 1,
+        }
+        let n = counts.entry(name).or_default();
+        if *n < EXAMPLES && f != Fate::Stays {
+            *n += 1;
+            let k = &e.key;
+            reply.examples.push(PreviewFlow {
+                fate: name.into(),
+                why: match f {
+                    Fate::Dropped(why) => Some(why.into()),
+                    Fate::Drains { remaining_ms } => {
+                        Some(format!("draining, {} s left", remaining_ms / 1000))
+                    }
+                    Fate::Moves => Some("its table position names another backend".into()),
+                    Fate::Stays => None,
+                },
+                client: sock(k.src, k.sport),
+                vip: sock(k.dst, k.dport),
+                service: svc_name.clone(),
+                backend,
+            });
+        }
+    })
+    .await;
+    reply.would_drop = reply.connections.dropped > 0;
+    reply.duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(Json(reply))
+}
+
+/// The service (by name) and backend of an entry in the running snapshot; `None` for an
+/// entry that is invalid already (its backend's slot freed or reused).
+fn entry_backend(e: &Entry, snap: &Snapshot) -> Option<(String, Endpoint)> {
+    let svc = snap.service(e.key.service)?;
+    let r = BackendRef::from_u32(e.value.backend);
+    let b = snap.backend(r.slot).filter(|b| b.gen == r.gen && b.service == svc.id)?;
+    Some((svc.name.to_string(), b.endpoint))
+}
+
+/// What the candidate snapshot `new` does to a connection of service `svc_name` pinned to
+/// `endpoint` (module doc).
+fn fate(e: &Entry, svc_name: &str, endpoint: Endpoint, new: &Snapshot, now: Time) -> Fate {
+    let Some(svc) = new.services().find(|s| &*s.name == svc_name) else {
+        return Fate::Dropped("its service is removed");
+    };
+    let p = e.key.packet_info();
+    if new.service_for(&p).is_none_or(|s| s.id != svc.id) {
+        return Fate::Dropped("its forwarding rule is removed");
+    }
+    // Slots are dense: the backends of every service, live, draining or free.
+    let Some((slot, b)) = (0..=u16::MAX)
+        .map_while(|slot| new.backend(slot).map(|b| (slot, b)))
+        .find(|(_, b)| b.service == svc.id && b.endpoint == endpoint && b.is_live(now))
+    else {
+        return Fate::Dropped("its backend is removed without draining");
+    };
+    if let BackendStatus::Draining { deadline } = b.status {
+        return Fate::Drains { remaining_ms: deadline.as_millis().saturating_sub(now.as_millis()) };
+    }
+    match select_new(&p, svc, new).1 {
+        Some(s) if s == slot => Fate::Stays,
+        _ => Fate::Moves,
+    }
+}
+
+fn endpoint_str(e: Endpoint) -> String {
+    match e.port {
+        0 => e.addr.to_string(),
+        p => sock(e.addr, p),
+    }
+}
+
+/// The backend each position of a service's default table names, by endpoint.
+fn positions(snap: &Snapshot, svc: &ServiceView) -> Vec<Option<Endpoint>> {
+    svc.default_choice
+        .table
+        .entries()
+        .iter()
+        .map(|&slot| snap.backend(slot).map(|b| b.endpoint))
+        .collect()
+}
+
+/// Per service: added, removed, or the share of its table positions whose backend changes.
+fn services(old: &Snapshot, new: &Snapshot) -> Vec<ServicePreview> {
+    let mut names: Vec<String> =
+        old.services().chain(new.services()).map(|s| s.name.to_string()).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let o = old.services().find(|s| *s.name == *name);
+            let n = new.services().find(|s| *s.name == *name);
+            let (change, moved) = match (o, n) {
+                (Some(o), Some(n)) => {
+                    let (a, b) = (positions(old, o), positions(new, n));
+                    let moved = if a.len() == b.len() {
+                        a.iter().zip(&b).filter(|(x, y)| x != y).count() as f64
+                            / a.len().max(1) as f64
+                    } else {
+                        1.0
+                    };
+                    (if moved > 0.0 { "changed" } else { "same" }, moved)
+                }
+                (None, Some(_)) => ("added", 1.0),
+                _ => ("removed", 1.0),
+            };
+            ServicePreview { service: name, change: change.into(), positions_changed: moved }
+        })
+        .collect()
+}
+
+/// Per backend: its share of its service's table (its share of new connections) before and
+/// after.
+fn backends(old: &Snapshot, new: &Snapshot) -> Vec<BackendPreview> {
+    let shares = |snap: &Snapshot| -> BTreeMap<(String, String), f64> {
+        let mut out = BTreeMap::new();
+        for svc in snap.services() {
+            let pos = positions(snap, svc);
+            for e in pos.iter().flatten() {
+                *out.entry((svc.name.to_string(), endpoint_str(*e))).or_default() += 1.0;
+            }
+            for ((s, _), v) in out.iter_mut() {
+                if **s == *svc.name {
+                    *v /= pos.len().max(1) as f64;
+                }
+            }
+        }
+        out
+    };
+    let (before, after) = (shares(old), shares(new));
+    let mut keys: Vec<&(String, String)> = before.keys().chain(after.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .map(|k| BackendPreview {
+            service: k.0.clone(),
+            backend: k.1.clone(),
+            share_before: before.get(k).copied().unwrap_or(0.0),
+            share_after: after.get(k).copied().unwrap_or(0.0),
+        })
+        .collect()
+}
