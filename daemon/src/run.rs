@@ -148,6 +148,24 @@ fn run_config(
     }
     setup::remove_stale_memif_sockets(&plan.args);
     let eal = Eal::init(&plan.args).map_err(dpdk_err("dataplane.eal_args"))?;
+    // DPDK's capture framework: dpdk-dumpcap, a secondary process, captures any port (the
+    // kernel interface's too). Nothing is paid until a capture starts.
+    let prefix = file_prefix(&plan.args);
+    // `--huge-unlink=existing` (the memory plan's default, so that dpdk-dumpcap can attach)
+    // leaves EAL's hugepage files at exit: whatever way `run` ends, they go (unlinked while
+    // still mapped, as `--huge-unlink` does; the pages return when the mappings go).
+    let _huge_files =
+        HugeFiles(plan.args.iter().any(|a| a == "--huge-unlink=existing").then(|| prefix.clone()));
+    match eal.enable_capture() {
+        Ok(()) if eal.has_hugepages() => tracing::info!(
+            "packet capture: dpdk-dumpcap --file-prefix={prefix} -i PORT (docs/operations.md)"
+        ),
+        Ok(()) => tracing::info!(
+            "packet capture: not with --no-huge (a capture process cannot share this one's \
+             memory): run on hugepages to use dpdk-dumpcap"
+        ),
+        Err(e) => tracing::warn!("packet capture with dpdk-dumpcap is unavailable: {e}"),
+    }
     let lcores = setup::worker_lcores(&eal, dp.lcores.as_deref(), usize::from(dp.worker_count()))
         .map_err(|(i, message)| match i {
         Some(i) => setting(format!("dataplane.lcores[{i}]"), message),
@@ -562,6 +580,34 @@ fn conntrack_shard(config: &Config) -> Shard {
 }
 
 /// The node's addresses from the config and the port's MAC.
+/// Removes EAL's hugepage files of its prefix when dropped.
+struct HugeFiles(Option<String>);
+
+impl Drop for HugeFiles {
+    fn drop(&mut self) {
+        if let Some(prefix) = &self.0 {
+            memory::remove_hugepage_files(prefix);
+        }
+    }
+}
+
+/// The EAL file prefix of `args` (`--file-prefix X` or `--file-prefix=X`; EAL's default
+/// `rte`).
+fn file_prefix(args: &[String]) -> String {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if let Some(p) = a.strip_prefix("--file-prefix=") {
+            return p.to_owned();
+        }
+        if a == "--file-prefix" {
+            if let Some(p) = it.next() {
+                return p.clone();
+            }
+        }
+    }
+    "rte".to_owned()
+}
+
 fn node_of(config: &Config, mac: [u8; 6]) -> Node {
     let n = config.node_addrs();
     let with_prefix =

@@ -63,7 +63,7 @@ fn required_runs_on_hugepages_sized_from_the_config_and_leaves_no_files() {
     assert!(memory.contains("needs about 73.3 MiB"), "{memory}");
     assert!(memory.contains("asked EAL for 74 MiB on hugepages"), "{memory}");
     assert!(memory.contains("MiB on 2 MiB hugepages, socket 0"), "{memory}");
-    // --huge-unlink: the pages went back to the kernel with the process; no file is left.
+    // --huge-unlink=existing keeps them while it runs; a clean stop removes them.
     assert_eq!(files_of(&t), Vec::<String>::new());
 }
 

@@ -100,6 +100,9 @@ const FUNCTIONS: &[&str] = &[
     "rte_intr_fd_set",
     "rte_intr_type_set",
     "rte_intr_callback_register",
+    // packet capture by a secondary process (dpdk-dumpcap)
+    "rte_pdump_init",
+    "rte_pdump_uninit",
     // packet headers
     "rte_ipv4_cksum",
     "rte_ipv4_udptcp_cksum",

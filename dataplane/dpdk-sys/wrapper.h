@@ -27,6 +27,7 @@
 #include <rte_ip.h>
 #include <rte_tcp.h>
 #include <rte_udp.h>
+#include <rte_pdump.h>
 
 /* rte_errno is a per-lcore TLS variable. */
 static inline int rte_shim_errno(void) { return rte_errno; }

@@ -575,3 +575,67 @@ def test_first_packets_to_an_unresolved_backend_wait_for_its_mac():
         assert len(first) == len(socks) and first == again, report
         assert report["on_b1"] > 0 and waited >= report["on_b1"], report
         assert report["unresolved"] == 0, (report, final)
+
+
+def pcapng_packets(data: bytes) -> list[bytes]:
+    """The packets of a pcapng file (its Enhanced Packet Blocks), little-endian as DPDK writes."""
+    out, at = [], 0
+    while at + 12 <= len(data):
+        kind, length = struct.unpack_from("<II", data, at)
+        if length < 12 or at + length > len(data):
+            break
+        if kind == 6:  # Enhanced Packet Block: interface, timestamp (2), captured, original
+            captured = struct.unpack_from("<I", data, at + 20)[0]
+            out.append(data[at + 28:at + 28 + captured])
+        at += length
+    return out
+
+
+def test_dpdk_dumpcap_captures_what_the_port_receives_and_sends():
+    """DPDK's own capture tool works against a running Spillway (docs/operations.md):
+    ``dpdk-dumpcap --file-prefix=PREFIX -i net_tap0`` captures the clients' UDP datagrams to
+    the VIP as received and the IPIP packets to the backends as sent, in pcapng."""
+    import shutil
+    import subprocess
+    from test_hardening import exchange
+
+    dumpcap = shutil.which("dpdk-dumpcap")
+    assert dumpcap, "dpdk-dumpcap (Debian package dpdk) is needed"
+    with T.Topology(vips4=(T.VIP4,)) as t:
+        cfg = make_config(t, [service(t, vips=(T.VIP4,))])
+        lb = Spillway(t, cfg)
+        with lb:
+            lb.wait_ready(t.clients[0])
+            lb.wait_neighbours()
+            assert "packet capture: dpdk-dumpcap --file-prefix=" in lb.output(), lb.output()[-2000:]
+            out = t.state_dir / "capture.pcapng"
+            prefix = cfg["dataplane"]["eal_args"][cfg["dataplane"]["eal_args"].index("--file-prefix") + 1]
+            cap = t.lb.popen([dumpcap, f"--file-prefix={prefix}", "-i", "net_tap0", "-w", str(out),
+                              "-f", "udp or ip proto 4", "-a", "duration:8", "-q"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            c1 = t.client("c1")
+            socks = [c1.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(10)]
+            try:
+                for s in socks:
+                    s.bind((c1.ipv4, 0))
+                # Until the capture is running: the first rounds may come before it.
+                deadline = time.monotonic() + 6
+                while time.monotonic() < deadline and not (out.exists() and out.stat().st_size > 2000):
+                    answered = exchange(socks, "capture")
+                    assert len(answered) == len(socks), answered
+                    time.sleep(0.2)
+            finally:
+                for s in socks:
+                    s.close()
+            log, _ = cap.communicate(timeout=30)
+            assert cap.returncode == 0, log.decode()
+        packets = pcapng_packets(out.read_bytes())
+        received = [p for p in packets if p[12:14] == b"\x08\x00" and p[23] == 17
+                    and socket.inet_ntoa(p[30:34]) == T.VIP4]
+        sent = [p for p in packets if p[12:14] == b"\x08\x00" and p[23] == 4]
+        print("captured:", len(packets), "received to the VIP:", len(received), "sent IPIP:", len(sent))
+        assert received and sent, (len(packets), log.decode())
+        # What was sent is what was received, encapsulated: the inner packet is the client's.
+        inner = {p[34:] for p in sent}
+        assert any(r[14:] in inner for r in received), "an encapsulated copy of a received datagram"
+        assert all(socket.inet_ntoa(p[30:34]) in {b.ipv4 for b in t.backends} for p in sent)

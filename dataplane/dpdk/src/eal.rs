@@ -112,6 +112,20 @@ impl Eal {
             && unsafe { dpdk_sys::rte_lcore_is_enabled(lcore.0) } != 0
     }
 
+    /// Lets DPDK's packet capture framework capture this process's ports from a secondary
+    /// process (`dpdk-dumpcap --file-prefix=PREFIX -i PORT`): registers the capture requests'
+    /// handler. Costs nothing until a capture starts (it adds its RX/TX callbacks then, and
+    /// removes them when it ends). Fails where there is no multi-process channel
+    /// (`--no-shconf`, `--in-memory`).
+    pub fn enable_capture(&self) -> Result<(), DpdkError> {
+        // SAFETY: EAL is initialised (we hold an Eal); rte_pdump_init registers an IPC handler
+        // and takes no arguments.
+        if unsafe { dpdk_sys::rte_pdump_init() } < 0 {
+            return Err(DpdkError::from_rte_errno("rte_pdump_init"));
+        }
+        Ok(())
+    }
+
     /// Whether EAL runs on hugepages (not `--no-huge`).
     pub fn has_hugepages(&self) -> bool {
         // SAFETY: EAL is initialised; the call reads its internal configuration.

@@ -7,12 +7,15 @@
 //!   ([`need`]): mbufs x [`MBUF_BYTES`] + descriptors x [`DESC_BYTES`] + [`EAL_OVERHEAD`]. On
 //!   hugepages EAL reserves that much at start (and may grow later); on `--no-huge` it is all
 //!   EAL ever has, so the estimate must cover it.
-//! - **Nothing left behind.** On hugepages it adds `--huge-unlink` (unless the arguments say
-//!   what to do with hugepage files, `--huge-unlink=never` included, or use `--in-memory`):
-//!   EAL unlinks its hugepage files once mapped, so the pages go back to the kernel when the
-//!   process exits, however it exits. Without it DPDK 22.11 leaves its `<prefix>map_N` files
-//!   in the hugetlbfs mount, holding their pages, until a process with the same
-//!   `--file-prefix` starts. The cost: no DPDK secondary process can attach.
+//! - **Capture possible, nothing left for long.** On hugepages it adds
+//!   `--huge-unlink=existing` (unless the arguments say what to do with hugepage files,
+//!   `--huge-unlink` or `--huge-unlink=never` included, or use `--in-memory`): EAL removes the
+//!   hugepage files an earlier process with the same `--file-prefix` left, and keeps its own
+//!   while it runs, so that a DPDK secondary process (`dpdk-dumpcap`, `dpdk-proc-info`) can
+//!   attach. A process that dies by `kill -9` leaves its `<prefix>map_N` files holding their
+//!   pages until the next start with the same prefix removes them. `--huge-unlink` in the
+//!   arguments unlinks them at once instead (the pages go back however the process ends), and
+//!   no secondary process can attach.
 //! - **The policy decides when hugepages are short.** [`HugepagePolicy::Required`] fails with
 //!   the fix; [`HugepagePolicy::Preferred`] falls back to `--no-huge` and says why;
 //!   [`HugepagePolicy::Off`] always runs on `--no-huge`. Arguments that already hold
@@ -95,6 +98,28 @@ pub fn page_name(kb: u64) -> String {
         kb if kb >= 1 << 10 && kb % (1 << 10) == 0 => format!("{} MiB", kb >> 10),
         kb => format!("{kb} KiB"),
     }
+}
+
+/// Removes the hugepage files EAL made for `prefix` (`<mount>/<prefix>map_N` in every
+/// hugetlbfs mount) once the process is done with them: with `--huge-unlink=existing` EAL
+/// keeps them while it runs (a capture process may attach) and leaves them at exit. Returns
+/// how many it removed.
+pub fn remove_hugepage_files(prefix: &str) -> usize {
+    let want = format!("{prefix}map_");
+    let mut removed = 0;
+    for m in Hugepages::of_host().mounts {
+        let Ok(dir) = std::fs::read_dir(&m.dir) else { continue };
+        for e in dir.flatten() {
+            let name = e.file_name();
+            let Some(n) = name.to_str() else { continue };
+            // `<prefix>map_<digits>`: not another prefix that starts with this one.
+            let ours = n.strip_prefix(&want).is_some_and(|i| i.bytes().all(|b| b.is_ascii_digit()));
+            if ours && std::fs::remove_file(e.path()).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
 }
 
 /// The host's hugepages: the sizes the kernel offers and the hugetlbfs mounts.
@@ -324,7 +349,7 @@ pub fn plan(
         ));
     }
     if !eal.huge_unlink && !eal.in_memory {
-        out.push("--huge-unlink".to_owned());
+        out.push("--huge-unlink=existing".to_owned());
     }
     let reserve_mib = sized(&mut out);
     Ok(MemoryPlan { args: out, hugepages: true, need, reserve_mib, fallback: None })
@@ -396,7 +421,7 @@ mod tests {
         let p = plan(&args(&["-l", "0-1"]), NEED, HugepagePolicy::Required, &host(64, true));
         let p = p.unwrap();
         assert!(p.hugepages && p.fallback.is_none());
-        assert_eq!(p.args, args(&["-l", "0-1", "--huge-unlink", "-m", "83"]));
+        assert_eq!(p.args, args(&["-l", "0-1", "--huge-unlink=existing", "-m", "83"]));
         assert_eq!(p.reserve_mib, 83);
     }
 
