@@ -37,6 +37,7 @@ import copy
 import json
 import re
 import socket
+import time
 from collections import Counter
 
 import pytest
@@ -685,3 +686,64 @@ def test_reload_preview_reports_what_a_candidate_would_do_and_applies_nothing():
             finally:
                 for s in socks:
                     s.close()
+
+
+def test_top_shows_the_live_view_and_quits_on_q():
+    """``spillwayctl top`` in a terminal (a pseudo-terminal here, as over SSH): after 20 UDP
+    flows, ``GET /v1/counters`` counts them (20 new connections for ``web``, spread over the
+    backend slots); ``top`` draws the workers, services and backends tables under the instance's
+    phase and exits 0 on ``q``."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import termios
+    from test_hardening import exchange
+
+    with T.Topology(vips4=(T.VIP4,)) as t:
+        lb = Spillway(t, make_config(t, [service(t, vips=(T.VIP4,))]))
+        with lb:
+            lb.wait_ready(t.clients[0])
+            lb.wait_neighbours()
+            c1 = t.client("c1")
+            socks = [c1.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(20)]
+            try:
+                for s in socks:
+                    s.bind((c1.ipv4, 0))
+                assert len(exchange(socks, "top")) == len(socks)
+            finally:
+                for s in socks:
+                    s.close()
+            counters = json.loads(lb.admin_get("/v1/counters"))
+            web = next(s for s in counters["services"] if s["service"] == "web")
+            assert web["new_connections"] == 20, counters
+            assert sum(s["new_connections"] for s in counters["slots"]) == 20, counters
+            assert counters["workers"][0]["rx_packets"] >= 20, counters
+
+            leader, follower = pty.openpty()
+            # A terminal of 40 rows and 120 columns (a new pseudo-terminal has none).
+            fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+            os.set_blocking(leader, False)
+            env = dict(os.environ, TERM="xterm", COLUMNS="120", LINES="40")
+            p = subprocess.Popen([str(CTL), "--admin", lb.admin, "top"], stdin=follower, stdout=follower,
+                                 stderr=follower, env=env, close_fds=True)
+            os.close(follower)
+            seen = b""
+            try:
+                deadline = time.monotonic() + 10
+                words = (b"spillway:", b"WORKER", b"DROPS", b"SERVICE", b"BACKEND", b"ACTIVE", b"quit")
+                while time.monotonic() < deadline and not all(w in seen for w in words):
+                    if select.select([leader], [], [], 0.2)[0]:
+                        try:
+                            seen += os.read(leader, 65536)
+                        except OSError:
+                            break
+                assert all(w in seen for w in words), seen[-2000:]
+                os.write(leader, b"q")
+                assert p.wait(timeout=5) == 0
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                os.close(leader)

@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod client;
+mod counters;
 mod error;
 mod flows;
 mod format;

@@ -609,3 +609,57 @@ pub struct PreviewFlow {
     /// The backend it is pinned to.
     pub backend: String,
 }
+
+/// `GET /v1/counters`: the workers' counters now (module `api::counters`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CountersReply {
+    /// Milliseconds since the start (the counters' clock).
+    pub uptime_ms: u64,
+    /// Per worker.
+    pub workers: Vec<WorkerCountersInfo>,
+    /// Per service, summed over the workers.
+    pub services: Vec<ServiceCounters>,
+    /// Per backend slot (see `GET /v1/backends` for which backend holds it), summed.
+    pub slots: Vec<SlotCounters>,
+}
+
+/// One worker's counters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerCountersInfo {
+    /// Worker index.
+    pub worker: usize,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Packets transmitted.
+    pub tx_packets: u64,
+    /// Packets forwarded (every forward reason).
+    pub forwarded: u64,
+    /// Packets dropped, by reason (those that happened).
+    pub dropped: BTreeMap<String, u64>,
+    /// Entries in its connection table.
+    pub conntrack_entries: u64,
+}
+
+/// A service's traffic.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceCounters {
+    /// Its name.
+    pub service: String,
+    /// Packets sent on to its backends.
+    pub packets: u64,
+    /// Connection entries made.
+    pub new_connections: u64,
+}
+
+/// A backend slot's traffic.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotCounters {
+    /// The slot.
+    pub slot: u16,
+    /// Packets sent on to it.
+    pub packets: u64,
+    /// Connection entries made for it.
+    pub new_connections: u64,
+    /// Entries that pin it now.
+    pub tracked: u64,
+}

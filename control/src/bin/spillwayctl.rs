@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use hyper::Method;
 use spillway_control::api::client::{Client, ClientError};
 use spillway_control::api::types::*;
-use spillway_control::ctl::render;
+use spillway_control::ctl::{render, top};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -135,6 +135,10 @@ enum Command {
         #[arg(required = true, num_args = 2..)]
         admins: Vec<String>,
     },
+    /// A live view, refreshed every second: per worker rx/tx Mpps, drops by reason and table
+    /// fill; per service and backend new connections/s, packets/s, active entries, health and
+    /// drain state; the instance's phase and VIPs. q or Ctrl-C quits.
+    Top,
     /// Run a scenario through the decision core offline (no daemon needed).
     Simulate(spillway_control::simulate::SimulateArgs),
 }
@@ -272,6 +276,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Command::Top = cli.command {
+        return top(&runtime, &client);
+    }
     let result = match &cli.command {
         Command::Reload { dry_run: Some(file), verbose } => {
             runtime.block_on(preview(&cli, &client, file, *verbose))
@@ -283,25 +290,85 @@ fn main() -> ExitCode {
             print!("{out}");
             code
         }
-        Err(e) => {
-            let code = match &e {
-                ClientError::Status { .. } | ClientError::Json(_) | ClientError::Http { .. } => 1,
-                ClientError::BadAddress(_) | ClientError::Input(_) => 2,
-                ClientError::Unreachable { .. } | ClientError::Timeout(_) => 3,
-            };
-            match &e {
-                ClientError::Unreachable { .. } => eprintln!(
-                    "spillwayctl: {e}\n(is the daemon running? pass --admin or set SPILLWAY_ADMIN \
-                     to its admin.listen)"
-                ),
-                ClientError::Status { body, .. } if cli.json => {
-                    eprintln!("{}", render::pretty(body))
-                }
-                _ => eprintln!("spillwayctl: {e}"),
-            }
-            ExitCode::from(code)
-        }
+        Err(e) => client_error(&e, cli.json),
     }
+}
+
+/// One [`top::Sample`]: the four replies it is made of.
+async fn sample(client: &Client) -> Result<top::Sample, ClientError> {
+    let get = |path: &'static str| client.call(Method::GET, path, None);
+    let backends: BackendsReply = serde_json::from_str(&get("/v1/backends").await?)?;
+    Ok(top::Sample {
+        counters: serde_json::from_str(&get("/v1/counters").await?)?,
+        backends: backends.backends,
+        conntrack: serde_json::from_str(&get("/v1/conntrack").await?)?,
+        instance: serde_json::from_str(&get("/v1/instance").await?)?,
+    })
+}
+
+/// `spillwayctl top`: the terminal in raw mode on its alternate screen, a sample a second,
+/// drawn as rates; q, Esc or Ctrl-C restores the terminal and exits 0. An error reading the
+/// daemon restores it too, then says what failed (exit 1, 3 when unreachable).
+fn top(runtime: &tokio::runtime::Runtime, client: &Client) -> ExitCode {
+    use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+    let mut last = match runtime.block_on(sample(client)) {
+        Ok(s) => s,
+        Err(e) => return client_error(&e, false),
+    };
+    let mut terminal = ratatui::init();
+    let mut next = std::time::Instant::now() + Duration::from_secs(1);
+    let outcome = loop {
+        let wait = next.saturating_duration_since(std::time::Instant::now());
+        match event::poll(wait) {
+            Ok(true) => match event::read() {
+                Ok(Event::Key(k)) if k.kind == KeyEventKind::Press => {
+                    let ctrl_c =
+                        k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
+                    if ctrl_c || matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) {
+                        break Ok(());
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => break Err(ClientError::Input(format!("the terminal: {e}"))),
+            },
+            Ok(false) => {
+                next += Duration::from_secs(1);
+                let now = match runtime.block_on(sample(client)) {
+                    Ok(s) => s,
+                    Err(e) => break Err(e),
+                };
+                let rates = top::Rates::between(&last, &now);
+                last = now;
+                if let Err(e) = terminal.draw(|f| top::draw(f, &rates)) {
+                    break Err(ClientError::Input(format!("the terminal: {e}")));
+                }
+            }
+            Err(e) => break Err(ClientError::Input(format!("the terminal: {e}"))),
+        }
+    };
+    ratatui::restore();
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => client_error(&e, false),
+    }
+}
+
+/// Says what went wrong; the exit status for `e` (1, 2, or 3 when nothing answers).
+fn client_error(e: &ClientError, json: bool) -> ExitCode {
+    let code = match e {
+        ClientError::Status { .. } | ClientError::Json(_) | ClientError::Http { .. } => 1,
+        ClientError::BadAddress(_) | ClientError::Input(_) => 2,
+        ClientError::Unreachable { .. } | ClientError::Timeout(_) => 3,
+    };
+    match e {
+        ClientError::Unreachable { .. } => eprintln!(
+            "spillwayctl: {e}\n(is the daemon running? pass --admin or set SPILLWAY_ADMIN to its \
+             admin.listen)"
+        ),
+        ClientError::Status { body, .. } if json => eprintln!("{}", render::pretty(body)),
+        _ => eprintln!("spillwayctl: {e}"),
+    }
+    ExitCode::from(code)
 }
 
 /// `reload --dry-run FILE`: the preview, and exit 4 when it would drop connections.
@@ -367,7 +434,9 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
             }
         }
         Command::UndrainInstance => post("/v1/instance/undrain".into(), None).await?,
-        Command::Simulate(_) | Command::Compare { .. } => unreachable!("handled in main"),
+        Command::Simulate(_) | Command::Compare { .. } | Command::Top => {
+            unreachable!("handled in main")
+        }
     };
     if cli.json {
         if let Command::Flows(_) = cli.command {
@@ -394,7 +463,7 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
         Command::Instance | Command::DrainInstance { .. } | Command::UndrainInstance => {
             render::instance(&serde_json::from_str(&body)?)
         }
-        Command::Metrics | Command::Simulate(_) | Command::Compare { .. } => body,
+        Command::Metrics | Command::Simulate(_) | Command::Compare { .. } | Command::Top => body,
     })
 }
 
