@@ -343,19 +343,9 @@ impl Controller {
     /// A configuration that changes a start-only setting (`fleet.sync`, `fleet.table_file`) is
     /// rejected whole, naming each such field.
     pub fn apply_config(&mut self, config: Config) -> Result<ReloadReport, ControlError> {
-        let restart = config::fleet::restart_needed(&self.config, &config);
-        if !restart.is_empty() {
+        if let Err(e) = self.refuse_start_only_changes(&config) {
             self.reloads.1 += 1;
-            // The parsed file has no positions left; the field path alone says where.
-            let errors = restart
-                .into_iter()
-                .map(|e| config::InvalidField {
-                    field: e.field,
-                    location: None,
-                    message: e.message,
-                })
-                .collect();
-            return Err(ConfigError::Invalid { path: self.path.clone(), errors }.into());
+            return Err(e);
         }
         let now = self.now();
         self.state.set_topology(config.advanced_topology());
@@ -378,24 +368,28 @@ impl Controller {
         Ok(ReloadReport { change, services: self.config.services.len() })
     }
 
+    /// A configuration that changes a start-only setting (`fleet.sync`, `fleet.table_file`)
+    /// cannot be applied: the error names each such field.
+    fn refuse_start_only_changes(&self, config: &Config) -> Result<(), ControlError> {
+        let restart = config::fleet::restart_needed(&self.config, config);
+        if restart.is_empty() {
+            return Ok(());
+        }
+        // The parsed file has no positions left; the field path alone says where.
+        let errors = restart
+            .into_iter()
+            .map(|e| config::InvalidField { field: e.field, location: None, message: e.message })
+            .collect();
+        Err(ConfigError::Invalid { path: self.path.clone(), errors }.into())
+    }
+
     /// The snapshot `config` would make if it were applied now, applying nothing (a reload
     /// preview): validated as a reload would be (a start-only setting changed is an error),
     /// with today's health verdicts, overrides and drains; the backends it adds are counted
     /// healthy (their checks have not run yet: this is the picture once they pass). Also what
     /// the reload would add and remove.
     pub fn preview(&self, config: &Config) -> Result<(Snapshot, ModelChange), ControlError> {
-        let restart = config::fleet::restart_needed(&self.config, config);
-        if !restart.is_empty() {
-            let errors = restart
-                .into_iter()
-                .map(|e| config::InvalidField {
-                    field: e.field,
-                    location: None,
-                    message: e.message,
-                })
-                .collect();
-            return Err(ConfigError::Invalid { path: self.path.clone(), errors }.into());
-        }
+        self.refuse_start_only_changes(config)?;
         let now = self.now();
         let mut state = self.state.clone();
         state.set_topology(config.advanced_topology());

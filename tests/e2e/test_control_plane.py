@@ -554,6 +554,19 @@ def test_metrics_parse_and_match_traffic_failover_and_zonal_spill():
     assert final.get("drop.no_eligible_backend", 0) == 0, final
 
 
+@contextlib.contextmanager
+def udp_clients(client: T.Client, n: int):
+    """``n`` UDP sockets of ``client``, bound to its address; closed at the end."""
+    socks = [client.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((client.ipv4, 0))
+        yield socks
+    finally:
+        for s in socks:
+            s.close()
+
+
 def test_flows_lists_the_connection_table_with_filters_and_counts():
     """``spillwayctl flows``: 40 UDP flows from c1 through the VIP, each answered by a backend;
     the dump lists exactly those flows, each with the client's port and the backend that
@@ -568,10 +581,7 @@ def test_flows_lists_the_connection_table_with_filters_and_counts():
             lb.wait_ready(t.clients[0])
             lb.wait_neighbours()
             c1 = t.client("c1")
-            socks = [c1.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(40)]
-            try:
-                for s in socks:
-                    s.bind((c1.ipv4, 0))
+            with udp_clients(c1, 40) as socks:
                 answered = exchange(socks, "dump")
                 assert len(answered) == len(socks), answered
                 port_backend = {socks[i].getsockname()[1]: t.backend(b).ipv4 for i, b in answered.items()}
@@ -604,9 +614,6 @@ def test_flows_lists_the_connection_table_with_filters_and_counts():
                 assert table.returncode == 0 and "40 flows matched (40 listed)" in table.stdout, table.stdout
                 bad = lb.ctl_run("flows", "--client", "not-an-address")
                 assert bad.returncode != 0 and "client" in (bad.stderr + bad.stdout), bad
-            finally:
-                for s in socks:
-                    s.close()
 
 
 def test_reload_preview_reports_what_a_candidate_would_do_and_applies_nothing():
@@ -624,10 +631,7 @@ def test_reload_preview_reports_what_a_candidate_would_do_and_applies_nothing():
             lb.wait_ready(t.clients[0])
             lb.wait_neighbours()
             c1 = t.client("c1")
-            socks = [c1.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(40)]
-            try:
-                for s in socks:
-                    s.bind((c1.ipv4, 0))
+            with udp_clients(c1, 40) as socks:
                 first = exchange(socks, "before")
                 assert len(first) == len(socks), first
                 on_b1 = sum(1 for b in first.values() if b == "b1")
@@ -683,9 +687,6 @@ def test_reload_preview_reports_what_a_candidate_would_do_and_applies_nothing():
                 assert lb.ctl("status")["generation"] == generation, "a preview applied nothing"
                 again = exchange(socks, "after")
                 assert again == first, (first, again)
-            finally:
-                for s in socks:
-                    s.close()
 
 
 def test_top_shows_the_live_view_and_quits_on_q():
@@ -708,14 +709,8 @@ def test_top_shows_the_live_view_and_quits_on_q():
             lb.wait_ready(t.clients[0])
             lb.wait_neighbours()
             c1 = t.client("c1")
-            socks = [c1.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(20)]
-            try:
-                for s in socks:
-                    s.bind((c1.ipv4, 0))
+            with udp_clients(c1, 20) as socks:
                 assert len(exchange(socks, "top")) == len(socks)
-            finally:
-                for s in socks:
-                    s.close()
             counters = json.loads(lb.admin_get("/v1/counters"))
             web = next(s for s in counters["services"] if s["service"] == "web")
             assert web["new_connections"] == 20, counters
