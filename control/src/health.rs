@@ -15,8 +15,8 @@
 //!   Unix epoch, plus an offset in `[0, interval)` and a jitter of ±5 % of the interval, both
 //!   derived from the key and the check name alone. Different targets are spread over the
 //!   interval (a reload or a start does not fire every probe at once), and every instance of
-//!   a fleet probes a given backend at the same moments, so their verdicts change together
-//!   and their tables differ for milliseconds rather than up to an interval (FS-7);
+//!   a fleet probes a given backend in the same slot, so their verdicts change within the
+//!   time their probes and control threads take rather than up to an interval apart (FS-7);
 //! - a probe that overruns its slot delays the next one (the next slot not yet begun): probes
 //!   of one target never overlap;
 //! - bounds every probe by `timeout` (connection set-up included).
@@ -84,7 +84,7 @@ use tokio::time::Instant;
 /// The shortest interval a task honours; a zero interval would spin.
 const MIN_INTERVAL: Duration = Duration::from_millis(1);
 /// Per-probe jitter, as a fraction of the interval: 1/20 = ±5 %.
-const JITTER_DIVISOR: u128 = 20;
+const JITTER_DIVISOR: u32 = 20;
 /// The longest HTTP status line read before giving up with [`ProbeResult::BadReply`].
 const MAX_STATUS_LINE: usize = 1024;
 /// The largest UDP reply read (the largest datagram).
@@ -453,7 +453,7 @@ fn seed(key: &BackendKey, check: &CheckSpec) -> u64 {
 /// and the slot's jitter in `[-5 %, +5 %)` of the interval (HC-4). Consecutive slots start at
 /// least 90 % of an interval apart.
 fn slot_start(interval: Duration, seed: u64, slot: u64) -> Duration {
-    let span = interval / u32::try_from(JITTER_DIVISOR).unwrap_or(20);
+    let span = interval / JITTER_DIVISOR;
     let base = interval.as_nanos().saturating_mul(u128::from(slot));
     let base = Duration::from_nanos(u64::try_from(base).unwrap_or(u64::MAX));
     (base + fraction_of(interval, mix(seed)) + fraction_of(span * 2, mix(seed ^ mix(slot))))

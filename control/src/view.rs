@@ -8,7 +8,7 @@
 
 use spillway_core::addr::Addr;
 use spillway_core::counters::{
-    KernelPathCounters, NeighbourCounters, PortCounters, WorkerCounters,
+    KernelPathCounters, NeighbourCounters, PortCounters, TrafficCounters, WorkerCounters,
 };
 use spillway_core::flow::FlowKey;
 pub use spillway_core::mailbox::{LookupReply, SliceReply};
@@ -47,4 +47,21 @@ pub trait DataplaneView: Send + Sync + 'static {
     fn port_counters(&self) -> Vec<(&str, &PortCounters)> {
         Vec::new()
     }
+}
+
+/// One traffic counter set (a service's or a backend's) summed over the workers: packets,
+/// bytes, new connections.
+pub fn traffic(
+    view: &dyn DataplaneView,
+    pick: impl Fn(&WorkerCounters) -> Option<&TrafficCounters>,
+) -> [u64; 3] {
+    let mut t = [0u64; 3];
+    for w in 0..view.workers() {
+        if let Some(c) = pick(view.counters(w)) {
+            t[0] = t[0].wrapping_add(c.packets.get());
+            t[1] = t[1].wrapping_add(c.bytes.get());
+            t[2] = t[2].wrapping_add(c.new_connections.get());
+        }
+    }
+    t
 }

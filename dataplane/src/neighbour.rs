@@ -2,8 +2,8 @@
 //! gateways), as the workers read them, and the control-side resolver that keeps them fresh.
 //!
 //! Workers never resolve anything themselves. They read a [`NeighbourTable`] published by
-//! pointer swap (like the snapshot, once per burst), and when a next hop is missing they drop
-//! the packet (counted as `neighbour_unresolved`) and post a [`NeighbourEvent::Wanted`]; when
+//! pointer swap (like the snapshot, once per burst), and when a next hop is missing they keep
+//! the packet waiting for it ([`crate::unresolved`]) and post a [`NeighbourEvent::Wanted`]; when
 //! they receive an ARP reply or a neighbour advertisement they post
 //! [`NeighbourEvent::Learned`]. The [`Resolver`] on the control thread consumes those events,
 //! sends ARP requests and neighbour solicitations on its own TX queue, refreshes known entries

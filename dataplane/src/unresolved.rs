@@ -9,8 +9,8 @@
 //! worker keeps it here, at most [`PER_NEXT_HOP`] per next hop and [`CAPACITY`] in all, and
 //! between bursts, when the neighbour table it reads has changed, writes the MAC of every frame
 //! whose next hop is now resolved and sends it. A frame that finds the queue full, or whose next
-//! hop stays unresolved for [`WAIT`], is dropped and counted as `neighbour_unresolved`, as
-//! every such frame was before; one that leaves is counted in `neighbour_waited`.
+//! hop stays unresolved for [`WAIT`], is dropped and counted as `neighbour_unresolved`; one
+//! that leaves is counted in `neighbour_waited`.
 //!
 //! Nothing here runs for a packet whose next hop is known: the path never builds a frame to
 //! wait, and a worker with nothing waiting pays one length test per poll.

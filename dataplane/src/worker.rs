@@ -315,7 +315,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         c.rx_bytes.add(burst.iter().map(|m| m.pkt_len() as u64).sum());
         let tx = &mut self.ports[port].tx;
         let mut tally = TxTally::default();
-        let wait_ticks = wait_ticks(self.params.tsc_hz);
+        let tsc_hz = self.params.tsc_hz;
         let Some(b) = &mut self.balancer else {
             for m in burst.drain() {
                 tally.add(tx.push(m));
@@ -381,7 +381,7 @@ impl<'p, 'c> Worker<'p, 'c> {
                     None => {}
                 },
                 Outcome::Wait => {
-                    let until = dpdk::tsc().wrapping_add(wait_ticks);
+                    let until = dpdk::tsc().wrapping_add(wait_ticks(tsc_hz));
                     let backend = waits.next().and_then(|&slot| snap.backend(slot));
                     let hop = backend.and_then(|b| node.next_hop(&b.endpoint.addr));
                     let kept = match hop {

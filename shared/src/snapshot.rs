@@ -412,6 +412,11 @@ impl Snapshot {
         self.backends.get(usize::from(slot))
     }
 
+    /// Every backend slot and what it holds (live, draining or free), in slot order.
+    pub fn backends(&self) -> impl Iterator<Item = (u16, &BackendView)> {
+        (0..=u16::MAX).zip(&self.backends)
+    }
+
     /// Services in id order.
     pub fn services(&self) -> impl Iterator<Item = &ServiceView> {
         self.services.iter().flatten()

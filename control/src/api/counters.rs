@@ -11,6 +11,7 @@ use spillway_core::counters::Reason;
 
 use super::routes::{lock, Api};
 use super::types::{CountersReply, ServiceCounters, SlotCounters, WorkerCountersInfo};
+use crate::view::traffic;
 
 pub(super) async fn counters(State(api): State<Api>) -> Json<CountersReply> {
     let view = &*api.view;
@@ -46,32 +47,21 @@ pub(super) async fn counters(State(api): State<Api>) -> Json<CountersReply> {
     let services = snap
         .services()
         .map(|s| {
-            let sum = |f: fn(&spillway_core::counters::TrafficCounters) -> u64| {
-                (0..view.workers())
-                    .filter_map(|w| view.counters(w).services.get(usize::from(s.id)).map(f))
-                    .sum()
-            };
-            ServiceCounters {
-                service: s.name.to_string(),
-                packets: sum(|t| t.packets.get()),
-                new_connections: sum(|t| t.new_connections.get()),
-            }
+            let [packets, _, new_connections] =
+                traffic(view, |c| c.services.get(usize::from(s.id)));
+            ServiceCounters { service: s.name.to_string(), packets, new_connections }
         })
         .collect();
-    let slots = (0..=u16::MAX)
-        .map_while(|slot| snap.backend(slot).map(|_| slot))
-        .map(|slot| {
-            let sum = |f: fn(&spillway_core::counters::TrafficCounters) -> u64| {
-                (0..view.workers())
-                    .filter_map(|w| view.counters(w).backends.get(usize::from(slot)).map(f))
-                    .sum()
-            };
-            SlotCounters {
-                slot,
-                packets: sum(|t| t.packets.get()),
-                new_connections: sum(|t| t.new_connections.get()),
-                tracked: sum(|t| t.tracked.get()),
-            }
+    let slots = snap
+        .backends()
+        .map(|(slot, _)| {
+            let i = usize::from(slot);
+            let [packets, _, new_connections] = traffic(view, |c| c.backends.get(i));
+            let tracked = (0..view.workers())
+                .filter_map(|w| view.counters(w).backends.get(i))
+                .map(|t| t.tracked.get())
+                .fold(0u64, u64::wrapping_add);
+            SlotCounters { slot, packets, new_connections, tracked }
         })
         .collect();
     Json(CountersReply { uptime_ms, workers, services, slots })

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use spillway_core::addr::{Addr, Prefix};
 use spillway_core::conntrack::Entry;
 use spillway_core::decide::{is_reclaimable, SYNCED_EPOCH};
-use spillway_core::snapshot::{BackendRef, BackendStatus, Snapshot};
+use spillway_core::snapshot::{BackendRef, BackendStatus, BackendView, ServiceView, Snapshot};
 use spillway_core::time::Time;
 
 use super::error::HttpError;
@@ -221,6 +221,19 @@ fn parse_filter(q: &FlowsQuery) -> Result<Filter, HttpError> {
     })
 }
 
+/// An entry's service and the backend it pins in `snap` (`None` for a service that is gone, or
+/// a backend whose slot was freed or given to another).
+pub(super) fn pinned<'s>(
+    e: &Entry,
+    snap: &'s Snapshot,
+) -> (Option<&'s ServiceView>, Option<&'s BackendView>) {
+    let svc = snap.service(e.key.service);
+    let r = BackendRef::from_u32(e.value.backend);
+    let backend =
+        snap.backend(r.slot).filter(|b| b.gen == r.gen && svc.is_some_and(|s| b.service == s.id));
+    (svc, backend)
+}
+
 /// The entry as a flow of the dump, when it passes `f`.
 fn judge(worker: usize, e: &Entry, snap: &Snapshot, now: Time, f: &Filter) -> Option<FlowInfo> {
     let k = &e.key;
@@ -230,14 +243,11 @@ fn judge(worker: usize, e: &Entry, snap: &Snapshot, now: Time, f: &Filter) -> Op
     {
         return None;
     }
-    let svc = snap.service(k.service);
+    let (svc, backend) = pinned(e, snap);
     let service = svc.map(|s| s.name.to_string());
     if f.service.as_ref().is_some_and(|want| service.as_ref() != Some(want)) {
         return None;
     }
-    let r = BackendRef::from_u32(e.value.backend);
-    let backend =
-        snap.backend(r.slot).filter(|b| b.gen == r.gen && svc.is_some_and(|s| b.service == s.id));
     if let Some((addr, port)) = f.backend {
         let b = backend?;
         if b.endpoint.addr != addr || port.is_some_and(|p| p != b.endpoint.port) {
@@ -261,10 +271,7 @@ fn judge(worker: usize, e: &Entry, snap: &Snapshot, now: Time, f: &Filter) -> Op
         client: end(k.src, k.sport),
         vip: end(k.dst, k.dport),
         service,
-        backend: backend.map(|b| match b.endpoint.port {
-            0 => b.endpoint.addr.to_string(),
-            p => sock(b.endpoint.addr, p),
-        }),
+        backend: backend.map(|b| b.endpoint.to_string()),
         idle_ms: e.idle_ms,
         state: state.as_str().into(),
         peer: e.value.epoch == SYNCED_EPOCH,

@@ -28,11 +28,11 @@ use serde::Deserialize;
 use spillway_core::conntrack::Entry;
 use spillway_core::decide::select_new;
 use spillway_core::model::Endpoint;
-use spillway_core::snapshot::{BackendRef, BackendStatus, ServiceView, Snapshot};
+use spillway_core::snapshot::{BackendStatus, ServiceView, Snapshot};
 use spillway_core::time::Time;
 
 use super::error::{config_error, HttpError};
-use super::flows::scan;
+use super::flows::{pinned, scan};
 use super::format::sock;
 use super::routes::{lock, Api};
 use super::types::{BackendPreview, ConnectionFates, PreviewFlow, PreviewReply, ServicePreview};
@@ -87,35 +87,13 @@ pub(super) async fn preview(
     reply.incomplete_workers = scan(&api, |_, e, running, now| {
         // An entry judged against the snapshot of its slice (a reload since the preview's
         // start is the running state it leaves) and the candidate.
-        let Some((svc_name, endpoint)) = entry_backend(e, running) else { return };
+        let (Some(svc), Some(b)) = pinned(e, running) else { return };
+        let (svc_name, endpoint) = (svc.name.to_string(), b.endpoint);
         let f = fate(e, &svc_name, endpoint, &new, now);
-        let c = &mut reply.connections;
-        let name = match f {
-            Fate::Stays => {
-                c.stay += 1;
-                "stays"
-            }
-            Fate::Moves => {
-                c.moves += 1;
-                "moves"
-            }
-            Fate::Drains { .. } => {
-                c.drain += 1;
-                "drains"
-            }
-            Fate::Dropped(_) => {
-                c.dropped += 1;
-                "dropped"
-            }
-        };
-        let backend = endpoint_str(endpoint);
-        let per = reply.by_backend.entry(format!("{svc_name}/{backend}")).or_default();
-        match f {
-            Fate::Stays => per.stay += 1,
-            Fate::Moves => per.moves += 1,
-            Fate::Drains { .. } => per.drain += 1,
-            Fate::Dropped(_) => per.dropped += 1,
-        }
+        tally(&mut reply.connections, f);
+        let backend = endpoint.to_string();
+        tally(reply.by_backend.entry(format!("{svc_name}/{backend}")).or_default(), f);
+        let name = f.name();
         let n = counts.entry(name).or_default();
         if *n < EXAMPLES && f != Fate::Stays {
             *n += 1;
@@ -143,13 +121,25 @@ pub(super) async fn preview(
     Ok(Json(reply))
 }
 
-/// The service (by name) and backend of an entry in the running snapshot; `None` for an
-/// entry that is invalid already (its backend's slot freed or reused).
-fn entry_backend(e: &Entry, snap: &Snapshot) -> Option<(String, Endpoint)> {
-    let svc = snap.service(e.key.service)?;
-    let r = BackendRef::from_u32(e.value.backend);
-    let b = snap.backend(r.slot).filter(|b| b.gen == r.gen && b.service == svc.id)?;
-    Some((svc.name.to_string(), b.endpoint))
+impl Fate {
+    fn name(self) -> &'static str {
+        match self {
+            Fate::Stays => "stays",
+            Fate::Moves => "moves",
+            Fate::Drains { .. } => "drains",
+            Fate::Dropped(_) => "dropped",
+        }
+    }
+}
+
+/// One connection more of fate `f`.
+fn tally(c: &mut ConnectionFates, f: Fate) {
+    match f {
+        Fate::Stays => c.stay += 1,
+        Fate::Moves => c.moves += 1,
+        Fate::Drains { .. } => c.drain += 1,
+        Fate::Dropped(_) => c.dropped += 1,
+    }
 }
 
 /// What the candidate snapshot `new` does to a connection of service `svc_name` pinned to
@@ -162,9 +152,8 @@ fn fate(e: &Entry, svc_name: &str, endpoint: Endpoint, new: &Snapshot, now: Time
     if new.service_for(&p).is_none_or(|s| s.id != svc.id) {
         return Fate::Dropped("its forwarding rule is removed");
     }
-    // Slots are dense: the backends of every service, live, draining or free.
-    let Some((slot, b)) = (0..=u16::MAX)
-        .map_while(|slot| new.backend(slot).map(|b| (slot, b)))
+    let Some((slot, b)) = new
+        .backends()
         .find(|(_, b)| b.service == svc.id && b.endpoint == endpoint && b.is_live(now))
     else {
         return Fate::Dropped("its backend is removed without draining");
@@ -175,13 +164,6 @@ fn fate(e: &Entry, svc_name: &str, endpoint: Endpoint, new: &Snapshot, now: Time
     match select_new(&p, svc, new).1 {
         Some(s) if s == slot => Fate::Stays,
         _ => Fate::Moves,
-    }
-}
-
-fn endpoint_str(e: Endpoint) -> String {
-    match e.port {
-        0 => e.addr.to_string(),
-        p => sock(e.addr, p),
     }
 }
 
@@ -232,13 +214,9 @@ fn backends(old: &Snapshot, new: &Snapshot) -> Vec<BackendPreview> {
         let mut out = BTreeMap::new();
         for svc in snap.services() {
             let pos = positions(snap, svc);
+            let each = 1.0 / pos.len().max(1) as f64;
             for e in pos.iter().flatten() {
-                *out.entry((svc.name.to_string(), endpoint_str(*e))).or_default() += 1.0;
-            }
-            for ((s, _), v) in out.iter_mut() {
-                if **s == *svc.name {
-                    *v /= pos.len().max(1) as f64;
-                }
+                *out.entry((svc.name.to_string(), e.to_string())).or_default() += each;
             }
         }
         out

@@ -3,8 +3,8 @@
 
 use super::copied::{Copied, SlotInfo};
 use super::scrape::{Labels, Scrape};
-use super::workers::traffic;
 use crate::controller::Override;
+use crate::view::traffic;
 use crate::view::DataplaneView;
 use prometheus_client::metrics::MetricType::{Counter, Gauge};
 use spillway_core::model::BackendKey;

@@ -2,7 +2,7 @@
 //! match and spill.
 
 use super::scrape::{Labels, Scrape};
-use super::workers::traffic;
+use crate::view::traffic;
 use crate::view::DataplaneView;
 use prometheus_client::metrics::MetricType::{Counter, Gauge};
 use spillway_core::eligible::EligibleKind;

@@ -4,7 +4,7 @@
 use super::scrape::Scrape;
 use crate::view::DataplaneView;
 use prometheus_client::metrics::MetricType::{self, Counter, Gauge};
-use spillway_core::counters::{Reason, TrafficCounters, WorkerCounters};
+use spillway_core::counters::{Reason, WorkerCounters};
 
 /// Picks one counter of a worker.
 type Pick = fn(&WorkerCounters) -> u64;
@@ -119,21 +119,4 @@ pub(super) fn reasons(s: &mut Scrape, view: &dyn DataplaneView) {
     for r in Reason::all().filter(|r| r.labels().0 == "drop") {
         dropped.add(vec![("reason", r.labels().1.to_owned())], sum(r));
     }
-}
-
-/// One traffic counter set (a service's or a backend's) summed over the workers: packets,
-/// bytes, new connections.
-pub(super) fn traffic(
-    view: &dyn DataplaneView,
-    pick: impl Fn(&WorkerCounters) -> Option<&TrafficCounters>,
-) -> [u64; 3] {
-    let mut t = [0u64; 3];
-    for w in 0..view.workers() {
-        if let Some(c) = pick(view.counters(w)) {
-            t[0] = t[0].wrapping_add(c.packets.get());
-            t[1] = t[1].wrapping_add(c.bytes.get());
-            t[2] = t[2].wrapping_add(c.new_connections.get());
-        }
-    }
-    t
 }
