@@ -27,6 +27,12 @@
 //! - `burst_established_v6`: the same for 1,000 established IPv6 flows (IP6IP6 to IPv6
 //!   backends: the general way, which the IPv4 packets' short way must not slow down).
 //!
+//! - `tap_idle` / `tap_miss` / `tap_captured`: `burst_established` through the worker's capture
+//!   wrapper (`capture::WorkerTap::process_burst`): with no capture under way (the cost when
+//!   nobody captures: one test per burst), with a capture whose filter matches no packet (every
+//!   packet classified and run alone), and with one that keeps every packet as received and as
+//!   sent (the cost while capturing everything).
+//!
 //! `--fill PERCENT` (default 90) sets how full `burst_syn_crowded`'s table is before its
 //! first SYN: `cargo bench -p spillway-dataplane --bench instructions -- crowded --fill 70` is
 //! the instructions of a new connection at 70-74% load (docs/performance.md, "Instructions per
@@ -39,10 +45,12 @@ mod fixture;
 
 use std::hint::black_box;
 use std::process::Command;
+use std::sync::Arc;
 
 use crossbeam::queue::ArrayQueue;
 use fixture::{model, node, path_ctx, service, snapshot, tcp_frame};
 use spillway_core::addr::Addr;
+use spillway_core::capture::{self, Filter, Points, TapSlot, SNAP_MAX};
 use spillway_core::conntrack::Shard;
 use spillway_core::counters::WorkerCounters;
 use spillway_core::decide::{decide_prepared, prepare};
@@ -50,11 +58,12 @@ use spillway_core::model::{Encap, RuleProtocol};
 use spillway_core::time::Time;
 use spillway_core::wire::build::{self, EncapKind, EncapParams, OuterV4};
 use spillway_core::wire::{self, FrameKind};
+use spillway_dataplane::capture::WorkerTap;
 use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
 use spillway_dataplane::path::{process_burst, Outcome, PacketBuf, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
 
-const CASES: [&str; 11] = [
+const CASES: [&str; 14] = [
     "classify",
     "classify_ip",
     "decide_hit",
@@ -66,6 +75,9 @@ const CASES: [&str; 11] = [
     "burst_syn",
     "burst_syn_crowded",
     "burst_established_v6",
+    "tap_idle",
+    "tap_miss",
+    "tap_captured",
 ];
 
 /// Flows cycled through by the established cases.
@@ -211,6 +223,34 @@ fn run_case(case: &str, packets: usize, fill: usize) {
                     b.load(&new[done + k]);
                 }
                 process_burst(&mut bufs[..n], &mut ctx, &mut out);
+                black_box(&bufs);
+                done += n;
+            }
+        }
+        "tap_idle" | "tap_miss" | "tap_captured" => {
+            let slot = Arc::new(TapSlot::default());
+            let mut tap = WorkerTap::new(Arc::clone(&slot));
+            // The ring holds every record of the longer run (2 per packet): nothing is lost.
+            let _reader = (case != "tap_idle").then(|| {
+                let filter = match case {
+                    "tap_miss" => {
+                        Filter { vip: Some(Addr::v4(198, 18, 0, 99)), ..Filter::default() }
+                    }
+                    _ => Filter::default(),
+                };
+                let points = Points { dropped: false, ..Points::ALL };
+                let (r, _) = capture::start(&[slot], &filter, points, SNAP_MAX, 2 * MAX_PACKETS)
+                    .expect("a tap");
+                tap.poll();
+                r
+            });
+            let mut done = 0;
+            while done < packets {
+                let n = MAX_BURST.min(packets - done);
+                for (k, b) in bufs[..n].iter_mut().enumerate() {
+                    b.load(&acks[(done + k) % acks.len()]);
+                }
+                tap.process_burst(&mut bufs[..n], &mut ctx, &mut out, 0, 0);
                 black_box(&bufs);
                 done += n;
             }

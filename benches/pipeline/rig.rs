@@ -168,6 +168,7 @@ impl<'p> Rig<'p> {
             kernel: None,
             sync: self.sync.as_ref().map(|l| WorkerSync::new(l.clone())),
             waiting: spillway_dataplane::unresolved::WaitQueue::new(),
+            tap: Default::default(),
         }
     }
 

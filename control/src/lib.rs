@@ -4,6 +4,7 @@
 
 pub mod announcer;
 pub mod api;
+pub mod capture;
 pub mod config;
 pub mod controller;
 pub mod ctl;

@@ -6,7 +6,10 @@
 //! another thread). The admin API and the metrics read only through this trait, so they can be
 //! tested with a fake.
 
+use std::sync::Arc;
+
 use spillway_core::addr::Addr;
+use spillway_core::capture::TapSlot;
 use spillway_core::counters::{
     KernelPathCounters, NeighbourCounters, PortCounters, TrafficCounters, WorkerCounters,
 };
@@ -30,6 +33,12 @@ pub trait DataplaneView: Send + Sync + 'static {
     fn slice(&self, worker: usize, from: usize) -> Option<SliceReply> {
         let _ = (worker, from);
         None
+    }
+
+    /// Every worker's capture slot, in worker order ([`spillway_core::capture`]); empty where
+    /// no worker can capture.
+    fn tap_slots(&self) -> &[Arc<TapSlot>] {
+        &[]
     }
 
     /// The resolved neighbours (next hop, MAC).

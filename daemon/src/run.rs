@@ -18,11 +18,13 @@ use spillway_control::controller::{ControlError, Controller};
 use spillway_control::netlink::{Netlink, RouteTable};
 use spillway_control::view::DataplaneView;
 use spillway_core::addr::{mask, Prefix};
+use spillway_core::capture::TapSlot;
 use spillway_core::conntrack::Shard;
 use spillway_core::counters::{KernelPathCounters, PortCounters};
 use spillway_core::mailbox::Mailbox;
 use spillway_core::peer::SyncLink;
 use spillway_core::wire::MacDisplay;
+use spillway_dataplane::capture::WorkerTap;
 use spillway_dataplane::dpdk::memory::{self, describe_areas};
 use spillway_dataplane::dpdk::{
     self, DpdkError, Eal, HugepagePolicy, Hugepages, Mempool, PollGate, PortSetup,
@@ -252,6 +254,8 @@ fn run_config(
     //    snapshot reader, neighbour table reader and conntrack mailbox.
     let counters: Arc<[WorkerCounters]> = lcores.iter().map(|_| WorkerCounters::new()).collect();
     let mailboxes: Vec<Mailbox> = lcores.iter().map(|_| Mailbox::default()).collect();
+    // Where `spillwayctl capture` offers each worker its tap.
+    let tap_slots: Vec<Arc<TapSlot>> = lcores.iter().map(|_| Arc::default()).collect();
     // Fleet sync (FS): the key first (a start with a key it cannot read stops here), then one
     // pair of queues per worker.
     let sync_config = config.fleet_sync().filter(|_| balance);
@@ -319,6 +323,7 @@ fn run_config(
                 }),
                 sync: sync_links.get(i).map(|l| WorkerSync::new(l.clone())),
                 waiting: spillway_dataplane::unresolved::WaitQueue::new(),
+                tap: WorkerTap::new(Arc::clone(&tap_slots[i])),
             });
             Worker::new(i, lcores[i], q, params, &counters[i], balancer)
         })
@@ -356,6 +361,7 @@ fn run_config(
     let view: Arc<dyn DataplaneView> = Arc::new(DaemonView {
         counters: Arc::clone(&counters),
         mailboxes: if balance { mailboxes } else { Vec::new() },
+        tap_slots: if balance { tap_slots } else { Vec::new() },
         neighbours: resolver.cell(),
         neighbour_counters: resolver.counters(),
         kernel: kernel_path.as_ref().map(|_| Arc::clone(&kernel_counters)),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use spillway_control::view::{DataplaneView, LookupReply, SliceReply};
 use spillway_core::addr::Addr;
+use spillway_core::capture::TapSlot;
 use spillway_core::counters::{
     KernelPathCounters, NeighbourCounters, PortCounters, WorkerCounters,
 };
@@ -19,6 +20,8 @@ pub struct DaemonView {
     pub counters: Arc<[WorkerCounters]>,
     /// Every worker's conntrack mailbox (empty in io-forward mode).
     pub mailboxes: Vec<Mailbox>,
+    /// Every worker's capture slot (empty in io-forward mode).
+    pub tap_slots: Vec<Arc<TapSlot>>,
     /// The neighbour table.
     pub neighbours: NeighbourCell,
     /// What the resolver did with the answers workers heard.
@@ -44,6 +47,10 @@ impl DataplaneView for DaemonView {
 
     fn slice(&self, worker: usize, from: usize) -> Option<SliceReply> {
         self.mailboxes.get(worker).map(|m| m.ask_slice(from))
+    }
+
+    fn tap_slots(&self) -> &[Arc<TapSlot>] {
+        &self.tap_slots
     }
 
     fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {

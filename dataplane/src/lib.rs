@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub use spillway_dpdk as dpdk;
+pub mod capture;
 pub mod kernel;
 pub mod neighbour;
 pub mod node;

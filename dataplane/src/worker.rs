@@ -29,6 +29,7 @@ use spillway_core::mailbox::{Mailbox, Query};
 use spillway_core::publish::SnapshotReader;
 use spillway_core::time::Time;
 
+use crate::capture::WorkerTap;
 use crate::dpdk::{self, LcoreId, Mbuf, MbufBurst, RxQueue, TxQueue, TxResult};
 use crate::kernel::KernelLink;
 use crate::neighbour::{NeighbourEvents, NeighbourReader, NextHopCache};
@@ -144,6 +145,8 @@ pub struct Balancer<'p> {
     pub sync: Option<WorkerSync>,
     /// Frames waiting for their next hop's MAC, with the port they leave by.
     pub waiting: WaitQueue<(Mbuf<'p>, usize)>,
+    /// Packet capture (`spillwayctl capture`): the tap of a capture under way, if any.
+    pub tap: WorkerTap,
 }
 
 /// [`crate::unresolved::WAIT`] in TSC ticks.
@@ -261,6 +264,7 @@ impl<'p, 'c> Worker<'p, 'c> {
                 }
                 self.send_outbox();
                 self.answer_mailbox();
+                self.poll_tap();
                 self.sync_step();
                 self.release_waiting(now);
             }
@@ -316,6 +320,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         let tx = &mut self.ports[port].tx;
         let mut tally = TxTally::default();
         let tsc_hz = self.params.tsc_hz;
+        let index = self.index;
         let Some(b) = &mut self.balancer else {
             for m in burst.drain() {
                 tally.add(tx.push(m));
@@ -335,6 +340,7 @@ impl<'p, 'c> Worker<'p, 'c> {
             origin,
             kernel,
             waiting,
+            tap,
             ..
         } = b;
         let snap = snapshots.load();
@@ -355,7 +361,8 @@ impl<'p, 'c> Worker<'p, 'c> {
             waiting: path::WaitingSlots::default(),
         };
         let mut outcomes = [Outcome::Consumed; path::MAX_BURST];
-        path::process_burst(burst.as_mut_slice(), &mut ctx, &mut outcomes);
+        // Without a capture under way, one test and the staged burst path.
+        tap.process_burst(burst.as_mut_slice(), &mut ctx, &mut outcomes, index, port);
         // A full burst with every packet to transmit goes to the driver as it is when nothing
         // is buffered: what pushing its packets one by one would do (the buffer holds a full
         // burst and flushes when full), without moving each into the buffer. Alternate slices:
@@ -431,6 +438,14 @@ impl<'p, 'c> Worker<'p, 'c> {
         c.neighbour_waited.add(r.sent);
         c.reason(Reason::Path(PathDrop::NeighbourUnresolved)).add(r.expired);
         publish_tx(c, tally);
+    }
+
+    /// Takes the tap of a capture that starts, drops the one of a capture that ended
+    /// ([`crate::capture`]; one empty queue and one flag when nothing changes).
+    fn poll_tap(&mut self) {
+        if let Some(b) = &mut self.balancer {
+            b.tap.poll();
+        }
     }
 
     /// Answers the control thread's conntrack queries: lookups, and slices of the table for a

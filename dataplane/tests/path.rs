@@ -1109,3 +1109,156 @@ fn with_a_kernel_interface_an_icmp_error_about_the_nodes_own_packet_goes_to_the_
     assert_eq!(o, Outcome::Transmit);
     assert_eq!(&out[30..34], &[198, 18, 1, 1]);
 }
+
+// ---- capture (spillway_core::capture, spillway_dataplane::capture) -------------------------
+
+mod capture {
+    use super::*;
+    use spillway_core::capture::{self as tap, Filter, Point, Points, Record, TapSlot};
+    use spillway_core::model::Endpoint;
+    use spillway_dataplane::capture::WorkerTap;
+    use std::sync::Arc;
+
+    /// A SYN and an ACK of one flow to web, a UDP datagram to web6, and a frame with a bad
+    /// IPv4 header length.
+    fn frames() -> Vec<Vec<u8>> {
+        let ip = |flags| ipv4("198.18.10.5", "198.18.0.100", 6, true, &tcp(40000, 80, flags, b""));
+        let v6 = ipv6("fd00::5", "fd00::200", 17, &udp(5, 53, b"q"));
+        let mut bad = ipv4("198.18.10.5", "198.18.0.100", 6, false, &tcp(1, 80, 0x10, b""));
+        bad[0] = 0x44;
+        vec![
+            eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip(0x02)),
+            eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip(0x10)),
+            eth(NODE_MAC, CLIENT_MAC, 0x86dd, &v6),
+            eth(NODE_MAC, CLIENT_MAC, 0x0800, &bad),
+        ]
+    }
+
+    /// A worker's tap for a capture of `filter` at `points` with a ring of `ring` records; the
+    /// ring's reader and what the capture shares.
+    fn tap(
+        filter: Filter,
+        points: Points,
+        ring: usize,
+    ) -> (WorkerTap, rtrb::Consumer<Record>, Arc<tap::TapShared>) {
+        let slot = Arc::new(TapSlot::default());
+        let (mut readers, shared) =
+            tap::start(std::slice::from_ref(&slot), &filter, points, 96, ring).unwrap();
+        let mut worker = WorkerTap::new(slot);
+        assert!(!worker.is_active());
+        worker.poll();
+        assert!(worker.is_active(), "the worker took the tap between bursts");
+        (worker, readers.remove(0), shared)
+    }
+
+    fn captured(
+        rig: &mut Rig,
+        worker: &mut WorkerTap,
+        frames: &[Vec<u8>],
+    ) -> Vec<(Outcome, Vec<u8>)> {
+        let mut bufs: Vec<VecBuf> = frames.iter().map(|f| VecBuf::with_frame(f)).collect();
+        let mut out = [Outcome::Consumed; MAX_BURST];
+        worker.process_burst(&mut bufs, &mut rig.ctx(), &mut out, 0, 0);
+        out.iter().zip(&bufs).map(|(o, b)| (*o, b.data().to_vec())).collect()
+    }
+
+    fn records(ring: &mut rtrb::Consumer<Record>) -> Vec<Record> {
+        std::iter::from_fn(|| ring.pop().ok()).collect()
+    }
+
+    #[test]
+    fn nx_5_a_capture_decides_as_the_burst_path_and_notes_each_decision() {
+        let frames = frames();
+        let expected = Rig::new(Encap::Ipip).run_burst(&frames);
+        let mut rig = Rig::new(Encap::Ipip);
+        let (mut worker, mut ring, shared) = tap(Filter::default(), Points::ALL, 64);
+        let got = captured(&mut rig, &mut worker, &frames);
+        assert_eq!(got, expected, "the same outcomes and bytes as the staged burst path");
+        let web = rig.snap.services().find(|s| &*s.name == "web").unwrap().id;
+        let web6 = rig.snap.services().find(|s| &*s.name == "web6").unwrap().id;
+        let b1 = Endpoint { addr: a("198.18.1.1"), port: 0 };
+        let b6 = Endpoint { addr: a("fd00::1:1"), port: 0 };
+        let r = records(&mut ring);
+        let seen: Vec<_> = r
+            .iter()
+            .map(|r| (r.point, r.note.decision, r.note.service, r.note.backend, r.worker))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (Point::Received, "new_connection", Some(web), Some(b1), 0),
+                (Point::Sent, "new_connection", Some(web), Some(b1), 0),
+                (Point::Received, "conntrack_hit", Some(web), Some(b1), 0),
+                (Point::Sent, "conntrack_hit", Some(web), Some(b1), 0),
+                (Point::Received, "new_connection", Some(web6), Some(b6), 0),
+                (Point::Sent, "new_connection", Some(web6), Some(b6), 0),
+                (Point::Received, "bad_ihl", None, None, 0),
+                (Point::Dropped, "bad_ihl", None, None, 0),
+            ]
+        );
+        // Received: the bytes as they arrived; sent: as they left, the outer header first.
+        assert_eq!(r[0].bytes(), &frames[0][..]);
+        assert_eq!(r[1].bytes(), &expected[0].1[..]);
+        assert_eq!(r[1].orig_len as usize, expected[0].1.len());
+        assert_eq!(&r[1].bytes()[0..6], &B1_MAC);
+        assert_eq!(r[7].bytes(), &frames[3][..]);
+        assert_eq!(shared.lost_total(), 0);
+        // The capture ends: the worker lets go at its next poll, and bursts run as before.
+        shared.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        worker.poll();
+        assert!(!worker.is_active());
+        assert!(ring.is_abandoned());
+        captured(&mut rig, &mut worker, &frames);
+        assert!(records(&mut ring).is_empty());
+    }
+
+    #[test]
+    fn a_capture_keeps_only_what_its_filter_and_points_ask_for() {
+        let frames = frames();
+        let mut rig = Rig::new(Encap::Ipip);
+        let six = Filter { backend: Some((a("fd00::1:1"), None)), ..Filter::default() };
+        let (mut worker, mut ring, _) = tap(six, Points::NONE.with(Point::Sent), 64);
+        captured(&mut rig, &mut worker, &frames);
+        let r = records(&mut ring);
+        assert_eq!(r.len(), 1, "only web6's datagram, only as sent");
+        assert_eq!((r[0].point, r[0].note.decision), (Point::Sent, "new_connection"));
+        assert_eq!(&r[0].bytes()[0..6], &B6_MAC);
+
+        let mut rig = Rig::new(Encap::Ipip);
+        let dropped = Points::NONE.with(Point::Dropped);
+        let (mut worker, mut ring, _) = tap(Filter::default(), dropped, 64);
+        captured(&mut rig, &mut worker, &frames);
+        let r = records(&mut ring);
+        assert_eq!(r.len(), 1, "only the malformed frame");
+        assert_eq!((r[0].point, r[0].note.decision), (Point::Dropped, "bad_ihl"));
+        assert_eq!(r[0].bytes(), &frames[3][..]);
+
+        let mut rig = Rig::new(Encap::Ipip);
+        let client =
+            Filter { client: Some("198.18.10.0/24".parse().unwrap()), ..Filter::default() };
+        let (mut worker, mut ring, _) = tap(client, Points::NONE.with(Point::Received), 64);
+        captured(&mut rig, &mut worker, &frames);
+        assert_eq!(records(&mut ring).len(), 2, "the SYN and the ACK; the bad frame has no flow");
+    }
+
+    #[test]
+    fn nx_5_a_full_ring_loses_records_counted_and_never_waits() {
+        let frames = frames();
+        let expected = Rig::new(Encap::Ipip).run_burst(&frames);
+        let mut rig = Rig::new(Encap::Ipip);
+        let (mut worker, mut ring, shared) = tap(Filter::default(), Points::ALL, 3);
+        assert_eq!(captured(&mut rig, &mut worker, &frames), expected);
+        assert_eq!(records(&mut ring).len(), 3);
+        assert_eq!(shared.lost_total(), 5, "8 records, 3 places");
+    }
+
+    #[test]
+    fn without_a_tap_a_burst_is_the_staged_burst_path() {
+        let frames = frames();
+        let expected = Rig::new(Encap::Ipip).run_burst(&frames);
+        let mut rig = Rig::new(Encap::Ipip);
+        let mut worker = WorkerTap::default();
+        worker.poll();
+        assert_eq!(captured(&mut rig, &mut worker, &frames), expected);
+    }
+}

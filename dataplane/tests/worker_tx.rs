@@ -152,6 +152,7 @@ fn every_packet_to_send_leaves_once_in_order_whichever_way_it_reaches_the_driver
         kernel: None,
         sync: None,
         waiting: spillway_dataplane::unresolved::WaitQueue::new(),
+        tap: Default::default(),
     };
     let counters = WorkerCounters::default();
     // No drain deadline is reached: the test drains when it says so.

@@ -21,6 +21,7 @@
 
 pub mod addr;
 pub mod advanced;
+pub mod capture;
 pub mod conntrack;
 pub mod counters;
 pub mod decide;

@@ -746,3 +746,104 @@ def test_top_shows_the_live_view_and_quits_on_q():
                 if p.poll() is None:
                     p.kill()
                 os.close(leader)
+
+
+def pcapng_packets(data: bytes) -> list[dict]:
+    """The enhanced packet blocks of a little-endian pcapng file: interface, timestamp (ns,
+    as the interfaces' if_tsresol 9 says), lengths, bytes and comment; read by hand from the
+    format's definition (block type, total length, body, total length; options as code,
+    length, value padded to 4 bytes)."""
+    import struct
+
+    out, off = [], 0
+    assert data[:4] == b"\x0a\x0d\x0d\x0a", data[:4]
+    while off < len(data):
+        btype, blen = struct.unpack_from("<II", data, off)
+        body = data[off + 8: off + blen - 4]
+        if btype == 6:
+            iface, hi, lo, cap, orig = struct.unpack_from("<IIIII", body, 0)
+            pkt = body[20:20 + cap]
+            opts, comment = body[20 + (cap + 3) // 4 * 4:], None
+            while len(opts) >= 4:
+                code, olen = struct.unpack_from("<HH", opts, 0)
+                if code == 0:
+                    break
+                if code == 1:
+                    comment = opts[4:4 + olen].decode()
+                opts = opts[4 + (olen + 3) // 4 * 4:]
+            out.append({"iface": iface, "ts": (hi << 32) | lo, "orig": orig, "data": pkt,
+                        "comment": comment or ""})
+        off += blen
+    return out
+
+
+def test_capture_writes_what_the_worker_decided_as_pcapng():
+    """``spillwayctl capture`` against the running balancer: 10 UDP flows from c1 to the VIP,
+    two rounds (a new connection, then a hit); a capture of the VIP's UDP at ``received`` and
+    ``sent`` with ``--count 40`` ends itself after exactly those 40 packets. Each received
+    packet is the client's datagram to the VIP; each sent one is IPIP to the backend that
+    answered that client socket; every comment names the decision of its round
+    (``new_connection`` then ``conntrack_hit``), the service and that backend. A second
+    capture while one runs is refused (409); the summary says 40 packets, 0 lost."""
+    import socket as so
+    import struct
+    import subprocess
+    from test_hardening import exchange
+
+    with T.Topology(vips4=(T.VIP4,)) as t:
+        lb = Spillway(t, make_config(t, [service(t, vips=(T.VIP4,))]))
+        with lb:
+            lb.wait_ready(t.clients[0])
+            lb.wait_neighbours()
+            c1 = t.client("c1")
+            path = t.state_dir / "capture.pcapng"
+            argv = [str(CTL), "--admin", lb.admin, "capture", "--vip", T.VIP4, "--proto", "udp",
+                    "--dport", str(T.UDP_PORT), "--point", "received,sent", "--count", "40",
+                    "--duration", "30", "-w", str(path)]
+            if not lb.admin.startswith("unix:"):
+                argv = t.lb.cmd(argv)
+            cap = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                T.wait_until(lambda: json.loads(lb.admin_get("/v1/capture")).get("running"),
+                             "the capture to start")
+                busy = lb.ctl_run("capture", "-w", str(t.state_dir / "second.pcapng"), "--count", "1")
+                assert busy.returncode == 1 and "under way" in busy.stderr, busy
+                with udp_clients(c1, 10) as socks:
+                    rounds = [exchange(socks, "first"), exchange(socks, "second")]
+                    assert all(len(r) == len(socks) for r in rounds), rounds
+                    assert rounds[0] == rounds[1], rounds
+                    port_backend = {socks[i].getsockname()[1]: t.backend(b).ipv4 for i, b in rounds[0].items()}
+                _, err = cap.communicate(timeout=30)
+            finally:
+                if cap.poll() is None:
+                    cap.kill()
+            assert cap.returncode == 0, err
+            assert "40 packets (received 20, sent 20, dropped 0)" in err and "stopped by count" in err, err
+            assert "lost" not in err, err
+            summary = json.loads(lb.admin_get("/v1/capture"))
+            assert summary["packets"] == 40 and summary["lost"] == 0 and not summary["running"], summary
+
+        packets = pcapng_packets(path.read_bytes())
+        assert len(packets) == 40, [p["comment"] for p in packets]
+        seen: Counter = Counter()
+        for p in packets:
+            fields = dict(kv.split("=", 1) for kv in p["comment"].split()[1:])
+            frame = p["data"]
+            assert struct.unpack_from("!H", frame, 12)[0] == 0x0800, frame[:14].hex()
+            ip = frame[14:]
+            if fields["point"] == "received":
+                src, dst = so.inet_ntoa(ip[12:16]), so.inet_ntoa(ip[16:20])
+                sport, dport = struct.unpack_from("!HH", ip, 20)
+                assert (src, dst, ip[9], dport) == (c1.ipv4, T.VIP4, 17, T.UDP_PORT), p
+            else:
+                assert fields["point"] == "sent", p
+                assert ip[9] == 4, f"IPIP: {ip[:20].hex()}"
+                inner = ip[20:]
+                sport = struct.unpack_from("!H", inner, 20)[0]
+                assert so.inet_ntoa(inner[16:20]) == T.VIP4, p
+                assert so.inet_ntoa(ip[16:20]) == port_backend[sport], (p, port_backend)
+            assert fields["backend"] == port_backend[sport], (fields, port_backend)
+            assert fields["service"] == "web", fields
+            seen[(fields["point"], fields["decision"])] += 1
+        assert seen == {("received", "new_connection"): 10, ("sent", "new_connection"): 10,
+                        ("received", "conntrack_hit"): 10, ("sent", "conntrack_hit"): 10}, seen

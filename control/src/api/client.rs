@@ -8,7 +8,7 @@ use hyper::body::Bytes;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +48,9 @@ pub enum ClientError {
         /// The reply body.
         body: String,
     },
+    /// The reply could not be written where it was asked to go.
+    #[error("cannot write the reply: {0}")]
+    Output(std::io::Error),
     /// The reply is not the JSON expected.
     #[error("unexpected reply: {0}")]
     Json(#[from] serde_json::Error),
@@ -124,6 +127,63 @@ impl Client {
         body: Option<&serde_json::Value>,
     ) -> Result<(u16, String), ClientError> {
         let admin = self.target.to_string();
+        let http = |source| ClientError::Http { admin: admin.clone(), source };
+        let (reply, driver) = self.open(method, path, body).await?;
+        let status = reply.status().as_u16();
+        let body = reply.into_body().collect().await.map_err(http)?.to_bytes();
+        driver.abort();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    /// `POST path` whose reply body is copied to `out` as it arrives (a capture's pcapng):
+    /// only the connection and the reply's headers are bounded by the client's timeout. An
+    /// error status is [`ClientError::Status`]; on success, the value of the reply's header
+    /// `header` (if any) and the bytes copied.
+    pub async fn post_streaming<W: AsyncWrite + Unpin>(
+        &self,
+        path: &str,
+        header: &str,
+        out: &mut W,
+    ) -> Result<(Option<String>, u64), ClientError> {
+        let admin = self.target.to_string();
+        let http = |source| ClientError::Http { admin: admin.clone(), source };
+        let (reply, driver) =
+            tokio::time::timeout(self.timeout, self.open(Method::POST, path, None))
+                .await
+                .map_err(|_| ClientError::Timeout(admin.clone()))??;
+        let status = reply.status().as_u16();
+        let value = reply.headers().get(header).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let mut body = reply.into_body();
+        if !(200..300).contains(&status) {
+            let text = body.collect().await.map_err(http)?.to_bytes();
+            let text = String::from_utf8_lossy(&text).into_owned();
+            let message = serde_json::from_str::<ErrorReply>(&text)
+                .map(|e| e.error)
+                .unwrap_or_else(|_| text.trim().to_owned());
+            return Err(ClientError::Status { status, message, body: text });
+        }
+        let mut copied = 0u64;
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.map_err(http)?.into_data() {
+                out.write_all(&data).await.map_err(ClientError::Output)?;
+                copied += data.len() as u64;
+            }
+        }
+        out.flush().await.map_err(ClientError::Output)?;
+        driver.abort();
+        Ok((value, copied))
+    }
+
+    /// Connects, sends the request, and returns the reply (its body still to read) with the
+    /// task that drives the connection.
+    async fn open(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<(hyper::Response<hyper::body::Incoming>, tokio::task::JoinHandle<()>), ClientError>
+    {
+        let admin = self.target.to_string();
         let unreachable = |source| ClientError::Unreachable { admin: admin.clone(), source };
         let (host, payload) = match &self.target {
             Listen::Tcp(a) => (a.as_str(), body),
@@ -161,17 +221,16 @@ async fn send<S>(
     stream: S,
     req: Request<Full<Bytes>>,
     admin: &str,
-) -> Result<(u16, String), ClientError>
+) -> Result<(hyper::Response<hyper::body::Incoming>, tokio::task::JoinHandle<()>), ClientError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let http = |source| ClientError::Http { admin: admin.to_owned(), source };
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(http)?;
-    let driver = tokio::spawn(conn);
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
     let reply = sender.send_request(req).await.map_err(http)?;
-    let status = reply.status().as_u16();
-    let body = reply.into_body().collect().await.map_err(http)?.to_bytes();
-    driver.abort();
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    Ok((reply, driver))
 }

@@ -192,31 +192,12 @@ pub(super) async fn scan(
 }
 
 fn parse_filter(q: &FlowsQuery) -> Result<Filter, HttpError> {
-    let addr = |name: &str, v: &str| -> Result<Addr, HttpError> {
-        v.parse().map_err(|_| HttpError::bad_request(format!("{name}: `{v}` is not an IP address")))
-    };
-    let backend = match q.backend.as_deref() {
-        None => None,
-        Some(b) => match b.parse::<std::net::SocketAddr>() {
-            Ok(sa) => Some((Addr::from(sa.ip()), Some(sa.port()))),
-            Err(_) => Some((addr("backend", b)?, None)),
-        },
-    };
-    let client =
-        match q.client.as_deref() {
-            None => None,
-            Some(c) if c.contains('/') => Some(c.parse::<Prefix>().map_err(|e| {
-                HttpError::bad_request(format!("client: `{c}` is not a prefix: {e}"))
-            })?),
-            Some(c) => Some(Prefix::host(addr("client", c)?)),
-        };
-    let proto = q.proto.as_deref().map(query::protocol_of).transpose()?;
     Ok(Filter {
-        vip: q.vip.as_deref().map(|v| addr("vip", v)).transpose()?,
+        vip: q.vip.as_deref().map(|v| query::named_addr("vip", v)).transpose()?,
         service: q.service.clone(),
-        backend,
-        client,
-        proto,
+        backend: q.backend.as_deref().map(query::backend_param).transpose()?,
+        client: q.client.as_deref().map(query::client_param).transpose()?,
+        proto: q.proto.as_deref().map(query::protocol_of).transpose()?,
         state: q.state.as_deref().map(FlowState::parse).transpose()?,
     })
 }

@@ -25,6 +25,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod capture;
 pub mod client;
 mod counters;
 mod error;
@@ -38,6 +39,7 @@ mod routes;
 mod server;
 pub mod types;
 
+pub use capture::CAPTURE_HEADER;
 pub use routes::router;
 pub use server::{read_token, serve, spawn, ApiOptions, ApiServer, Limits, MIN_TOKEN_LEN};
 

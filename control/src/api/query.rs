@@ -6,7 +6,7 @@ use super::error::HttpError;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
 use serde::Deserialize;
-use spillway_core::addr::Addr;
+use spillway_core::addr::{Addr, Prefix};
 use spillway_core::flow::{proto, tcp_flags, PacketInfo};
 
 /// The flow of a lookup or explain request.
@@ -128,6 +128,29 @@ pub(super) fn no_parameters(body: &[u8]) -> Result<(), HttpError> {
             .map_err(|e| HttpError::bad_request(format!("the body must be empty or {{}}: {e}")))?;
     }
     Ok(())
+}
+
+/// The address `v` of parameter `name`.
+pub(super) fn named_addr(name: &str, v: &str) -> Result<Addr, HttpError> {
+    v.parse().map_err(|_| HttpError::bad_request(format!("{name}: `{v}` is not an IP address")))
+}
+
+/// A `backend` filter: an address (any port), or `address:port` (`[v6]:port`).
+pub(super) fn backend_param(b: &str) -> Result<(Addr, Option<u16>), HttpError> {
+    match b.parse::<std::net::SocketAddr>() {
+        Ok(sa) => Ok((Addr::from(sa.ip()), Some(sa.port()))),
+        Err(_) => Ok((named_addr("backend", b)?, None)),
+    }
+}
+
+/// A `client` filter: an address, or a prefix (`198.18.10.0/24`).
+pub(super) fn client_param(c: &str) -> Result<Prefix, HttpError> {
+    if c.contains('/') {
+        c.parse::<Prefix>()
+            .map_err(|e| HttpError::bad_request(format!("client: `{c}` is not a prefix: {e}")))
+    } else {
+        Ok(Prefix::host(named_addr("client", c)?))
+    }
 }
 
 /// A backend address from the path.

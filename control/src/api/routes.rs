@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub(super) struct Api {
     pub(super) controller: Arc<Mutex<Controller>>,
     pub(super) view: Arc<dyn DataplaneView>,
+    /// The capture under way or the last one (`/v1/capture`).
+    pub(super) captures: Arc<Mutex<super::capture::Captures>>,
 }
 
 /// The API's routes (without a listener: tests and the daemon bind it).
@@ -36,12 +38,13 @@ pub fn router(controller: Arc<Mutex<Controller>>, view: Arc<dyn DataplaneView>) 
         .route("/v1/conntrack/lookup", get(lookup))
         .route("/v1/conntrack/flows", get(super::flows::flows))
         .route("/v1/explain", get(explain_flow))
+        .route("/v1/capture", post(super::capture::start).get(super::capture::summary))
         .route("/metrics", get(metrics))
         .fallback(|| async { HttpError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             HttpError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
         })
-        .with_state(Api { controller, view })
+        .with_state(Api { controller, view, captures: Arc::default() })
 }
 
 /// Lock the controller. Sections under the lock never await and never panic on their own, so

@@ -195,7 +195,7 @@ pub fn spawn(
                 .fallback(|| async {
                     HttpError::new(StatusCode::NOT_FOUND, "this listener serves GET /metrics only")
                 })
-                .with_state(Api { controller, view }),
+                .with_state(Api { controller, view, captures: Default::default() }),
             &ApiOptions { token: None, ..options.clone() },
         );
         tasks.push(serve_task(bound, app, limits, local.to_string()));

@@ -103,6 +103,11 @@ enum Command {
     /// time: a worker is never held for longer than one slice), the first --limit listed,
     /// every match counted. With --json, one JSON object per flow per line, then the totals.
     Flows(FlowsArgs),
+    /// Capture packets as the workers see them, with what they decided: pcapng with one
+    /// comment per packet (point, decision, service, backend, worker), for Wireshark, tshark
+    /// or tcpdump. Stops at the first of --count, --duration and --bytes, or on Ctrl-C; the
+    /// summary (packets per point, records lost to a full ring) goes to stderr.
+    Capture(CaptureArgs),
     /// Explain where one flow goes now and why.
     Explain {
         #[command(flatten)]
@@ -188,6 +193,85 @@ impl FlowsArgs {
             if let Some(v) = v {
                 q.push(format!("{name}={}", enc(v)));
             }
+        }
+        q.join("&")
+    }
+}
+
+/// `spillwayctl capture`'s filters, points and bounds.
+#[derive(Debug, Args)]
+struct CaptureArgs {
+    /// Where to write the pcapng: a file, or `-` for standard output (`| tshark -r -`).
+    #[arg(short = 'w', long = "write", value_name = "FILE")]
+    write: String,
+    /// Only packets to this VIP (destination address).
+    #[arg(long)]
+    vip: Option<String>,
+    /// Only packets to this destination port.
+    #[arg(long)]
+    dport: Option<u16>,
+    /// Only packets from this client address or prefix (`198.18.10.0/24`).
+    #[arg(long)]
+    client: Option<String>,
+    /// Only packets from this source port.
+    #[arg(long)]
+    sport: Option<u16>,
+    /// Only this protocol: `tcp`, `udp`, `icmp`, `icmpv6` or a number.
+    #[arg(long)]
+    proto: Option<String>,
+    /// Only this service's packets.
+    #[arg(long)]
+    service: Option<String>,
+    /// Only packets sent to this backend (`address` or `address:port`).
+    #[arg(long)]
+    backend: Option<String>,
+    /// Where to capture: `received` (as it arrived), `sent` (as it left, encapsulated),
+    /// `dropped` (as it arrived, with the drop reason); several allowed. Default: all three.
+    #[arg(long, value_delimiter = ',', value_parser = ["received", "sent", "dropped"])]
+    point: Vec<String>,
+    /// Stop after this many packets.
+    #[arg(long, default_value_t = 1000)]
+    count: u64,
+    /// Stop after this many seconds.
+    #[arg(long, default_value_t = 60.0)]
+    duration: f64,
+    /// Stop after this many bytes of pcapng.
+    #[arg(long, default_value_t = 64 << 20)]
+    bytes: u64,
+    /// Bytes kept of each packet (at most 2048).
+    #[arg(long, default_value_t = 2048)]
+    snaplen: usize,
+}
+
+impl CaptureArgs {
+    /// The query string of `POST /v1/capture`.
+    fn query(&self) -> String {
+        let ms = (self.duration.max(0.0) * 1000.0).round() as u64;
+        let mut q = vec![
+            format!("count={}", self.count),
+            format!("duration_ms={}", ms.max(1)),
+            format!("bytes={}", self.bytes),
+            format!("snaplen={}", self.snaplen),
+        ];
+        let ports = [("dport", self.dport), ("sport", self.sport)];
+        for (name, v) in ports {
+            if let Some(v) = v {
+                q.push(format!("{name}={v}"));
+            }
+        }
+        for (name, v) in [
+            ("vip", &self.vip),
+            ("client", &self.client),
+            ("proto", &self.proto),
+            ("service", &self.service),
+            ("backend", &self.backend),
+        ] {
+            if let Some(v) = v {
+                q.push(format!("{name}={}", enc(v)));
+            }
+        }
+        if !self.point.is_empty() {
+            q.push(format!("point={}", self.point.join(",")));
         }
         q.join("&")
     }
@@ -279,6 +363,15 @@ fn main() -> ExitCode {
     if let Command::Top = cli.command {
         return top(&runtime, &client);
     }
+    if let Command::Capture(args) = &cli.command {
+        return match runtime.block_on(capture(&client, args, cli.json)) {
+            Ok(text) => {
+                eprint!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => client_error(&e, cli.json),
+        };
+    }
     let result = match &cli.command {
         Command::Reload { dry_run: Some(file), verbose } => {
             runtime.block_on(preview(&cli, &client, file, *verbose))
@@ -292,6 +385,34 @@ fn main() -> ExitCode {
         }
         Err(e) => client_error(&e, cli.json),
     }
+}
+
+/// `spillwayctl capture`: the pcapng stream into the file (or standard output), then the
+/// capture's summary, as text for stderr.
+async fn capture(client: &Client, args: &CaptureArgs, json: bool) -> Result<String, ClientError> {
+    let path = format!("/v1/capture?{}", args.query());
+    let header = spillway_control::api::CAPTURE_HEADER;
+    let (id, _) = if args.write == "-" {
+        let mut out = tokio::io::stdout();
+        client.post_streaming(&path, header, &mut out).await?
+    } else {
+        let file = tokio::fs::File::create(&args.write)
+            .await
+            .map_err(|e| ClientError::Input(format!("{}: cannot create: {e}", args.write)))?;
+        let mut out = tokio::io::BufWriter::new(file);
+        client.post_streaming(&path, header, &mut out).await?
+    };
+    // The reader writes the summary just before it ends the stream.
+    let reply = client.call(Method::GET, "/v1/capture", None).await?;
+    let summary: spillway_control::capture::CaptureSummary = serde_json::from_str(&reply)?;
+    if id.as_deref().is_some_and(|id| id != summary.id.to_string()) {
+        return Err(ClientError::Input(format!(
+            "the daemon's last capture is {}, not this one ({})",
+            summary.id,
+            id.unwrap_or_default()
+        )));
+    }
+    Ok(if json { format!("{}\n", render::pretty(&reply)) } else { render::capture(&summary) })
 }
 
 /// One [`top::Sample`]: the four replies it is made of.
@@ -357,7 +478,7 @@ fn top(runtime: &tokio::runtime::Runtime, client: &Client) -> ExitCode {
 fn client_error(e: &ClientError, json: bool) -> ExitCode {
     let code = match e {
         ClientError::Status { .. } | ClientError::Json(_) | ClientError::Http { .. } => 1,
-        ClientError::BadAddress(_) | ClientError::Input(_) => 2,
+        ClientError::BadAddress(_) | ClientError::Input(_) | ClientError::Output(_) => 2,
         ClientError::Unreachable { .. } | ClientError::Timeout(_) => 3,
     };
     match e {
@@ -434,7 +555,7 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
             }
         }
         Command::UndrainInstance => post("/v1/instance/undrain".into(), None).await?,
-        Command::Simulate(_) | Command::Compare { .. } | Command::Top => {
+        Command::Simulate(_) | Command::Compare { .. } | Command::Top | Command::Capture(_) => {
             unreachable!("handled in main")
         }
     };
@@ -463,7 +584,11 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
         Command::Instance | Command::DrainInstance { .. } | Command::UndrainInstance => {
             render::instance(&serde_json::from_str(&body)?)
         }
-        Command::Metrics | Command::Simulate(_) | Command::Compare { .. } | Command::Top => body,
+        Command::Metrics
+        | Command::Simulate(_)
+        | Command::Compare { .. }
+        | Command::Top
+        | Command::Capture(_) => body,
     })
 }
 

@@ -369,6 +369,37 @@ pub fn flows_json_lines(r: &FlowsReply) -> String {
     out
 }
 
+/// `spillwayctl capture`'s summary (to stderr, beside the pcapng).
+pub fn capture(s: &crate::capture::CaptureSummary) -> String {
+    let stopped = match s.stopped_by {
+        Some(by) => serde_json::to_value(by)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        None => "still running".into(),
+    };
+    let mut out = format!(
+        "capture {}: {} packets (received {}, sent {}, dropped {}), {} bytes in {}; stopped by {}\n",
+        s.id,
+        s.packets,
+        s.received,
+        s.sent,
+        s.dropped,
+        s.bytes,
+        duration_ms(s.duration_ms),
+        stopped.replace('_', " "),
+    );
+    let _ = writeln!(out, "filter: {}", s.filter);
+    if s.lost > 0 {
+        let _ = writeln!(
+            out,
+            "lost: {} packets the workers' capture rings had no room for (narrow the filter)",
+            s.lost
+        );
+    }
+    out
+}
+
 /// `spillwayctl reload --dry-run`: the summary (what changes, the connections by fate), then
 /// with `verbose` every service and backend and example connections.
 pub fn preview(r: &PreviewReply, verbose: bool) -> String {
@@ -1103,5 +1134,33 @@ mod tests {
             "{\n  \"error\": \"no such endpoint\"\n}"
         );
         assert_eq!(pretty("not json\n\n"), "not json");
+    }
+
+    #[test]
+    fn a_capture_summary_says_what_was_written_lost_and_why_it_stopped() {
+        let s = crate::capture::CaptureSummary {
+            id: 3,
+            running: false,
+            filter: "vip=198.18.0.10 point=received,sent".into(),
+            packets: 120,
+            received: 60,
+            sent: 60,
+            dropped: 0,
+            lost: 4,
+            discarded: 0,
+            bytes: 20480,
+            duration_ms: 1500,
+            stopped_by: Some(crate::capture::StoppedBy::ClientGone),
+        };
+        assert_eq!(
+            capture(&s),
+            "capture 3: 120 packets (received 60, sent 60, dropped 0), 20480 bytes in 1.500s; \
+             stopped by client gone\n\
+             filter: vip=198.18.0.10 point=received,sent\n\
+             lost: 4 packets the workers' capture rings had no room for (narrow the filter)\n"
+        );
+        let quiet = crate::capture::CaptureSummary { lost: 0, stopped_by: None, ..s };
+        assert!(capture(&quiet).contains("stopped by still running"));
+        assert!(!capture(&quiet).contains("lost"));
     }
 }

@@ -1,0 +1,225 @@
+//! A worker's end of packet capture (`spillwayctl capture`, [`spillway_core::capture`]).
+//!
+//! A worker holds a [`WorkerTap`]. Between bursts it polls its slot ([`WorkerTap::poll`]): it
+//! takes the tap of a capture that starts and drops the tap of one that ended. For each burst
+//! [`WorkerTap::process_burst`] tests whether a tap is held; without one the burst goes to
+//! [`path::process_burst`] as always (one test per burst is the whole cost when nobody
+//! captures). With one, the burst's frames go through the path one at a time, each as a burst of
+//! one (the same decisions: a burst's frames are decided in order, each as alone), and for each frame
+//! that passes the filter the worker keeps:
+//!
+//! - `received`: the frame's first bytes before the path touches them;
+//! - `sent`: the frame as the path left it for the driver (after encapsulation: the outer header
+//!   to the backend is visible); a frame that waits for its next hop's MAC is not captured as
+//!   sent, nor are frames the driver then refuses;
+//! - `dropped`: the frame as it arrived, when the path dropped it;
+//!
+//! each with a [`Note`]: the reason the worker counted (read from its own forward counters
+//! around the frame, or the drop reason), the service, and the backend of its connection-table
+//! entry (or of the table's choice for a packet that makes none). The records of a burst go
+//! into the tap's ring with one store; what does not fit is counted as lost. Nothing here
+//! allocates after the tap is taken, locks or logs.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use spillway_core::capture::{Note, Point, Record, Tap, TapSlot};
+use spillway_core::conntrack::key_hash;
+use spillway_core::counters::Reason;
+use spillway_core::decide::{select, ForwardReason};
+use spillway_core::flow::{tracking_key, PacketInfo};
+use spillway_core::model::Endpoint;
+use spillway_core::snapshot::BackendRef;
+use spillway_core::wire;
+
+use crate::path::{self, Outcome, PacketBuf, PathCtx, MAX_BURST};
+
+/// A worker's capture state: its slot, and the tap of the capture under way.
+#[derive(Debug, Default)]
+pub struct WorkerTap {
+    slot: Arc<TapSlot>,
+    tap: Option<Box<Tap>>,
+    /// A burst's records before they are published (room for two per frame, reserved when the
+    /// first tap is taken).
+    pending: Vec<Record>,
+    lost: u64,
+}
+
+impl WorkerTap {
+    /// A worker's end of `slot` (the control plane offers taps there).
+    pub fn new(slot: Arc<TapSlot>) -> WorkerTap {
+        WorkerTap { slot, ..WorkerTap::default() }
+    }
+
+    /// Between bursts: takes the tap of a capture that starts, drops the tap of one that
+    /// ended (its reader then sees the ring abandoned).
+    pub fn poll(&mut self) {
+        if let Some(tap) = self.slot.take() {
+            self.pending.reserve(2 * MAX_BURST);
+            self.tap = Some(tap);
+            self.lost = 0;
+        }
+        if self.tap.as_ref().is_some_and(|t| t.shared.stop.load(Ordering::Relaxed)) {
+            self.tap = None;
+        }
+    }
+
+    /// Whether a capture is under way on this worker.
+    pub fn is_active(&self) -> bool {
+        self.tap.is_some()
+    }
+
+    /// [`path::process_burst`], capturing what the tap asks for when one is held; `worker`
+    /// and `port` name the frames' worker and port index in the records.
+    #[inline]
+    pub fn process_burst<B: PacketBuf>(
+        &mut self,
+        bufs: &mut [B],
+        ctx: &mut PathCtx<'_>,
+        out: &mut [Outcome; MAX_BURST],
+        worker: usize,
+        port: usize,
+    ) {
+        match self.tap.as_deref_mut() {
+            None => path::process_burst(bufs, ctx, out),
+            Some(tap) => {
+                let n = bufs.len().min(MAX_BURST);
+                let ts_ns = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+                let at = At {
+                    ts_ns,
+                    worker: u16::try_from(worker).unwrap_or(u16::MAX),
+                    port: u16::try_from(port).unwrap_or(u16::MAX),
+                };
+                for (buf, o) in bufs[..n].iter_mut().zip(out.iter_mut()) {
+                    *o = capture_one(tap, &mut self.pending, buf, ctx, at);
+                }
+                publish(tap, &mut self.pending, worker, &mut self.lost);
+            }
+        }
+    }
+}
+
+/// What every record of a burst shares.
+#[derive(Clone, Copy)]
+struct At {
+    ts_ns: u64,
+    worker: u16,
+    port: u16,
+}
+
+/// One frame through the path, its records added to `pending` when it passes the filter.
+fn capture_one<B: PacketBuf>(
+    tap: &Tap,
+    pending: &mut Vec<Record>,
+    buf: &mut B,
+    ctx: &mut PathCtx<'_>,
+    at: At,
+) -> Outcome {
+    let info = wire::classify(buf.data()).ok().and_then(|f| f.kind.packet_info().copied());
+    if !tap.filter.flow_matches(info.as_ref()) {
+        return process_one(buf, ctx);
+    }
+    let first = pending.len();
+    let record = |point, frame: &[u8]| {
+        let mut r = Record::new(point, frame, tap.snaplen, Note::of(""));
+        (r.ts_ns, r.worker, r.port) = (at.ts_ns, at.worker, at.port);
+        r
+    };
+    // The frame as it arrived, for `received` and for `dropped` (the path may rewrite it).
+    let staged = tap.points.received || tap.points.dropped;
+    if staged {
+        pending.push(record(Point::Received, buf.data()));
+    }
+    let before = forward_counts(ctx);
+    let outcome = process_one(buf, ctx);
+    let forwarded = forward_counts(ctx)
+        .iter()
+        .zip(&before)
+        .position(|(after, before)| after != before)
+        .map(|i| ForwardReason::ALL[i]);
+    let mut note = Note::of(match (outcome, forwarded) {
+        (Outcome::Drop(r), _) => r.labels().1,
+        (Outcome::ToKernel, _) => "to_kernel",
+        (Outcome::Consumed, _) => "consumed",
+        (_, Some(f)) => f.as_str(),
+        (Outcome::Transmit | Outcome::Wait, None) => "answered",
+    });
+    if let Some(p) = info.as_ref() {
+        let (service, backend) = decided(p, ctx);
+        note.service = service;
+        note.backend = if forwarded.is_some() { backend } else { None };
+    }
+    if !tap.filter.decision_matches(note.service, note.backend) {
+        pending.truncate(first);
+        return outcome;
+    }
+    if staged {
+        let dropped = matches!(outcome, Outcome::Drop(_)) && tap.points.dropped;
+        match (tap.points.received, dropped) {
+            (true, true) => {
+                let mut copy = pending[first].clone();
+                copy.point = Point::Dropped;
+                pending.push(copy);
+            }
+            (false, true) => pending[first].point = Point::Dropped,
+            (true, false) => {}
+            (false, false) => pending.truncate(first),
+        }
+    }
+    if outcome == Outcome::Transmit && tap.points.sent {
+        pending.push(record(Point::Sent, buf.data()));
+    }
+    for r in &mut pending[first..] {
+        r.note = note;
+    }
+    outcome
+}
+
+/// One frame as a burst of one: the staged path keeps its callers to one, so that the
+/// compiler lays out the common burst as it would without capture (a second caller of its
+/// stages through [`path::process`] cost every established packet 18 instructions).
+fn process_one<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
+    let mut out = [Outcome::Consumed; MAX_BURST];
+    path::process_burst(std::slice::from_mut(buf), ctx, &mut out);
+    out[0]
+}
+
+/// The worker's forward-reason counters (it alone writes them).
+fn forward_counts(ctx: &PathCtx<'_>) -> [u64; ForwardReason::ALL.len()] {
+    ForwardReason::ALL.map(|r| ctx.counters.reason(Reason::Forward(r)).get())
+}
+
+/// The service of `p` and the backend its packet went to: its connection-table entry's, or
+/// the table's choice for a packet that has none.
+fn decided(p: &PacketInfo, ctx: &PathCtx<'_>) -> (Option<u16>, Option<Endpoint>) {
+    let Some(svc) = ctx.snap.service_for(p) else { return (None, None) };
+    let key = tracking_key(p, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id);
+    let slot = match ctx.shard.lookup(&key, key_hash(&key), ctx.now) {
+        Some((_, e)) => Some(BackendRef::from_u32(e.value.backend).slot),
+        None => select(p, svc, ctx.snap),
+    };
+    (Some(svc.id), slot.and_then(|s| ctx.snap.backend(s)).map(|b| b.endpoint))
+}
+
+/// The burst's records into the ring, with one store; what does not fit is lost and counted.
+fn publish(tap: &mut Tap, pending: &mut Vec<Record>, worker: usize, lost: &mut u64) {
+    if pending.is_empty() {
+        return;
+    }
+    let room = tap.ring.slots().min(pending.len());
+    let put = match tap.ring.write_chunk_uninit(room) {
+        Ok(chunk) => chunk.fill_from_iter(pending.drain(..room)),
+        Err(_) => 0,
+    };
+    let missed = (pending.len() + room - put) as u64;
+    pending.clear();
+    if missed > 0 {
+        *lost += missed;
+        if let Some(l) = tap.shared.lost.get(worker) {
+            l.store(*lost, Ordering::Relaxed);
+        }
+    }
+}

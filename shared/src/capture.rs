@@ -1,0 +1,402 @@
+//! Packet capture that knows the load balancer (`spillwayctl capture`): what a capture asks of
+//! the workers, what they hand back, and how the two meet without a lock.
+//!
+//! The control plane starts a capture by giving every worker a [`Tap`] through the worker's
+//! [`TapSlot`], a one-place queue the worker polls between bursts. While a worker holds a tap
+//! it runs its bursts packet by packet (the same decisions as the staged burst path) and keeps
+//! the packets that pass the tap's [`Filter`] at the tap's [`Points`] as [`Record`]s: the bytes
+//! (up to the tap's snap length) and a [`Note`] of what the worker decided. It publishes a
+//! burst's records into the tap's ring (an SPSC ring, `rtrb`) with one store; a ring without
+//! room loses the rest of that burst's records, counted in [`TapShared::lost`] (the worker
+//! never waits for the reader). The capture ends when the control plane sets
+//! [`TapShared::stop`]: every worker drops its tap at its next poll, which the reader sees as
+//! its ring abandoned.
+//!
+//! Without a tap, a worker tests one `Option` per burst and one empty queue per poll.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::addr::{Addr, Prefix};
+use crate::flow::PacketInfo;
+use crate::model::Endpoint;
+
+/// The most bytes of a packet a record keeps (a 1,500-byte packet, its Ethernet header and the
+/// largest encapsulation fit).
+pub const SNAP_MAX: usize = 2048;
+
+/// Where in the path a packet was seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Point {
+    /// As it arrived, before anything was changed.
+    Received,
+    /// As it left for the driver, after encapsulation or rewriting (its outer header to the
+    /// backend included).
+    Sent,
+    /// As it arrived, when the path dropped it ([`Note::decision`] says why).
+    Dropped,
+}
+
+impl Point {
+    /// Every point.
+    pub const ALL: [Point; 3] = [Point::Received, Point::Sent, Point::Dropped];
+
+    /// The point's name, as the API and the comments spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Point::Received => "received",
+            Point::Sent => "sent",
+            Point::Dropped => "dropped",
+        }
+    }
+
+    /// The point named `s`.
+    pub fn parse(s: &str) -> Option<Point> {
+        Point::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+/// The points a capture keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Points {
+    /// [`Point::Received`].
+    pub received: bool,
+    /// [`Point::Sent`].
+    pub sent: bool,
+    /// [`Point::Dropped`].
+    pub dropped: bool,
+}
+
+impl Points {
+    /// Every point.
+    pub const ALL: Points = Points { received: true, sent: true, dropped: true };
+
+    /// No point.
+    pub const NONE: Points = Points { received: false, sent: false, dropped: false };
+
+    /// Whether `p` is kept.
+    pub fn has(self, p: Point) -> bool {
+        match p {
+            Point::Received => self.received,
+            Point::Sent => self.sent,
+            Point::Dropped => self.dropped,
+        }
+    }
+
+    /// These points and `p`.
+    pub fn with(mut self, p: Point) -> Points {
+        match p {
+            Point::Received => self.received = true,
+            Point::Sent => self.sent = true,
+            Point::Dropped => self.dropped = true,
+        }
+        self
+    }
+}
+
+/// Which packets a capture keeps; an unset field matches everything. The flow fields are read
+/// from the packet as it arrived (for an ICMP error, the flow it is about, as the decision reads
+/// it); a packet without flow fields (ARP, neighbour discovery, other ethertypes) matches only
+/// a filter without them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// The destination address (the VIP).
+    pub vip: Option<Addr>,
+    /// The destination port.
+    pub dport: Option<u16>,
+    /// The source address (the client) is in this prefix.
+    pub client: Option<Prefix>,
+    /// The source port.
+    pub sport: Option<u16>,
+    /// The IP protocol number.
+    pub proto: Option<u8>,
+    /// The service the packet's rule belongs to, by id.
+    pub service: Option<u16>,
+    /// The backend the packet was sent to: an address, and a port when given.
+    pub backend: Option<(Addr, Option<u16>)>,
+}
+
+impl Filter {
+    fn has_flow_fields(&self) -> bool {
+        self.vip.is_some()
+            || self.dport.is_some()
+            || self.client.is_some()
+            || self.sport.is_some()
+            || self.proto.is_some()
+            || self.service.is_some()
+            || self.backend.is_some()
+    }
+
+    /// Whether a packet with flow fields `info` (`None`: it has none) passes the fields that
+    /// are known before the decision.
+    pub fn flow_matches(&self, info: Option<&PacketInfo>) -> bool {
+        let Some(p) = info else { return !self.has_flow_fields() };
+        self.vip.is_none_or(|v| v == p.dst)
+            && self.dport.is_none_or(|d| d == p.dport)
+            && self.client.as_ref().is_none_or(|c| c.contains(p.src))
+            && self.sport.is_none_or(|s| s == p.sport)
+            && self.proto.is_none_or(|x| x == p.proto)
+    }
+
+    /// Whether a decision for service `service` and backend `backend` passes the service and
+    /// backend fields.
+    pub fn decision_matches(&self, service: Option<u16>, backend: Option<Endpoint>) -> bool {
+        let service_ok = self.service.is_none_or(|s| service == Some(s));
+        let backend_ok = self.backend.is_none_or(|(addr, port)| {
+            backend.is_some_and(|b| b.addr == addr && port.is_none_or(|p| p == b.port))
+        });
+        service_ok && backend_ok
+    }
+}
+
+/// What the worker decided for a captured packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Note {
+    /// The reason the worker counted for the packet: a forward reason (`conntrack_hit`,
+    /// `new_connection`, `replaced_*`, `sync_takeover`) or a drop reason; `answered` for a
+    /// packet the node answered itself (ARP, neighbour discovery, echo, an ICMP error),
+    /// `to_kernel` for one handed to the kernel interface, `consumed` for one the node used.
+    pub decision: &'static str,
+    /// The service whose rule matched, by id.
+    pub service: Option<u16>,
+    /// The backend the packet was sent to.
+    pub backend: Option<Endpoint>,
+}
+
+impl Note {
+    /// A note of `decision` alone.
+    pub const fn of(decision: &'static str) -> Note {
+        Note { decision, service: None, backend: None }
+    }
+}
+
+/// One captured packet.
+#[derive(Clone, Debug)]
+pub struct Record {
+    /// When its burst was received: nanoseconds since the Unix epoch.
+    pub ts_ns: u64,
+    /// The worker that handled it.
+    pub worker: u16,
+    /// The index of the port it arrived on (and, when sent, left by).
+    pub port: u16,
+    /// Where it was seen.
+    pub point: Point,
+    /// What was decided.
+    pub note: Note,
+    /// Its length on the wire.
+    pub orig_len: u32,
+    len: u16,
+    data: [u8; SNAP_MAX],
+}
+
+impl Record {
+    /// A record of the first `snaplen` bytes of `frame` (at most [`SNAP_MAX`]).
+    pub fn new(point: Point, frame: &[u8], snaplen: usize, note: Note) -> Record {
+        let len = frame.len().min(snaplen).min(SNAP_MAX);
+        let mut data = [0u8; SNAP_MAX];
+        data[..len].copy_from_slice(&frame[..len]);
+        Record {
+            ts_ns: 0,
+            worker: 0,
+            port: 0,
+            point,
+            note,
+            orig_len: u32::try_from(frame.len()).unwrap_or(u32::MAX),
+            // SNAP_MAX fits in u16.
+            len: len as u16,
+            data,
+        }
+    }
+
+    /// The bytes kept.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data[..usize::from(self.len)]
+    }
+}
+
+/// What a capture's reader and its workers share.
+#[derive(Debug)]
+pub struct TapShared {
+    /// Set by the reader: the capture is over.
+    pub stop: AtomicBool,
+    /// Per worker, the records it could not publish (its ring was full); each written by its
+    /// worker alone, once per burst that lost some.
+    pub lost: Box<[AtomicU64]>,
+}
+
+impl TapShared {
+    /// For `workers` workers.
+    pub fn new(workers: usize) -> TapShared {
+        TapShared { stop: AtomicBool::new(false), lost: (0..workers).map(|_| 0.into()).collect() }
+    }
+
+    /// Records lost by every worker.
+    pub fn lost_total(&self) -> u64 {
+        self.lost.iter().map(|l| l.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// One worker's share of a capture.
+#[derive(Debug)]
+pub struct Tap {
+    /// Which packets to keep.
+    pub filter: Filter,
+    /// Where.
+    pub points: Points,
+    /// How many bytes of each (1..=[`SNAP_MAX`]).
+    pub snaplen: usize,
+    /// Where the records go.
+    pub ring: rtrb::Producer<Record>,
+    /// The stop flag and the loss counters.
+    pub shared: Arc<TapShared>,
+}
+
+/// A worker's slot for the tap of a capture that starts: the control plane puts, the worker
+/// takes between bursts.
+#[derive(Debug)]
+pub struct TapSlot(ArrayQueue<Box<Tap>>);
+
+impl Default for TapSlot {
+    fn default() -> Self {
+        TapSlot(ArrayQueue::new(1))
+    }
+}
+
+impl TapSlot {
+    /// Offers `tap` to the worker; gives it back when the worker has not taken the previous
+    /// one (it is not polling).
+    pub fn offer(&self, tap: Box<Tap>) -> Result<(), Box<Tap>> {
+        self.0.push(tap)
+    }
+
+    /// The tap offered, if any (the worker, between bursts).
+    pub fn take(&self) -> Option<Box<Tap>> {
+        self.0.pop()
+    }
+}
+
+/// Starts a capture on workers that poll `slots` (one per worker, in worker order): a ring of
+/// `ring_records` records per worker. The readers' ends of the rings, in worker order, and
+/// what the capture shares; `Err(worker)` when that worker had not taken its previous tap
+/// (the taps already offered are taken back).
+pub fn start(
+    slots: &[Arc<TapSlot>],
+    filter: &Filter,
+    points: Points,
+    snaplen: usize,
+    ring_records: usize,
+) -> Result<(Vec<rtrb::Consumer<Record>>, Arc<TapShared>), usize> {
+    let shared = Arc::new(TapShared::new(slots.len()));
+    let mut readers = Vec::with_capacity(slots.len());
+    for (w, slot) in slots.iter().enumerate() {
+        let (ring, reader) = rtrb::RingBuffer::new(ring_records.max(1));
+        let tap = Tap {
+            filter: filter.clone(),
+            points,
+            snaplen: snaplen.clamp(1, SNAP_MAX),
+            ring,
+            shared: Arc::clone(&shared),
+        };
+        if slot.offer(Box::new(tap)).is_err() {
+            // Nobody has taken the taps offered so far, or a worker took one: either way the
+            // stop flag ends them.
+            shared.stop.store(true, Ordering::Relaxed);
+            return Err(w);
+        }
+        readers.push(reader);
+    }
+    Ok((readers, shared))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(src: &str, sport: u16, dst: &str, dport: u16, proto: u8) -> PacketInfo {
+        PacketInfo {
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            proto,
+            sport,
+            dport,
+            ..PacketInfo::default()
+        }
+    }
+
+    #[test]
+    fn a_filter_matches_each_flow_field_and_an_empty_one_everything() {
+        let p = info("198.18.10.7", 40000, "198.18.0.10", 80, 6);
+        assert!(Filter::default().flow_matches(Some(&p)));
+        assert!(Filter::default().flow_matches(None));
+        let vip = Filter { vip: Some("198.18.0.10".parse().unwrap()), ..Filter::default() };
+        assert!(vip.flow_matches(Some(&p)));
+        assert!(!vip.flow_matches(None), "an ARP frame has no VIP");
+        let other_vip = Filter { vip: Some("198.18.0.11".parse().unwrap()), ..Filter::default() };
+        assert!(!other_vip.flow_matches(Some(&p)));
+        let client =
+            Filter { client: Some("198.18.10.0/24".parse().unwrap()), ..Filter::default() };
+        assert!(client.flow_matches(Some(&p)));
+        let far = Filter { client: Some("198.18.11.0/24".parse().unwrap()), ..Filter::default() };
+        assert!(!far.flow_matches(Some(&p)));
+        let tuple = Filter {
+            vip: Some("198.18.0.10".parse().unwrap()),
+            dport: Some(80),
+            client: Some(Prefix::host("198.18.10.7".parse().unwrap())),
+            sport: Some(40000),
+            proto: Some(6),
+            ..Filter::default()
+        };
+        assert!(tuple.flow_matches(Some(&p)));
+        assert!(!Filter { sport: Some(40001), ..tuple.clone() }.flow_matches(Some(&p)));
+        assert!(!Filter { dport: Some(443), ..tuple.clone() }.flow_matches(Some(&p)));
+        assert!(!Filter { proto: Some(17), ..tuple }.flow_matches(Some(&p)));
+    }
+
+    #[test]
+    fn a_filter_on_service_or_backend_needs_that_decision() {
+        let b = Endpoint { addr: "198.18.1.2".parse().unwrap(), port: 8080 };
+        let any = Filter::default();
+        assert!(any.decision_matches(None, None));
+        let svc = Filter { service: Some(3), ..Filter::default() };
+        assert!(svc.decision_matches(Some(3), Some(b)));
+        assert!(!svc.decision_matches(Some(4), Some(b)));
+        assert!(!svc.decision_matches(None, None));
+        let addr = Filter { backend: Some((b.addr, None)), ..Filter::default() };
+        assert!(addr.decision_matches(Some(3), Some(b)));
+        assert!(!addr.decision_matches(Some(3), None), "a dropped packet has no backend");
+        let ported = Filter { backend: Some((b.addr, Some(8081))), ..Filter::default() };
+        assert!(!ported.decision_matches(Some(3), Some(b)));
+        // Service and backend fields also keep packets without flow fields out.
+        assert!(!svc.flow_matches(None));
+    }
+
+    #[test]
+    fn a_record_keeps_at_most_the_snap_length() {
+        let frame: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+        let r = Record::new(Point::Received, &frame, 100, Note::of("conntrack_hit"));
+        assert_eq!(r.bytes(), &frame[..100]);
+        assert_eq!(r.orig_len, 3000);
+        let whole = Record::new(Point::Sent, &frame, usize::MAX, Note::of("x"));
+        assert_eq!(whole.bytes().len(), SNAP_MAX);
+        let short = Record::new(Point::Sent, &frame[..60], 128, Note::of("x"));
+        assert_eq!(short.bytes(), &frame[..60]);
+    }
+
+    #[test]
+    fn a_capture_starts_only_when_every_worker_took_its_last_tap() {
+        let slots: Vec<Arc<TapSlot>> = (0..2).map(|_| Arc::default()).collect();
+        let (readers, shared) = start(&slots, &Filter::default(), Points::ALL, 128, 8).unwrap();
+        assert_eq!(readers.len(), 2);
+        let t0 = slots[0].take().expect("worker 0's tap");
+        assert_eq!(t0.snaplen, 128);
+        // Worker 1 has not polled: a second capture cannot start, and says which worker.
+        assert_eq!(start(&slots, &Filter::default(), Points::ALL, 128, 8).err(), Some(1));
+        assert!(!shared.stop.load(Ordering::Relaxed), "the first capture runs on");
+        assert_eq!(Point::parse("dropped"), Some(Point::Dropped));
+        assert_eq!(Point::parse("lost"), None);
+        assert!(Points::NONE.with(Point::Sent).has(Point::Sent));
+        assert!(!Points::NONE.with(Point::Sent).has(Point::Received));
+    }
+}
