@@ -56,6 +56,56 @@ pub const FLAP_LOG_LINES: u32 = 5;
 /// The window of [`FLAP_LOG_LINES`].
 pub const FLAP_WINDOW: Duration = Duration::from_secs(60);
 
+/// How long a reload that adds backends waits for their next hops' MACs before it publishes
+/// the new snapshot (without it their first packets wait for the MAC in the workers,
+/// [`spillway_core`]'s data path queue); past it the reload applies all the same, logged.
+pub const RESOLVE_AHEAD: Duration = Duration::from_millis(500);
+
+/// A reload's wait for the next hops of the backends it adds ([`RESOLVE_AHEAD`]).
+#[derive(Debug, Clone)]
+pub struct ResolveAhead {
+    hops: Vec<Addr>,
+    started: Instant,
+}
+
+impl ResolveAhead {
+    /// Asks `view` to resolve the next hops of the backends at `added`; waits for those that
+    /// have no MAC yet.
+    pub fn start(view: &dyn DataplaneView, added: &[Addr], now: Instant) -> ResolveAhead {
+        ResolveAhead { hops: view.resolve_ahead(added), started: now }
+    }
+
+    /// `None` while some next hop has no MAC and the wait is not over; then the next hops
+    /// still without one (empty when every one resolved).
+    pub fn poll(&self, view: &dyn DataplaneView, now: Instant) -> Option<Vec<Addr>> {
+        if self.hops.is_empty() {
+            return Some(Vec::new());
+        }
+        let missing = view.unresolved(&self.hops);
+        (missing.is_empty() || now.duration_since(self.started) >= RESOLVE_AHEAD).then_some(missing)
+    }
+
+    /// Logs how the wait ended (only when there was something to wait for).
+    pub fn log(&self, missing: &[Addr], now: Instant) {
+        let waited_ms = now.duration_since(self.started).as_millis();
+        if !missing.is_empty() {
+            let list: Vec<String> = missing.iter().map(Addr::to_string).collect();
+            tracing::warn!(
+                waited_ms,
+                next_hops = %list.join(", "),
+                "reload: next hops not resolved in time, applying all the same (the first \
+                 packets to them wait for their MACs)"
+            );
+        } else if !self.hops.is_empty() {
+            tracing::info!(
+                waited_ms,
+                next_hops = self.hops.len(),
+                "reload: new next hops resolved"
+            );
+        }
+    }
+}
+
 /// One backend's verdict changes and its log budget in the current window.
 #[derive(Debug, Default, Clone, Copy)]
 struct FlapLog {
@@ -335,6 +385,22 @@ impl Controller {
     /// went unlogged.
     pub fn health_changes(&self, key: &BackendKey) -> (u64, u64) {
         self.flaps.get(key).map_or((0, 0), |f| (f.changes, f.suppressed))
+    }
+
+    /// The addresses of the backends `config` has and the running configuration has not: the
+    /// ones whose next hops a reload resolves before it publishes.
+    pub fn added_backend_addresses(&self, config: &Config) -> Vec<Addr> {
+        let running: hashbrown::HashSet<Addr> =
+            self.state.model().backends().map(|(k, _, _)| k.endpoint.addr).collect();
+        let mut added: Vec<Addr> = config
+            .to_model()
+            .backends()
+            .map(|(k, _, _)| k.endpoint.addr)
+            .filter(|a| !running.contains(a))
+            .collect();
+        added.sort_unstable();
+        added.dedup();
+        added
     }
 
     /// Apply an already validated configuration (NX-4: backends that stay keep their slots,

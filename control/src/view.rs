@@ -41,6 +41,20 @@ pub trait DataplaneView: Send + Sync + 'static {
         &[]
     }
 
+    /// Asks for the next hops of `backends` to be resolved now (a reload that adds them waits
+    /// for their MACs before it publishes: [`crate::controller::RESOLVE_AHEAD`]); the next
+    /// hops among them that have no MAC yet. Default: nothing to wait for.
+    fn resolve_ahead(&self, backends: &[Addr]) -> Vec<Addr> {
+        let _ = backends;
+        Vec::new()
+    }
+
+    /// Of `next_hops`, those that still have no MAC.
+    fn unresolved(&self, next_hops: &[Addr]) -> Vec<Addr> {
+        let known = self.neighbours();
+        next_hops.iter().filter(|h| !known.iter().any(|(a, _)| a == *h)).copied().collect()
+    }
+
     /// The resolved neighbours (next hop, MAC).
     fn neighbours(&self) -> Vec<(Addr, [u8; 6])>;
 

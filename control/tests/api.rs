@@ -103,6 +103,10 @@ struct FakeView {
     silent: usize,
     parked: Mutex<Vec<ReplySender>>,
     queries: Mutex<Vec<(FlowKey, u64)>>,
+    /// Backends a reload asked to resolve ahead (each on-link: its own next hop).
+    asked: Mutex<Vec<Addr>>,
+    /// Next hops with a MAC.
+    resolved: Mutex<Vec<Addr>>,
 }
 
 impl DataplaneView for FakeView {
@@ -132,8 +136,13 @@ impl DataplaneView for FakeView {
             .collect()
     }
 
+    fn resolve_ahead(&self, backends: &[Addr]) -> Vec<Addr> {
+        self.asked.lock().unwrap().extend_from_slice(backends);
+        self.unresolved(backends)
+    }
+
     fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {
-        Vec::new()
+        self.resolved.lock().unwrap().iter().map(|a| (*a, [2, 0, 0, 0, 0, 1])).collect()
     }
 }
 
@@ -172,6 +181,8 @@ async fn fixture_with(unix: bool, config: fn(u16) -> String) -> Fixture {
         silent: 2,
         parked: Mutex::new(Vec::new()),
         queries: Mutex::new(Vec::new()),
+        asked: Mutex::new(Vec::new()),
+        resolved: Mutex::new(Vec::new()),
     });
     let listen = if unix {
         format!("unix:{}", dir.path().join("api.sock").display())
@@ -428,6 +439,55 @@ async fn nx_3_reload_rejects_an_invalid_file_and_reports_a_valid_change() {
     let (_, text) = f.client.get("/metrics").await.unwrap();
     assert!(text.contains("spillway_reloads_total{result=\"applied\"} 1"), "{text}");
     assert!(text.contains("spillway_reloads_total{result=\"rejected\"} 1"), "{text}");
+}
+
+/// A reload that adds a backend asks for its next hop and publishes only once it has a MAC;
+/// one whose next hop never answers is applied all the same after `RESOLVE_AHEAD`. Backends
+/// the running configuration already has are not waited for.
+#[tokio::test]
+async fn a_reload_resolves_the_next_hops_of_the_backends_it_adds_before_it_publishes() {
+    use spillway_control::controller::RESOLVE_AHEAD;
+    let f = fixture(true).await;
+    let generation = |f: &Fixture| f.controller.lock().unwrap().snapshot().generation;
+    let before = generation(&f);
+    let good = yaml(f.closed_port);
+    let added = good.replace("[10.0.1.1, 10.0.1.2]", "[10.0.1.1, 10.0.1.2, 10.0.1.3]");
+    std::fs::write(&f.path, &added).unwrap();
+    let b3: Addr = "10.0.1.3".parse().unwrap();
+    let view = Arc::clone(&f.view);
+    let controller = Arc::clone(&f.controller);
+    // The resolver's part: once the reload asked for 10.0.1.3, the new snapshot is not out
+    // yet; then the answer comes.
+    let resolver = tokio::spawn(async move {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !view.asked.lock().unwrap().contains(&b3) {
+            assert!(Instant::now() < deadline, "the reload never asked for 10.0.1.3");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let unpublished = controller.lock().unwrap().snapshot().generation == before;
+        view.resolved.lock().unwrap().push(b3);
+        unpublished
+    });
+    let t0 = Instant::now();
+    let r: ReloadReply = f.post("/v1/reload", serde_json::Value::Null).await;
+    let took = t0.elapsed();
+    assert!(resolver.await.unwrap(), "the snapshot with 10.0.1.3 waited for its MAC");
+    assert_eq!(r.added, ["web/10.0.1.3"]);
+    assert!(generation(&f) > before);
+    assert_eq!(*f.view.asked.lock().unwrap(), [b3], "only the added backend is asked for");
+    assert!(took < RESOLVE_AHEAD, "applied as soon as it resolved: {took:?}");
+
+    // A next hop that never answers: applied after the bounded wait.
+    let silent = added.replace("10.0.1.3]", "10.0.1.3, 10.0.1.4]");
+    std::fs::write(&f.path, &silent).unwrap();
+    let before = generation(&f);
+    let t0 = Instant::now();
+    let r: ReloadReply = f.post("/v1/reload", serde_json::Value::Null).await;
+    let took = t0.elapsed();
+    assert_eq!(r.added, ["web/10.0.1.4"]);
+    assert!(generation(&f) > before);
+    assert!(took >= RESOLVE_AHEAD, "waited for 10.0.1.4: {took:?}");
 }
 
 /// [`yaml`] with an exception interface and a `fleet:` section.

@@ -1,6 +1,7 @@
 //! The main lcore's loop while the workers run: the control plane's event loop.
 //!
-//! It applies health verdicts as they arrive, reloads on SIGHUP, feeds the measured load to
+//! It applies health verdicts as they arrive, reloads on SIGHUP (once the next hops of the
+//! backends the new file adds are resolved, at most `controller::RESOLVE_AHEAD` later), feeds the measured load to
 //! the controller every second, keeps the backends' next hops resolved (the resolver sends
 //! its requests through worker 0's outbox), frees retired snapshots, prints live counters, and
 //! returns when the stop flag is set or `--duration` has passed.
@@ -9,8 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use spillway_control::config;
 use spillway_control::config::AnnounceConfig;
-use spillway_control::controller::Controller;
+use spillway_control::controller::{Controller, ResolveAhead};
 use spillway_control::view::DataplaneView;
 use spillway_core::addr::Addr;
 use spillway_core::counters::{KernelPathCounters, PathDrop, Reason};
@@ -101,6 +103,7 @@ pub async fn run(
     let mut watchdog = Watchdog::from_env(counters.len());
     let mut bypass_watch = BypassWatch::default();
     let mut kernel_watch = KernelDropWatch::default();
+    let mut pending_reload: Option<(config::Config, ResolveAhead)> = None;
     loop {
         tokio::select! {
             Some(ev) = async { match events.as_mut() { Some(e) => e.recv().await, None => None } } => {
@@ -165,7 +168,27 @@ pub async fn run(
         if let Some(c) = &control {
             let mut c = lock(c);
             if signals.reload.swap(false, Ordering::Relaxed) {
-                match c.reload() {
+                // Read and validated now; applied once the next hops of the backends it adds
+                // are resolved, or RESOLVE_AHEAD has passed (a later SIGHUP replaces it).
+                match config::load(c.path()) {
+                    Ok(config) => {
+                        let added = c.added_backend_addresses(&config);
+                        let ahead = ResolveAhead::start(&*view, &added, now);
+                        pending_reload = Some((config, ahead));
+                    }
+                    Err(e) => {
+                        c.note_rejected_reload();
+                        tracing::error!("reload rejected, running configuration kept: {e}");
+                    }
+                }
+            }
+            // Once resolved or past the wait: apply (taken only then; until then it waits).
+            let ready = pending_reload.as_ref().and_then(|(_, a)| a.poll(&*view, now));
+            if let Some((missing, (config, ahead))) =
+                ready.and_then(|m| pending_reload.take().map(|p| (m, p)))
+            {
+                ahead.log(&missing, now);
+                match c.apply_config(config) {
                     Ok(r) => tracing::info!(
                         services = r.services,
                         added = r.change.added.len(),

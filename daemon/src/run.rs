@@ -363,6 +363,8 @@ fn run_config(
         mailboxes: if balance { mailboxes } else { Vec::new() },
         tap_slots: if balance { tap_slots } else { Vec::new() },
         neighbours: resolver.cell(),
+        neighbour_events: resolver.events(),
+        node: control.as_ref().map(|(_, n)| *n),
         neighbour_counters: resolver.counters(),
         kernel: kernel_path.as_ref().map(|_| Arc::clone(&kernel_counters)),
         ports: port_counters.clone(),

@@ -11,7 +11,8 @@ use spillway_core::counters::{
 };
 use spillway_core::flow::FlowKey;
 use spillway_core::mailbox::Mailbox;
-use spillway_dataplane::neighbour::NeighbourCell;
+use spillway_dataplane::neighbour::{NeighbourCell, NeighbourEvent, NeighbourEvents};
+use spillway_dataplane::node::Node;
 
 /// The data plane as the control plane sees it.
 #[derive(Debug, Clone)]
@@ -24,6 +25,10 @@ pub struct DaemonView {
     pub tap_slots: Vec<Arc<TapSlot>>,
     /// The neighbour table.
     pub neighbours: NeighbourCell,
+    /// Where the resolver hears which next hops to ask for (a reload's new backends).
+    pub neighbour_events: NeighbourEvents,
+    /// The node (its subnets and gateways: a backend's next hop); `None` in io-forward mode.
+    pub node: Option<Node>,
     /// What the resolver did with the answers workers heard.
     pub neighbour_counters: Arc<NeighbourCounters>,
     /// The exception path's counters, when there is one.
@@ -51,6 +56,29 @@ impl DataplaneView for DaemonView {
 
     fn tap_slots(&self) -> &[Arc<TapSlot>] {
         &self.tap_slots
+    }
+
+    fn resolve_ahead(&self, backends: &[Addr]) -> Vec<Addr> {
+        let Some(node) = &self.node else { return Vec::new() };
+        let table = self.neighbours.load();
+        let mut hops: Vec<Addr> = backends
+            .iter()
+            .filter_map(|b| node.next_hop(b))
+            .filter(|h| table.get(h).is_none())
+            .collect();
+        hops.sort_unstable();
+        hops.dedup();
+        for h in &hops {
+            // A full queue (a flood of misses from the workers) only delays this: the
+            // workers ask for it again when a packet needs it.
+            let _ = self.neighbour_events.push(NeighbourEvent::Wanted(*h));
+        }
+        hops
+    }
+
+    fn unresolved(&self, next_hops: &[Addr]) -> Vec<Addr> {
+        let table = self.neighbours.load();
+        next_hops.iter().filter(|h| table.get(h).is_none()).copied().collect()
     }
 
     fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {

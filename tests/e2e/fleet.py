@@ -87,6 +87,11 @@ CLIENT_PLEN = 24
 VIP_WEB = "198.19.200.1"  # service "web": TCP 80 (HTTP) and 7000 (long-lived echo)
 VIP_OTHER = "198.19.200.2"  # service "other"
 VIPS = (VIP_WEB, VIP_OTHER)
+# With Fleet(ipv6=True): the same layout in IPv6 beside it (fd00::/8), and an IPv6 VIP for web.
+ROUTER_FABRIC_V6 = "fd00:18::fe"
+ROUTER_CLIENT_V6 = "fd00:19::fe"
+PLEN6 = 64
+VIP_WEB6 = "fd00:200::1"  # service "web6": web's backends by their IPv6 addresses (IP6IP6)
 ECHO_PORT = T.ECHO_PORT
 FABRIC_BRIDGE = T.BRIDGE  # "br0", in the router namespace
 CLIENT_BRIDGE = "brc"  # in the router namespace
@@ -107,6 +112,12 @@ def node_address(k: int) -> str:
     if not 1 <= k <= 200:
         raise ValueError(f"instance number out of range: {k}")
     return f"198.18.0.{10 + k}"
+
+
+def node_address6(k: int) -> str:
+    """Instance ``k``'s IPv6 node address (with ``Fleet(ipv6=True)``): fd00:18::(10+k)."""
+    node_address(k)
+    return f"fd00:18::{10 + k}"
 
 
 def needs_bird():
@@ -145,9 +156,10 @@ debug protocols { states, events };
 
 
 def router_bird_config(nodes: Sequence[str], bfd: bool = False, hold: int = 3, keepalive: int = 1,
-                       bfd_interval_ms: int = 100, bfd_multiplier: int = 3) -> str:
+                       bfd_interval_ms: int = 100, bfd_multiplier: int = 3, nodes6: Sequence[str] = ()) -> str:
     """The router's BIRD config: eBGP session ``i<k>`` to each of ``nodes`` (k = position + 1),
-    everything learned goes into the kernel FIB, equal paths merged into one multipath route."""
+    everything learned goes into the kernel FIB, equal paths merged into one multipath route.
+    With ``nodes6`` also an IPv6 session ``i<k>v6`` to each, into the IPv6 FIB the same way."""
     out = [_COMMON, f"router id {ROUTER_FABRIC_V4};\n\n",
            "protocol device { scan time 10; }\n\n",
            "# One ECMP route per VIP in the main table: one next hop per instance announcing it.\n"
@@ -164,14 +176,29 @@ def router_bird_config(nodes: Sequence[str], bfd: bool = False, hold: int = 3, k
                "}\n\n")
     for k, node in enumerate(nodes, 1):
         out.append(f"protocol bgp i{k} from spillway {{ neighbor {node} as {INSTANCE_AS}; }}\n")
+    if nodes6:
+        out.append("\nprotocol kernel kernel6 {\n  scan time 10;\n  merge paths on;\n"
+                   "  ipv6 { import none; export all; };\n}\n\n"
+                   "template bgp spillway6 {\n"
+                   f"  local {ROUTER_FABRIC_V6} as {ROUTER_AS};\n"
+                   f"  {_timers(hold, keepalive)}\n"
+                   "  graceful restart off;\n"
+                   "  long lived graceful restart off;\n"
+                   f"  bfd {'on' if bfd else 'off'};\n"
+                   "  ipv6 { import all; export none; };\n"
+                   "}\n\n")
+        for k, node in enumerate(nodes6, 1):
+            out.append(f"protocol bgp i{k}v6 from spillway6 {{ neighbor {node} as {INSTANCE_AS}; }}\n")
     return "".join(out)
 
 
 def instance_bird_config(node: str, bfd: bool = False, hold: int = 3, keepalive: int = 1,
-                         bfd_interval_ms: int = 100, bfd_multiplier: int = 3, table: int = VIP_TABLE) -> str:
+                         bfd_interval_ms: int = 100, bfd_multiplier: int = 3, table: int = VIP_TABLE,
+                         ipv6: bool = False) -> str:
     """An instance's BIRD config: learn the VIP routes Spillway installs in kernel table
     ``table`` (any protocol number but BIRD's own, e.g. 252) and announce exactly those to the
-    router (eBGP ``uplink``), next hop = the node address."""
+    router (eBGP ``uplink``), next hop = the node address. With ``ipv6`` the IPv6 VIP routes
+    the same way (``vips6``, ``uplink6`` to the router's IPv6 address)."""
     out = [_COMMON, f"router id {node};\n\n",
            "protocol device { scan time 10; }\n\n",
            "# The VIPs Spillway serves: <vip>/32 dev spl0 proto 252 table 100. `learn` imports the\n"
@@ -198,6 +225,26 @@ def instance_bird_config(node: str, bfd: bool = False, hold: int = 3, keepalive:
                "    next hop self;\n"
                "  };\n"
                "}\n")
+    if ipv6:
+        out.append("\nprotocol kernel vips6 {\n"
+                   f"  kernel table {table};\n"
+                   "  learn;\n"
+                   "  scan time 1;\n"
+                   "  ipv6 { import all; export none; };\n"
+                   "}\n\n"
+                   "protocol bgp uplink6 {\n"
+                   f"  local as {INSTANCE_AS};\n"
+                   f"  neighbor {ROUTER_FABRIC_V6} as {ROUTER_AS};\n"
+                   f"  {_timers(hold, keepalive)}\n"
+                   "  graceful restart off;\n"
+                   "  long lived graceful restart off;\n"
+                   f"  bfd {'on' if bfd else 'off'};\n"
+                   "  ipv6 {\n"
+                   "    import none;\n"
+                   "    export where source = RTS_INHERIT;\n"
+                   "    next hop self;\n"
+                   "  };\n"
+                   "}\n")
     return "".join(out)
 
 
@@ -374,7 +421,10 @@ class Router(Namespace):
         return json.loads(out) if out else []
 
     def nexthops(self, vip: str) -> list[str]:
-        """The kernel FIB's next hops for ``vip``/32 (sorted; [] without a route)."""
+        """The kernel FIB's next hops for ``vip``/32 (/128; sorted; [] without a route)."""
+        if ":" in vip:
+            out = self.ip("-6", "-j", "route", "show", "table", "main", f"{vip}/128").stdout.strip()
+            return _parse_nexthops(json.loads(out) if out else [])
         return _parse_nexthops(self.routes(f"{vip}/32"))
 
 
@@ -387,6 +437,7 @@ class Instance(Namespace):
         self.k = k
         self.short = f"i{k}"
         self.node = node_address(k)
+        self.node6 = node_address6(k)  # used with Fleet(ipv6=True)
         self.gateway = ROUTER_FABRIC_V4
         self.bridge = INSTANCE_BRIDGE
         self.kernel_if = KERNEL_IF
@@ -482,7 +533,10 @@ class Fleet(Lab):
     ``bfd_interval_ms=100`` / ``bfd_multiplier=3``, ``start_bird=True`` (router's and
     instances' BIRD started, without waiting for the sessions: :meth:`wait_established`),
     ``start_services=True`` (decap.py + backend_server.py on every backend),
-    ``prefix=None`` (``sw`` + 4 hex digits). IPv4 only.
+    ``prefix=None`` (``sw`` + 4 hex digits), ``ipv6=False``: with it, IPv6 beside IPv4
+    (clients fd00:19::n/64 via fd00:19::fe, backends fd00:18::z:i/64 via fd00:18::fe, the
+    instances' node addresses fd00:18::(10+k) on ``spl0``, IPv6 BGP sessions ``i<k>v6`` /
+    ``uplink6`` into an IPv6 ECMP FIB, and :data:`VIP_WEB6` on the backends).
 
     A failed build cleans up; :meth:`close` (context exit, atexit, SIGINT/SIGTERM) removes
     everything.
@@ -491,10 +545,13 @@ class Fleet(Lab):
     def __init__(self, instances: int = 2, clients: int = 2, backends_per_zone: int = 2,
                  vips4: Sequence[str] = VIPS, bfd: bool = False, hold: int = 3, keepalive: int = 1,
                  bfd_interval_ms: int = 100, bfd_multiplier: int = 3, start_bird: bool = True,
-                 start_services: bool = True, mtu: int = T.DEFAULT_MTU, prefix: str | None = None):
+                 start_services: bool = True, mtu: int = T.DEFAULT_MTU, prefix: str | None = None,
+                 ipv6: bool = False):
         if not 1 <= instances <= 200:
             raise TopologyError(f"instances out of range: {instances}")
-        super().__init__(zones=("a", "b"), vips4=vips4, vips6=(), client_mtu=mtu, fabric_mtu=mtu, prefix=prefix)
+        super().__init__(zones=("a", "b"), vips4=vips4, vips6=(VIP_WEB6,) if ipv6 else (), client_mtu=mtu,
+                         fabric_mtu=mtu, prefix=prefix)
+        self.ipv6 = ipv6
         self.bfd = bfd
         self.bird_opts = dict(bfd=bfd, hold=hold, keepalive=keepalive, bfd_interval_ms=bfd_interval_ms,
                               bfd_multiplier=bfd_multiplier)
@@ -521,26 +578,32 @@ class Fleet(Lab):
         r = self.router
         self._add_ns(r)
         r.sysctl(**{"net.ipv4.ip_forward": 1, "net.ipv4.fib_multipath_hash_policy": 1})
-        for br, addr in ((FABRIC_BRIDGE, f"{ROUTER_FABRIC_V4}/{FABRIC_PLEN}"), (CLIENT_BRIDGE, f"{ROUTER_CLIENT_V4}/{CLIENT_PLEN}")):
+        if self.ipv6:
+            r.sysctl(**{"net.ipv6.conf.all.forwarding": 1, "net.ipv6.fib_multipath_hash_policy": 1})
+        for br, addr, addr6 in ((FABRIC_BRIDGE, f"{ROUTER_FABRIC_V4}/{FABRIC_PLEN}", f"{ROUTER_FABRIC_V6}/{PLEN6}"),
+                                (CLIENT_BRIDGE, f"{ROUTER_CLIENT_V4}/{CLIENT_PLEN}", f"{ROUTER_CLIENT_V6}/{PLEN6}")):
             r.ip("link", "add", "name", br, "type", "bridge", "stp_state", "0", "mcast_snooping", "0")
             r.ip("link", "set", "dev", br, "mtu", str(self.fabric_mtu))
             r.ip("addr", "add", addr, "dev", br)
+            if self.ipv6:
+                r.ip("addr", "add", addr6, "dev", br, "nodad")
             r.ip("link", "set", "dev", br, "up")
         self._bridge_nf_off(r)
 
         for n in range(1, n_clients + 1):
             zone = self.zones[(n - 1) % len(self.zones)]
-            c = Client(f"c{n}", self, "client", zone, n, f"198.19.0.{n}", None)
-            self._add_host(c, self.client_mtu, hub=r, bridge=CLIENT_BRIDGE, plen4=CLIENT_PLEN,
-                           gateway4=ROUTER_CLIENT_V4)
+            c = Client(f"c{n}", self, "client", zone, n, f"198.19.0.{n}", f"fd00:19::{n}" if self.ipv6 else None)
+            self._add_host(c, self.client_mtu, hub=r, bridge=CLIENT_BRIDGE, plen4=CLIENT_PLEN, plen6=PLEN6,
+                           gateway4=ROUTER_CLIENT_V4, gateway6=ROUTER_CLIENT_V6 if self.ipv6 else None)
             self.clients.append(c)
         n = 0
         for zone in self.zones:
             for i in range(1, backends_per_zone + 1):
                 n += 1
-                b = Backend(f"b{n}", self, "backend", zone, i, f"198.18.{zone.index}.{i}", None)
-                self._add_host(b, self.fabric_mtu, hub=r, bridge=FABRIC_BRIDGE, plen4=FABRIC_PLEN,
-                               gateway4=ROUTER_FABRIC_V4)
+                b = Backend(f"b{n}", self, "backend", zone, i, f"198.18.{zone.index}.{i}",
+                            f"fd00:18::{zone.index}:{i}" if self.ipv6 else None)
+                self._add_host(b, self.fabric_mtu, hub=r, bridge=FABRIC_BRIDGE, plen4=FABRIC_PLEN, plen6=PLEN6,
+                               gateway4=ROUTER_FABRIC_V4, gateway6=ROUTER_FABRIC_V6 if self.ipv6 else None)
                 self._setup_backend(b)
                 self.backends.append(b)
         for inst in self.instances:
@@ -586,10 +649,11 @@ class Fleet(Lab):
 
     # -- BIRD -------------------------------------------------------------------------
     def router_config(self) -> str:
-        return router_bird_config([i.node for i in self.instances], **self.bird_opts)
+        nodes6 = [i.node6 for i in self.instances] if self.ipv6 else []
+        return router_bird_config([i.node for i in self.instances], nodes6=nodes6, **self.bird_opts)
 
     def instance_config(self, k: int | str) -> str:
-        return instance_bird_config(self.instance(k).node, **self.bird_opts)
+        return instance_bird_config(self.instance(k).node, ipv6=self.ipv6, **self.bird_opts)
 
     def start_birds(self) -> None:
         """Write the configs (each checked with ``bird -p``) and start every BIRD."""
@@ -629,9 +693,11 @@ class Fleet(Lab):
         waited."""
         t0 = time.monotonic()
         insts = [self.instance(k) for k in ks] if ks is not None else list(self.instances)
-        self.router.bird.wait_established([i.router_proto for i in insts], timeout=timeout)
+        protos = [i.router_proto for i in insts] + ([f"{i.router_proto}v6" for i in insts] if self.ipv6 else [])
+        self.router.bird.wait_established(protos, timeout=timeout)
         for i in insts:
-            i.bird.wait_established(["uplink"], timeout=max(1.0, timeout - (time.monotonic() - t0)))
+            i.bird.wait_established(["uplink", *(["uplink6"] if self.ipv6 else [])],
+                                    timeout=max(1.0, timeout - (time.monotonic() - t0)))
         if self.bfd:
             self.wait_bfd_up([i.k for i in insts], timeout=max(1.0, timeout - (time.monotonic() - t0)))
         return time.monotonic() - t0
@@ -639,7 +705,8 @@ class Fleet(Lab):
     def wait_bfd_up(self, ks: Iterable[int | str] | None = None, timeout: float = 10.0) -> None:
         """With ``bfd=True``: wait until the router's BFD sessions with instances ``ks``
         (default: all) are Up (BGP may be Established before BFD is)."""
-        nodes = [self.instance(k).node for k in ks] if ks is not None else [i.node for i in self.instances]
+        insts = [self.instance(k) for k in ks] if ks is not None else list(self.instances)
+        nodes = [i.node for i in insts] + ([i.node6 for i in insts] if self.ipv6 else [])
         seen: dict[str, str] = {}
 
         def up():
@@ -752,7 +819,9 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
     Checks every ``check_interval`` s (timeout the same), healthy after ``healthy_threshold``
     successes, unhealthy after 2 failures. ``extra_web`` adds backends (by short name) to
     ``web-b``, ``drop_web`` removes them from ``web``, ``web_b_weight`` sets ``web-b``'s weight,
-    ``draining_sec`` web's connection draining; ``sync`` shares connection state with every other instance (``fleet.sync``: ids
+    ``draining_sec`` web's connection draining (all of them web6's too, with
+    ``Fleet(ipv6=True)``: the service ``web6`` on :data:`VIP_WEB6` over the same backends'
+    IPv6 addresses, node address fd00:18::(10+k)); ``sync`` shares connection state with every other instance (``fleet.sync``: ids
     are the instances' numbers, the key :func:`sync_key`)."""
     inst = fleet.instance(k)
     sd = fleet.state_dir
@@ -791,13 +860,24 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
                  {"group": "other-b", "zone": "b", "health_check": "ho", "endpoints": [ips["b4"]]}]}},
         ],
     }
-    web = cfg["services"][0]["backend_service"]
-    for g in web["backends"]:
-        g["endpoints"] = [e for e in g["endpoints"] if e not in {ips[b] for b in drop_web}]
-        if g["group"] == "web-b" and web_b_weight is not None:
-            g["weight"] = web_b_weight
-    if draining_sec:
-        web["connection_draining"] = {"draining_timeout_sec": draining_sec}
+    if fleet.ipv6:
+        # web6: web's groups by the backends' IPv6 addresses, behind an IPv6 VIP (IP6IP6).
+        cfg["dataplane"]["node"].update(ipv6=f"{inst.node6}/{PLEN6}", gateway_ipv6=ROUTER_FABRIC_V6)
+        ips6 = {b.short: b.ipv6 for b in fleet.backends}
+        web6 = json.loads(json.dumps(cfg["services"][0]))
+        web6.update(name="web6", forwarding_rules=[{"vip": VIP_WEB6, "protocol": "TCP"}])
+        for g in web6["backend_service"]["backends"]:
+            g["group"] = g["group"].replace("web", "web6")
+            g["endpoints"] = [ips6[b.short] for b in fleet.backends if b.ipv4 in g["endpoints"]]
+        cfg["services"].append(web6)
+    drop = {ips[b] for b in drop_web} | ({fleet.backend(b).ipv6 for b in drop_web} if fleet.ipv6 else set())
+    for web in (s["backend_service"] for s in cfg["services"] if s["name"] in ("web", "web6")):
+        for g in web["backends"]:
+            g["endpoints"] = [e for e in g["endpoints"] if e not in drop]
+            if g["group"] in ("web-b", "web6-b") and web_b_weight is not None:
+                g["weight"] = web_b_weight
+        if draining_sec:
+            web["connection_draining"] = {"draining_timeout_sec": draining_sec}
     if sync:
         cfg["fleet"] = {"sync": {
             "instance_id": inst.k, "key_file": sync_key(fleet), "bulk_timeout_sec": 5,
@@ -906,6 +986,14 @@ class FleetSpillway:
 
         wait_until(addressed, f"{KERNEL_IF} in {i.short} to carry {i.node}", timeout=timeout)
         i.ip("route", "replace", "default", "via", ROUTER_FABRIC_V4, "dev", KERNEL_IF)
+        if self.fleet.ipv6:
+            def addressed6():
+                out = i.ip("-6", "-j", "addr", "show", "dev", KERNEL_IF, check=False).stdout.strip()
+                info = json.loads(out) if out else []
+                return info and any(a.get("local") == i.node6 for a in info[0].get("addr_info", []))
+
+            wait_until(addressed6, f"{KERNEL_IF} in {i.short} to carry {i.node6}", timeout=timeout)
+            i.ip("-6", "route", "replace", "default", "via", ROUTER_FABRIC_V6, "dev", KERNEL_IF)
 
     def stop(self, timeout: float = 30.0) -> dict[str, int]:
         """SIGTERM, wait (``timeout``; SIGKILL after it), parse the ``final ...`` lines of this
@@ -1326,7 +1414,7 @@ class LongLived:
 __all__ = [
     "Fleet", "Router", "Instance", "StandIn", "Bird", "BirdError", "LongLived", "FleetSpillway", "SpillwayError",
     "spillway_config", "SPILLWAY_BIN", "SPILLWAYCTL_BIN", "OTHER_BACKENDS", "OTHER_HEALTH_PORT", "HEALTH_PORT",
-    "birdc", "bgp_state", "wait_established", "needs_bird", "node_address",
+    "birdc", "bgp_state", "wait_established", "needs_bird", "node_address", "node_address6", "VIP_WEB6",
     "router_bird_config", "instance_bird_config",
     "VIP_WEB", "VIP_OTHER", "VIPS", "ECHO_PORT", "ROUTER_FABRIC_V4", "ROUTER_CLIENT_V4", "CLIENT_NET4",
     "KERNEL_IF", "DATA_PORT", "VIP_TABLE", "VIP_PROTO", "ROUTER_AS", "INSTANCE_AS", "BIRD", "BIRDC",
@@ -1340,15 +1428,17 @@ def summary(rep: dict) -> dict:
 
 
 def start_all(f: Fleet, timeout: float = 30.0) -> list[FleetSpillway]:
-    """Start the daemon in every instance; wait until each serves and announces both VIPs,
-    the sessions are up and the router has every instance as a next hop for both VIPs."""
+    """Start the daemon in every instance; wait until each serves and announces every VIP
+    (web6's too with ``Fleet(ipv6=True)``), the sessions are up and the router has every
+    instance as a next hop for each."""
     sps = [f.spillway(i.k) for i in f.instances]
+    vips = (*VIPS, VIP_WEB6) if f.ipv6 else VIPS
     for sp in sps:
         sp.wait_phase("serving", timeout=timeout)
-        sp.wait_announced(VIPS, timeout=timeout)
+        sp.wait_announced(vips, timeout=timeout)
     f.wait_established(timeout=timeout)
-    nodes = [i.node for i in f.instances]
-    for vip in VIPS:
+    for vip in vips:
+        nodes = [i.node6 if ":" in vip else i.node for i in f.instances]
         f.wait_nexthops(vip, nodes, timeout=timeout)
     return sps
 
@@ -1406,12 +1496,12 @@ def carriers(sps: list[FleetSpillway], ll: LongLived, fresh_ms: int = 400) -> di
     entry for it used within ``fresh_ms`` (messages go every 100 ms). {instance: [conn ids]}."""
     out: dict[str, list[int]] = {sp.inst.short: [] for sp in sps}
     out["none"] = []
-    c1 = ll.ns
+    src = ll.ns.ipv6 if ":" in ll.vip else ll.ns.ipv4
     for c in ll.report()["per_connection"]:
         if c["state"] != "open":
             continue
-        q = (f"/v1/conntrack/lookup?src={c1.ipv4}&dst={VIP_WEB}&proto=tcp&sport={c['local']}"
-             f"&dport={T.ECHO_PORT}")
+        q = (f"/v1/conntrack/lookup?src={src}&dst={ll.vip}&proto=tcp&sport={c['local']}"
+             f"&dport={ll.port}")
         holder = "none"
         for sp in sps:
             if not sp.running:

@@ -43,7 +43,7 @@ from contextlib import suppress
 import pytest
 
 import topo as T
-from fleet import (answered_now, carriers, wait_synced, http_get, start_all, summary, wait_all_progress, DATA_PORT, OTHER_BACKENDS, OTHER_HEALTH_PORT, SPILLWAY_BIN, SPILLWAYCTL_BIN, VIP_OTHER, VIP_WEB, VIPS,
+from fleet import (answered_now, carriers, wait_synced, http_get, start_all, summary, wait_all_progress, DATA_PORT, OTHER_BACKENDS, OTHER_HEALTH_PORT, SPILLWAY_BIN, SPILLWAYCTL_BIN, VIP_OTHER, VIP_WEB, VIP_WEB6, VIPS,
                    Fleet, FleetSpillway, LongLived, needs_bird, spillway_config)
 from balancer import needs_built
 
@@ -82,9 +82,10 @@ def record(section: str, figures: dict) -> None:
 SYNC_BFD = dict(bfd=True, bfd_multiplier=10)
 
 
-def long_lived(f: Fleet, n: int = LL_CONNECTIONS) -> LongLived:
-    """``n`` long-lived connections from c1 to web's echo port, each answered a few times."""
-    ll = LongLived(f.client("c1"), VIP_WEB, port=T.ECHO_PORT, n=n, period=LL_PERIOD).start()
+def long_lived(f: Fleet, n: int = LL_CONNECTIONS, vip: str = VIP_WEB) -> LongLived:
+    """``n`` long-lived connections from c1 to ``vip``'s echo port (web's by default), each
+    answered a few times."""
+    ll = LongLived(f.client("c1"), vip, port=T.ECHO_PORT, n=n, period=LL_PERIOD).start()
     rep = ll.report()
     assert rep["established"] == n, summary(rep)
     T.wait_until(lambda: all(c["answered"] >= 3 for c in ll.report()["per_connection"]),
@@ -96,14 +97,14 @@ def long_lived(f: Fleet, n: int = LL_CONNECTIONS) -> LongLived:
 
 
 
-def long_lived_on_all(f: Fleet, sps: list, tries: int = 3) -> tuple[LongLived, dict]:
+def long_lived_on_all(f: Fleet, sps: list, tries: int = 3, vip: str = VIP_WEB) -> tuple[LongLived, dict]:
     """:func:`long_lived`, opened again (once the router has every instance as a next hop
     again) when a route flap while they opened put every connection on fewer instances: the
     tests that need connections on each instance start from there. The connections and
     :func:`carriers`."""
     for _ in range(tries):
-        f.wait_nexthops(VIP_WEB, [sp.inst.node for sp in sps], timeout=15)
-        ll = long_lived(f)
+        f.wait_nexthops(vip, [sp.inst.node6 if ":" in vip else sp.inst.node for sp in sps], timeout=15)
+        ll = long_lived(f, vip=vip)
         on = carriers(sps, ll)
         if all(on[sp.inst.short] for sp in sps) and not on["none"]:
             break
@@ -494,7 +495,7 @@ def test_instance_killed_then_restarted(bfd):
         })
 
 
-@pytest.mark.parametrize("change", ["added", "removed_draining_reweighted"])
+@pytest.mark.parametrize("change", ["added", "removed_draining_reweighted", "added_ipv6"])
 def test_fs_3_backend_change_then_instance_killed_loses_no_connection(change):
     """Connection continuity across the fleet (FS-1..FS-3): 60 long-lived connections over two
     instances that share their entries at risk; the backends change by a reload on both (a fifth
@@ -503,11 +504,14 @@ def test_fs_3_backend_change_then_instance_killed_loses_no_connection(change):
     is killed (SIGKILL). The connections it carried move to i2 and every one of them continues
     on the backend it started on: i2 took them over from i1's entries (a draining backend stays
     a valid choice, CD-3). Without sync, the moved connections whose table position changed
-    were reset."""
-    changed = {"added": dict(extra_web=("b5",)),
+    were reset. ``added_ipv6``: the same as ``added`` with an IPv6 VIP (service ``web6``,
+    IP6IP6 to the backends' IPv6 addresses) over IPv6 BGP sessions and an IPv6 ECMP route."""
+    ipv6 = change == "added_ipv6"
+    changed = {"added": dict(extra_web=("b5",)), "added_ipv6": dict(extra_web=("b5",)),
                "removed_draining_reweighted": dict(drop_web=("b4",), web_b_weight=3, draining_sec=60)}[change]
-    base = {} if change == "added" else dict(draining_sec=60)
-    with Fleet(instances=2, **SYNC_BFD, backends_per_zone=3) as f:
+    base = dict(draining_sec=60) if change == "removed_draining_reweighted" else {}
+    vip = VIP_WEB6 if ipv6 else VIP_WEB
+    with Fleet(instances=2, **SYNC_BFD, backends_per_zone=3, ipv6=ipv6) as f:
         for i in f.instances:
             f.spillway(i.k, config=spillway_config(f, i.k, sync=True, **base), start=False)
         sps = start_all(f)
@@ -515,7 +519,7 @@ def test_fs_3_backend_change_then_instance_killed_loses_no_connection(change):
         i2 = f.instance(2)
         for sp in sps:
             assert sp.instance()["fleet_sync"]["bulk"] == "done", sp.instance()
-        ll, on = long_lived_on_all(f, sps)
+        ll, on = long_lived_on_all(f, sps, vip=vip)
         assert on["i1"] and on["i2"] and not on["none"], on
         for sp in sps:
             r = sp.reload(spillway_config(f, sp.inst.k, sync=True, **changed))
@@ -528,7 +532,7 @@ def test_fs_3_backend_change_then_instance_killed_loses_no_connection(change):
         mark = answered_now(ll)
         t0 = time.monotonic()
         sp1.kill()
-        f.wait_nexthops(VIP_WEB, [i2.node], timeout=10, since=t0)
+        f.wait_nexthops(vip, [i2.node6 if ipv6 else i2.node], timeout=10, since=t0)
         wait_all_progress(ll, mark, more=5, timeout=30)
         rep = ll.stop(drain=3.0)
         taken = sp2.metrics().value("spillway_forwarded_packets_total", reason="sync_takeover")

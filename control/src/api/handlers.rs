@@ -10,7 +10,7 @@ use super::routes::{lock, Api};
 use super::types::*;
 use super::LOOKUP_TIMEOUT;
 use crate::config;
-use crate::controller::Override;
+use crate::controller::{Override, ResolveAhead};
 use crate::fleet::Phase;
 use crate::view::DataplaneView;
 use axum::body::Bytes;
@@ -23,7 +23,10 @@ use spillway_core::conntrack::Entry;
 use spillway_core::explain::explain;
 use spillway_core::flow::{FlowKey, PacketInfo};
 use spillway_core::wire::MacDisplay;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How often a reload checks whether the next hops it waits for are resolved.
+const RESOLVE_POLL: Duration = Duration::from_millis(5);
 
 // ---- state ------------------------------------------------------------------------------
 
@@ -163,6 +166,16 @@ pub(super) async fn reload(State(api): State<Api>) -> Result<Json<ReloadReply>, 
             return Err(config_error(e));
         }
     };
+    // The backends it adds: their next hops resolved before the workers see them.
+    let added = lock(&api.controller).added_backend_addresses(&config);
+    let ahead = ResolveAhead::start(&*api.view, &added, Instant::now());
+    let missing = loop {
+        if let Some(m) = ahead.poll(&*api.view, Instant::now()) {
+            break m;
+        }
+        tokio::time::sleep(RESOLVE_POLL).await;
+    };
+    ahead.log(&missing, Instant::now());
     let mut c = lock(&api.controller);
     let report = c.apply_config(config).inspect_err(|e| {
         tracing::error!("reload rejected (admin API), running configuration kept: {e}");
