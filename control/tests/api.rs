@@ -490,6 +490,35 @@ async fn a_reload_resolves_the_next_hops_of_the_backends_it_adds_before_it_publi
     assert!(took >= RESOLVE_AHEAD, "waited for 10.0.1.4: {took:?}");
 }
 
+/// A reload preview lists the client zones whose zonal choice the candidate changes: without
+/// zone-a's backends, zone-a's clients lose their zonal match (ZA-2) and get zone-b's; zone-b's
+/// clients keep theirs; nothing is applied.
+#[tokio::test]
+async fn a_reload_preview_lists_the_zonal_choices_a_candidate_changes() {
+    let f = fixture(true).await;
+    let generation = f.controller.lock().unwrap().snapshot().generation;
+    let candidate = yaml(f.closed_port).replace(
+        "        - group: web-a\n          zone: zone-a\n          endpoints: [10.0.1.1, 10.0.1.2]\n",
+        "",
+    );
+    assert!(!candidate.contains("web-a"), "the candidate drops web-a");
+    let r: PreviewReply =
+        f.post("/v1/reload/preview", serde_json::json!({ "config": candidate })).await;
+    let zone = |name: &str| r.zones.iter().find(|z| z.service == "web" && z.zone == name);
+    let a = zone("zone-a").expect("zone-a changes");
+    assert_eq!(a.before, Some(ZoneChoice { zonal_match: true, spilled: false, eligible: 2 }));
+    assert_eq!(a.after.map(|c| c.zonal_match), Some(false), "{a:?}");
+    assert_eq!(a.after.map(|c| c.eligible), Some(2), "zone-b's two: {a:?}");
+    assert!(zone("zone-b").is_none(), "zone-b keeps its choice: {:?}", r.zones);
+    assert!(r.zones.iter().all(|z| z.service == "web"), "dns has no zonal affinity: {:?}", r.zones);
+    let text = spillway_control::ctl::render::preview(&r, false);
+    assert!(
+        text.contains("client zone        web zone-a: its own zone (2) -> no zonal match (2)"),
+        "{text}"
+    );
+    assert_eq!(f.controller.lock().unwrap().snapshot().generation, generation, "nothing applied");
+}
+
 /// [`yaml`] with an exception interface and a `fleet:` section.
 fn fleet_yaml(closed_port: u16) -> String {
     let sync = "fleet:\n  sync:\n    instance_id: 1\n    key_file: /etc/spillway/sync.key\n    \

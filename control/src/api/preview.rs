@@ -16,6 +16,9 @@
 //!   the draining deadline (CD-3);
 //! - **dropped**: its backend is removed without draining, or its service or forwarding rule
 //!   is gone (CD-5): its next packet is reset or dropped.
+//!
+//! It also lists, per service and client zone, the zonal choices the candidate changes (a zone
+//! that would spill to every zone, lose its zonal match, or get another number of backends).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,7 +30,7 @@ use axum::Json;
 use serde::Deserialize;
 use spillway_core::conntrack::Entry;
 use spillway_core::decide::select_new;
-use spillway_core::model::Endpoint;
+use spillway_core::model::{Endpoint, ZoneId};
 use spillway_core::snapshot::{BackendStatus, ServiceView, Snapshot};
 use spillway_core::time::Time;
 
@@ -35,7 +38,10 @@ use super::error::{config_error, HttpError};
 use super::flows::{pinned, scan};
 use super::format::sock;
 use super::routes::{lock, Api};
-use super::types::{BackendPreview, ConnectionFates, PreviewFlow, PreviewReply, ServicePreview};
+use super::types::{
+    BackendPreview, ConnectionFates, PreviewFlow, PreviewReply, ServicePreview, ZoneChoice,
+    ZonePreview,
+};
 use crate::config::Config;
 
 /// Flows of each fate listed as examples (`--verbose`).
@@ -76,6 +82,7 @@ pub(super) async fn preview(
         removed: change.removed.iter().map(|(k, _)| k.to_string()).collect(),
         services: services(&old, &new),
         backends: backends(&old, &new),
+        zones: zones(&old, &new),
         connections: ConnectionFates::default(),
         by_backend: BTreeMap::new(),
         examples: Vec::new(),
@@ -205,6 +212,36 @@ fn services(old: &Snapshot, new: &Snapshot) -> Vec<ServicePreview> {
             ServicePreview { service: name, change: change.into(), positions_changed: moved }
         })
         .collect()
+}
+
+/// Per service in both snapshots and client zone in either: the zonal choice before and after,
+/// where they differ (a zone whose clients would now spill, lose their zonal match, or see
+/// another number of backends).
+fn zones(old: &Snapshot, new: &Snapshot) -> Vec<ZonePreview> {
+    let mut names: Vec<&String> = old.zone_names.iter().chain(&new.zone_names).collect();
+    names.sort();
+    names.dedup();
+    let choice = |snap: &Snapshot, svc: &ServiceView, zone: &str| {
+        let id = snap.zone_names.iter().position(|z| z == zone)?;
+        let c = svc.choice(Some(ZoneId::try_from(id).ok()?));
+        Some(ZoneChoice {
+            zonal_match: c.zonal_match,
+            spilled: c.spilled,
+            eligible: c.members.len(),
+        })
+    };
+    let mut out = Vec::new();
+    for n in new.services() {
+        let Some(o) = old.services().find(|s| s.name == n.name) else { continue };
+        for zone in &names {
+            let (before, after) = (choice(old, o, zone), choice(new, n, zone));
+            if before != after {
+                let (service, zone) = (n.name.to_string(), (*zone).clone());
+                out.push(ZonePreview { service, zone, before, after });
+            }
+        }
+    }
+    out
 }
 
 /// Per backend: its share of its service's table (its share of new connections) before and

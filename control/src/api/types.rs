@@ -541,6 +541,9 @@ pub struct PreviewReply {
     pub services: Vec<ServicePreview>,
     /// Per backend: its share of its service's new connections before and after.
     pub backends: Vec<BackendPreview>,
+    /// Per service and client zone whose zonal choice changes (ZA-2, ZA-4): before and after.
+    #[serde(default)]
+    pub zones: Vec<ZonePreview>,
     /// The live connections by what would happen to them.
     pub connections: ConnectionFates,
     /// The same, per `service/backend` the connections are pinned to.
@@ -577,6 +580,30 @@ pub struct BackendPreview {
     pub share_before: f64,
     /// With the candidate (backends it adds counted healthy).
     pub share_after: f64,
+}
+
+/// One service's choice for the clients of one zone in a [`PreviewReply`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZonePreview {
+    /// The service.
+    pub service: String,
+    /// The client zone.
+    pub zone: String,
+    /// The running choice (`None`: not a zone then).
+    pub before: Option<ZoneChoice>,
+    /// The candidate's.
+    pub after: Option<ZoneChoice>,
+}
+
+/// What a service gives the new connections of one client zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneChoice {
+    /// ZA-2: the zone's own backends are chosen from.
+    pub zonal_match: bool,
+    /// SPILL_CROSS_ZONE: the zone fell below its spillover ratio and spills to every zone.
+    pub spilled: bool,
+    /// Backends in the final set.
+    pub eligible: usize,
 }
 
 /// Live connections by fate.

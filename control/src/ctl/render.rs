@@ -400,6 +400,16 @@ pub fn capture(s: &crate::capture::CaptureSummary) -> String {
     out
 }
 
+/// A client zone's choice in a preview: its own backends, spilled, or the whole set.
+fn zone_choice(c: Option<ZoneChoice>) -> String {
+    match c {
+        None => "not a zone".into(),
+        Some(c) if c.zonal_match && c.spilled => format!("spills to every zone ({})", c.eligible),
+        Some(c) if c.zonal_match => format!("its own zone ({})", c.eligible),
+        Some(c) => format!("no zonal match ({})", c.eligible),
+    }
+}
+
 /// `spillwayctl reload --dry-run`: the summary (what changes, the connections by fate), then
 /// with `verbose` every service and backend and example connections.
 pub fn preview(r: &PreviewReply, verbose: bool) -> String {
@@ -427,6 +437,16 @@ pub fn preview(r: &PreviewReply, verbose: bool) -> String {
          dropped",
         c.stay, c.moves, c.drain, c.dropped
     );
+    for z in &r.zones {
+        let _ = writeln!(
+            out,
+            "client zone        {} {}: {} -> {}",
+            z.service,
+            z.zone,
+            zone_choice(z.before),
+            zone_choice(z.after)
+        );
+    }
     if !r.incomplete_workers.is_empty() {
         let ws: Vec<String> = r.incomplete_workers.iter().map(ToString::to_string).collect();
         let _ = writeln!(out, "incomplete         worker(s) {} did not answer", ws.join(", "));
