@@ -42,6 +42,7 @@ from collections import Counter
 
 import pytest
 
+import pcapng
 import topo as T
 from balancer import BIN, CTL, Spillway, make_config, needs_built, service
 
@@ -748,35 +749,6 @@ def test_top_shows_the_live_view_and_quits_on_q():
                 os.close(leader)
 
 
-def pcapng_packets(data: bytes) -> list[dict]:
-    """The enhanced packet blocks of a little-endian pcapng file: interface, timestamp (ns,
-    as the interfaces' if_tsresol 9 says), lengths, bytes and comment; read by hand from the
-    format's definition (block type, total length, body, total length; options as code,
-    length, value padded to 4 bytes)."""
-    import struct
-
-    out, off = [], 0
-    assert data[:4] == b"\x0a\x0d\x0d\x0a", data[:4]
-    while off < len(data):
-        btype, blen = struct.unpack_from("<II", data, off)
-        body = data[off + 8: off + blen - 4]
-        if btype == 6:
-            iface, hi, lo, cap, orig = struct.unpack_from("<IIIII", body, 0)
-            pkt = body[20:20 + cap]
-            opts, comment = body[20 + (cap + 3) // 4 * 4:], None
-            while len(opts) >= 4:
-                code, olen = struct.unpack_from("<HH", opts, 0)
-                if code == 0:
-                    break
-                if code == 1:
-                    comment = opts[4:4 + olen].decode()
-                opts = opts[4 + (olen + 3) // 4 * 4:]
-            out.append({"iface": iface, "ts": (hi << 32) | lo, "orig": orig, "data": pkt,
-                        "comment": comment or ""})
-        off += blen
-    return out
-
-
 def test_capture_writes_what_the_worker_decided_as_pcapng():
     """``spillwayctl capture`` against the running balancer: 10 UDP flows from c1 to the VIP,
     two rounds (a new connection, then a hit); a capture of the VIP's UDP at ``received`` and
@@ -823,7 +795,7 @@ def test_capture_writes_what_the_worker_decided_as_pcapng():
             summary = json.loads(lb.admin_get("/v1/capture"))
             assert summary["packets"] == 40 and summary["lost"] == 0 and not summary["running"], summary
 
-        packets = pcapng_packets(path.read_bytes())
+        packets = pcapng.packets(path.read_bytes())
         assert len(packets) == 40, [p["comment"] for p in packets]
         seen: Counter = Counter()
         for p in packets:

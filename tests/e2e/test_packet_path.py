@@ -34,6 +34,7 @@ from collections import Counter
 
 import pytest
 
+import pcapng
 import topo as T
 from balancer import BIN, Spillway, make_config, needs_built, service
 
@@ -659,20 +660,6 @@ def test_a_reload_resolves_the_backends_it_adds_before_it_publishes(how):
         assert report["waited"] == 0 and report["unresolved"] == 0, (report, final)
 
 
-def pcapng_packets(data: bytes) -> list[bytes]:
-    """The packets of a pcapng file (its Enhanced Packet Blocks), little-endian as DPDK writes."""
-    out, at = [], 0
-    while at + 12 <= len(data):
-        kind, length = struct.unpack_from("<II", data, at)
-        if length < 12 or at + length > len(data):
-            break
-        if kind == 6:  # Enhanced Packet Block: interface, timestamp (2), captured, original
-            captured = struct.unpack_from("<I", data, at + 20)[0]
-            out.append(data[at + 28:at + 28 + captured])
-        at += length
-    return out
-
-
 def test_dpdk_dumpcap_captures_what_the_port_receives_and_sends():
     """DPDK's own capture tool works against a running Spillway (docs/operations.md):
     ``dpdk-dumpcap --file-prefix=PREFIX -i net_tap0`` captures the clients' UDP datagrams to
@@ -711,7 +698,7 @@ def test_dpdk_dumpcap_captures_what_the_port_receives_and_sends():
                     s.close()
             log, _ = cap.communicate(timeout=30)
             assert cap.returncode == 0, log.decode()
-        packets = pcapng_packets(out.read_bytes())
+        packets = [p["data"] for p in pcapng.packets(out.read_bytes())]
         received = [p for p in packets if p[12:14] == b"\x08\x00" and p[23] == 17
                     and socket.inet_ntoa(p[30:34]) == T.VIP4]
         sent = [p for p in packets if p[12:14] == b"\x08\x00" and p[23] == 4]
