@@ -538,14 +538,17 @@ def test_too_big_for_the_tunnel_is_answered_and_the_client_adapts(family):
     assert final.get("drop.too_big", 0) >= 1, final
 
 
-def test_first_packets_to_an_unresolved_backend_wait_for_its_mac():
-    """The first packets to a backend whose MAC is not known yet (a start, a reload that adds
-    it, a health change that makes it eligible) wait for the answer instead of being dropped
-    as ``neighbour_unresolved``. Backend b1 ignores ARP while the balancer starts and the
-    clients send (so the balancer cannot know its MAC), then answers: every datagram of the
-    round is answered, by the backend its flow maps to, and none was dropped (a frame whose
-    next hop stays silent for 1 s is dropped and counted: dataplane/tests/worker_tx.rs).
-    Before frames could wait, b1's flows lost their first datagram."""
+@pytest.mark.parametrize("edge", ["start", "health"])
+def test_first_packets_to_an_unresolved_backend_wait_for_its_mac(edge):
+    """The first packets to a backend whose MAC is not known yet wait for the answer instead
+    of being dropped as ``neighbour_unresolved``. Backend b1 ignores ARP (so the balancer
+    cannot know its MAC) while the balancer starts and the clients send (``start``), or while
+    it is marked unhealthy and then, just before the clients send, eligible again
+    (``health``: ``set-health b1 unhealthy``, later ``auto``); then it answers ARP. Every
+    datagram of the round is answered, by the backend its flow maps to, and none was dropped
+    (a frame whose next hop stays silent for 1 s is dropped and counted:
+    dataplane/tests/worker_tx.rs). Before frames could wait, b1's flows lost their first
+    datagram."""
     from test_hardening import exchange
 
     with T.Topology() as t:
@@ -553,7 +556,12 @@ def test_first_packets_to_an_unresolved_backend_wait_for_its_mac():
         b1.sysctl(**{"net.ipv4.conf.all.arp_ignore": 8})
         lb = Spillway(t, make_config(t, [service(t, vips=(T.VIP4,))]))
         with lb:
+            if edge == "health":
+                lb.ctl("set-health", b1.ipv4, "unhealthy")
             lb.wait_ready(t.clients[0])
+            if edge == "health":
+                assert b1.ipv4 not in {n["addr"] for n in lb.ctl("neighbours")["neighbours"]}
+                lb.ctl("set-health", b1.ipv4, "auto")
             c1 = t.client("c1")
             socks = [c1.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(40)]
             try:
@@ -569,7 +577,7 @@ def test_first_packets_to_an_unresolved_backend_wait_for_its_mac():
                 for s in socks:
                     s.close()
             final = lb.stop()
-        report = {"answered_first": len(first), "answered_again": len(again), "waited": waited,
+        report = {"edge": edge, "answered_first": len(first), "answered_again": len(again), "waited": waited,
                   "on_b1": sum(1 for b in first.values() if b == "b1"),
                   "unresolved": final.get("drop.neighbour_unresolved", 0)}
         print("first packets:", report)
