@@ -15,6 +15,7 @@ packages=(
     libxxhash0                # shared/tests/maglev_reference.py hashes with the C xxHash
     python3-prometheus-client # the e2e tests parse /metrics with the reference parser
     curl iputils-ping         # clients in the end-to-end tests and the demo
+    tcpdump                   # the e2e tests read capture files with tcpdump -r
     dpkg-dev mmdebstrap       # the Debian package: cargo-deb's dependency scan, a throwaway root
     bird2                     # tests/e2e/test_fleet.py: BGP between a router and the instances
 )

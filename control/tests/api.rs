@@ -519,6 +519,46 @@ async fn a_reload_preview_lists_the_zonal_choices_a_candidate_changes() {
     assert_eq!(f.controller.lock().unwrap().snapshot().generation, generation, "nothing applied");
 }
 
+/// `POST /v1/capture`'s parameters: each bad one a 400 (an unknown service a 404) that names
+/// it; good ones reach the workers (none here: 503); `GET /v1/capture` before any is a 404.
+#[tokio::test]
+async fn a_capture_request_names_its_bad_parameter_and_needs_workers() {
+    let f = fixture(true).await;
+    let post = |q: &'static str| {
+        let client = f.client.clone();
+        async move { client.post(&format!("/v1/capture?{q}"), None).await.unwrap() }
+    };
+    for (q, status, says) in [
+        ("point=received,lost", 400, "point: `lost` is not received, sent or dropped"),
+        ("count=0", 400, "count: 0 is not within 1..=10000000"),
+        ("snaplen=4096", 400, "snaplen: 4096 is not within 1..=2048"),
+        ("ring=8", 400, "ring: 8 is not within 16..=65536"),
+        ("bytes=10", 400, "bytes: 10 is not within 1024..=4294967296"),
+        ("duration_ms=0", 400, "duration_ms: 0 is not within 1..=3600000"),
+        ("backend=not-an-address", 400, "backend: `not-an-address` is not an IP address"),
+        ("client=198.18.0.0/99", 400, "client: `198.18.0.0/99` is not a prefix"),
+        ("vip=nowhere", 400, "vip: `nowhere` is not an IP address"),
+        (
+            "proto=sctpish",
+            400,
+            "proto: `sctpish` is not tcp, udp, icmp, icmpv6 or a protocol number",
+        ),
+        ("service=nope", 404, "service: no service named `nope`"),
+        ("snap=1", 400, "unknown field `snap`"),
+        (
+            "vip=198.51.100.10&service=web&point=dropped",
+            503,
+            "capture needs load-balancing workers",
+        ),
+    ] {
+        let (st, body) = post(q).await;
+        assert_eq!(st, status, "{q}: {body}");
+        assert!(body.contains(says), "{q}: {body}");
+    }
+    let (st, body) = f.client.get("/v1/capture").await.unwrap();
+    assert_eq!(st, 404, "{body}");
+}
+
 /// [`yaml`] with an exception interface and a `fleet:` section.
 fn fleet_yaml(closed_port: u16) -> String {
     let sync = "fleet:\n  sync:\n    instance_id: 1\n    key_file: /etc/spillway/sync.key\n    \

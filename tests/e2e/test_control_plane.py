@@ -37,6 +37,7 @@ import copy
 import json
 import re
 import socket
+import struct
 import time
 from collections import Counter
 
@@ -819,3 +820,90 @@ def test_capture_writes_what_the_worker_decided_as_pcapng():
             seen[(fields["point"], fields["decision"])] += 1
         assert seen == {("received", "new_connection"): 10, ("sent", "new_connection"): 10,
                         ("received", "conntrack_hit"): 10, ("sent", "conntrack_hit"): 10}, seen
+
+
+def tcpdump_count(path) -> int:
+    """How many packets ``tcpdump -r`` reads from a capture file (it fails on a bad file)."""
+    import subprocess
+
+    r = subprocess.run(["tcpdump", "-nn", "-r", str(path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return len([line for line in r.stdout.splitlines() if line.strip()])
+
+
+def test_capture_by_backend_at_the_drop_point_and_with_a_full_ring():
+    """``spillwayctl capture`` with the filters and points an operator debugs with, each file
+    read by ``tcpdump -r`` as well:
+
+    * ``--backend B`` while 40 UDP flows are answered: exactly the datagrams of B's flows, as
+      received (to the VIP) and as sent (IPIP to B), every comment naming B;
+    * ``--point dropped`` while malformed frames are injected at the tap: each of them, as it
+      came, with its drop reason as the comment, and the capture stops at its count;
+    * ``--ring 16`` under a burst of 400 new flows: the capture reports records lost (its
+      workers' rings were full), and every one of the 400 datagrams is answered all the same."""
+    import subprocess
+    from test_hardening import exchange
+    from test_packet_path import malformed_frames
+
+    with T.Topology(vips4=(T.VIP4,)) as t:
+        lb = Spillway(t, make_config(t, [service(t, vips=(T.VIP4,))]))
+        with lb:
+            lb.wait_ready(t.clients[0])
+            lb.wait_neighbours()
+            c1 = t.client("c1")
+
+            def capture(name: str, *args) -> tuple[subprocess.Popen, object]:
+                path = t.state_dir / f"{name}.pcapng"
+                argv = [str(CTL), "--admin", lb.admin, "capture", "-w", str(path), *map(str, args)]
+                p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                T.wait_until(lambda: json.loads(lb.admin_get("/v1/capture")).get("running"),
+                             f"capture {name} to start")
+                return p, path
+
+            def finished(p: subprocess.Popen) -> tuple[str, dict]:
+                _, err = p.communicate(timeout=30)
+                assert p.returncode == 0, err
+                return err, json.loads(lb.admin_get("/v1/capture"))
+
+            # By backend.
+            b1 = t.backend("b1").ipv4
+            p, by_backend = capture("backend", "--backend", b1, "--point", "received,sent", "--duration", "3")
+            with udp_clients(c1, 40) as socks:
+                answered = exchange(socks, "by-backend")
+                assert len(answered) == len(socks), answered
+                b1_ports = {socks[i].getsockname()[1] for i, b in answered.items() if b == "b1"}
+            err, summary = finished(p)
+            assert b1_ports and summary["stopped_by"] == "duration", summary
+            packets = pcapng.packets(by_backend.read_bytes())
+            assert len(packets) == 2 * len(b1_ports) == tcpdump_count(by_backend), (len(packets), b1_ports)
+            for pk in packets:
+                fields = dict(kv.split("=", 1) for kv in pk["comment"].split()[1:])
+                assert fields["backend"] == b1 and fields["decision"] == "new_connection", fields
+                ip = pk["data"][14:]
+                inner = ip[20:] if fields["point"] == "sent" else ip
+                if fields["point"] == "sent":
+                    assert ip[9] == 4 and socket.inet_ntoa(ip[16:20]) == b1, ip[:20].hex()
+                assert struct.unpack_from("!H", inner, 20)[0] in b1_ports, pk
+
+            # At the drop point.
+            frames = malformed_frames(lb.port_mac, "02:00:00:00:00:99", c1)
+            injected = sum(len(fs) for fs in frames.values())
+            p, dropped = capture("dropped", "--point", "dropped", "--count", injected)
+            for fs in frames.values():
+                t.lb.send_frames(lb.tap, fs)
+            err, summary = finished(p)
+            assert summary["stopped_by"] == "count" and summary["dropped"] == injected, (summary, err)
+            packets = pcapng.packets(dropped.read_bytes())
+            assert tcpdump_count(dropped) == injected
+            got = Counter(dict(kv.split("=", 1) for kv in pk["comment"].split()[1:])["decision"] for pk in packets)
+            assert got == {c.removeprefix("drop."): len(fs) for c, fs in frames.items()}, got
+            sent_frames = {bytes(f) for fs in frames.values() for f in fs}
+            assert all(pk["data"] in sent_frames for pk in packets), "dropped frames as they came"
+
+            # A full ring.
+            p, _ = capture("ring", "--ring", 16, "--count", 100000, "--duration", 3)
+            with udp_clients(c1, 400) as socks:
+                answered = exchange(socks, "burst")
+            err, summary = finished(p)
+            assert len(answered) == 400, len(answered)
+            assert summary["lost"] > 0 and f"lost: {summary['lost']} packets" in err, (summary, err)

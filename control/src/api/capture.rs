@@ -4,7 +4,7 @@
 //! One capture runs at a time (a second is a `409`). Its parameters are in the query string:
 //! the filters (`vip`, `dport`, `client`, `sport`, `proto`, `service`, `backend`), the points
 //! (`point=received,sent,dropped`, all by default), the bounds (`count`, `duration_ms`,
-//! `bytes`) and `snaplen`. The reply's header `spillway-capture` carries the capture's number.
+//! `bytes`), `snaplen` and `ring` (records per worker's ring). The reply's header `spillway-capture` carries the capture's number.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -37,6 +37,11 @@ pub const DEFAULT_BYTES: u64 = 64 << 20;
 /// The most bytes one capture writes.
 pub const MAX_BYTES: u64 = 4 << 30;
 
+/// The smallest ring a capture may ask for (records per worker).
+pub const MIN_RING: usize = 16;
+/// The largest (about 130 MiB per worker).
+pub const MAX_RING: usize = 65_536;
+
 /// The header that carries the capture's number.
 pub const CAPTURE_HEADER: &str = "spillway-capture";
 
@@ -64,6 +69,8 @@ pub(super) struct CaptureQuery {
     duration_ms: Option<u64>,
     bytes: Option<u64>,
     snaplen: Option<usize>,
+    /// Records each worker's ring holds.
+    ring: Option<usize>,
 }
 
 /// A request's capture, checked.
@@ -72,6 +79,7 @@ struct Request {
     points: Points,
     bounds: Bounds,
     snaplen: usize,
+    ring: usize,
 }
 
 fn within(name: &str, v: Option<u64>, default: u64, lo: u64, hi: u64) -> Result<u64, HttpError> {
@@ -122,7 +130,14 @@ fn parse(q: &CaptureQuery, api: &Api) -> Result<Request, HttpError> {
         )?),
         bytes: within("bytes", q.bytes, DEFAULT_BYTES, 1024, MAX_BYTES)?,
     };
-    Ok(Request { filter, points, bounds, snaplen: snaplen as usize })
+    let ring = within(
+        "ring",
+        q.ring.map(|r| r as u64),
+        capture::RING_RECORDS as u64,
+        MIN_RING as u64,
+        MAX_RING as u64,
+    )?;
+    Ok(Request { filter, points, bounds, snaplen: snaplen as usize, ring: ring as usize })
 }
 
 /// The filter as the summary shows it.
@@ -173,18 +188,17 @@ pub(super) async fn start(
         });
         c.last_id
     };
-    let (rings, shared) =
-        match tap::start(slots, &req.filter, req.points, req.snaplen, capture::RING_RECORDS) {
-            Ok(started) => started,
-            Err(w) => {
-                let mut c = api.captures.lock().unwrap_or_else(PoisonError::into_inner);
-                c.current = None;
-                return Err(HttpError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("worker {w} has not taken the last capture's tap: is it running?"),
-                ));
-            }
-        };
+    let (rings, shared) = match tap::start(slots, &req.filter, req.points, req.snaplen, req.ring) {
+        Ok(started) => started,
+        Err(w) => {
+            let mut c = api.captures.lock().unwrap_or_else(PoisonError::into_inner);
+            c.current = None;
+            return Err(HttpError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("worker {w} has not taken the last capture's tap: is it running?"),
+            ));
+        }
+    };
     let ports: Vec<String> = {
         let names: Vec<String> =
             api.view.port_counters().iter().map(|(n, _)| (*n).to_owned()).collect();

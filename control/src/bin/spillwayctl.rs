@@ -241,6 +241,10 @@ struct CaptureArgs {
     /// Bytes kept of each packet (at most 2048).
     #[arg(long, default_value_t = 2048)]
     snaplen: usize,
+    /// Records each worker's ring holds between two reads (every 10 ms; about 2 KiB each,
+    /// 16 to 65,536): more for bursts of traffic, at the cost of memory while capturing.
+    #[arg(long, default_value_t = 2048)]
+    ring: usize,
 }
 
 impl CaptureArgs {
@@ -252,6 +256,7 @@ impl CaptureArgs {
             format!("duration_ms={}", ms.max(1)),
             format!("bytes={}", self.bytes),
             format!("snaplen={}", self.snaplen),
+            format!("ring={}", self.ring),
         ];
         let ports = [("dport", self.dport), ("sport", self.sport)];
         for (name, v) in ports {
