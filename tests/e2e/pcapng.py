@@ -7,6 +7,7 @@ end). Little-endian files only (both writers use the host's order)."""
 from __future__ import annotations
 
 import struct
+import subprocess
 
 
 def packets(data: bytes) -> list[dict]:
@@ -33,3 +34,10 @@ def packets(data: bytes) -> list[dict]:
             out.append({"iface": iface, "ts": (hi << 32) | lo, "orig": orig, "data": pkt, "comment": comment})
         off += blen
     return out
+
+
+def tcpdump_count(path) -> int:
+    """How many packets ``tcpdump -r`` reads from a capture file (it fails on a bad file)."""
+    r = subprocess.run(["tcpdump", "-nn", "-r", str(path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return len([line for line in r.stdout.splitlines() if line.strip()])

@@ -822,15 +822,6 @@ def test_capture_writes_what_the_worker_decided_as_pcapng():
                         ("received", "conntrack_hit"): 10, ("sent", "conntrack_hit"): 10}, seen
 
 
-def tcpdump_count(path) -> int:
-    """How many packets ``tcpdump -r`` reads from a capture file (it fails on a bad file)."""
-    import subprocess
-
-    r = subprocess.run(["tcpdump", "-nn", "-r", str(path)], capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    return len([line for line in r.stdout.splitlines() if line.strip()])
-
-
 def test_capture_by_backend_at_the_drop_point_and_with_a_full_ring():
     """``spillwayctl capture`` with the filters and points an operator debugs with, each file
     read by ``tcpdump -r`` as well:
@@ -875,7 +866,7 @@ def test_capture_by_backend_at_the_drop_point_and_with_a_full_ring():
             err, summary = finished(p)
             assert b1_ports and summary["stopped_by"] == "duration", summary
             packets = pcapng.packets(by_backend.read_bytes())
-            assert len(packets) == 2 * len(b1_ports) == tcpdump_count(by_backend), (len(packets), b1_ports)
+            assert len(packets) == 2 * len(b1_ports) == pcapng.tcpdump_count(by_backend), (len(packets), b1_ports)
             for pk in packets:
                 fields = dict(kv.split("=", 1) for kv in pk["comment"].split()[1:])
                 assert fields["backend"] == b1 and fields["decision"] == "new_connection", fields
@@ -894,7 +885,7 @@ def test_capture_by_backend_at_the_drop_point_and_with_a_full_ring():
             err, summary = finished(p)
             assert summary["stopped_by"] == "count" and summary["dropped"] == injected, (summary, err)
             packets = pcapng.packets(dropped.read_bytes())
-            assert tcpdump_count(dropped) == injected
+            assert pcapng.tcpdump_count(dropped) == injected
             got = Counter(dict(kv.split("=", 1) for kv in pk["comment"].split()[1:])["decision"] for pk in packets)
             assert got == {c.removeprefix("drop."): len(fs) for c, fs in frames.items()}, got
             sent_frames = {bytes(f) for fs in frames.values() for f in fs}

@@ -707,6 +707,7 @@ def test_dpdk_dumpcap_captures_what_the_port_receives_and_sends():
             log, _ = cap.communicate(timeout=30)
             assert cap.returncode == 0, log.decode()
         packets = [p["data"] for p in pcapng.packets(out.read_bytes())]
+        assert pcapng.tcpdump_count(out) == len(packets), "tcpdump -r reads the same file"
         received = [p for p in packets if p[12:14] == b"\x08\x00" and p[23] == 17
                     and socket.inet_ntoa(p[30:34]) == T.VIP4]
         sent = [p for p in packets if p[12:14] == b"\x08\x00" and p[23] == 4]
