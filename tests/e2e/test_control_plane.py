@@ -898,3 +898,96 @@ def test_capture_by_backend_at_the_drop_point_and_with_a_full_ring():
             err, summary = finished(p)
             assert len(answered) == 400, len(answered)
             assert summary["lost"] > 0 and f"lost: {summary['lost']} packets" in err, (summary, err)
+
+
+def test_reload_preview_predicts_what_the_reload_then_does():
+    """Each preview checked against reality: 40 UDP flows to ``web`` (VIP4) and 20 to ``api``
+    (a second VIP), each pinned to the backend that answered it. Four candidates are previewed,
+    then applied (in this order), and what the preview said is what happens:
+
+    * b4 added to web: the flows it says would move if they lost their entry are exactly those
+      whose new-connection choice (``explain``'s ``hashed_backend``) is no longer their backend;
+      every flow keeps its backend;
+    * b1 removed from web without draining: the flows it says are dropped are exactly web's
+      flows on b1, and after the reload exactly those lose their backend (UDP: another answers);
+    * b2 removed from web with 60 s of draining: the flows it says drain are web's flows on b2;
+      after the reload they are still answered by b2, and ``flows --state draining`` counts them;
+    * the api service (its VIP) removed: its 20 flows are dropped; after the reload none is
+      answered.
+    """
+    from test_hardening import exchange
+
+    vip_api = "198.18.0.104"
+    with T.Topology(vips4=(T.VIP4, vip_api)) as t:
+        b = {n: t.backend(n).ipv4 for n in ("b1", "b2", "b4")}
+        full = make_config(t, [service(t, vips=(T.VIP4,)), service(t, name="api", vips=(vip_api,))])
+        start = without(full, b["b4"])
+        lb = Spillway(t, start)
+        with lb:
+            lb.wait_ready(t.clients[0])
+            lb.wait_neighbours()
+            c1 = t.client("c1")
+            with udp_clients(c1, 40) as web, udp_clients(c1, 20) as api:
+                pinned = exchange(web, "start")
+                pinned_api = exchange(api, "start", vip=vip_api)
+                assert len(pinned) == 40 and len(pinned_api) == 20, (pinned, pinned_api)
+
+                def preview(cfg: dict, name: str) -> dict:
+                    path = t.state_dir / f"{name}.yaml"
+                    path.write_text(json.dumps(cfg))
+                    r = lb.ctl_run("reload", "--dry-run", str(path))
+                    assert r.returncode in (0, 4), r
+                    return json.loads(r.stdout)
+
+                def apply(cfg: dict) -> None:
+                    lb.write(cfg)
+                    lb.ctl("reload")
+
+                def hashed(i: int) -> str:
+                    x = lb.ctl("explain", "--src", c1.ipv4, "--dst", T.VIP4, "--proto", "udp",
+                               "--sport", web[i].getsockname()[1], "--dport", T.UDP_PORT)
+                    return x["hashed_backend"]
+
+                # 1. A backend added.
+                cfg = full
+                p = preview(cfg, "added")
+                apply(cfg)
+                moved = [i for i in range(40) if hashed(i) != t.backend(pinned[i]).ipv4]
+                assert p["connections"]["moves"] == len(moved) > 0, (p["connections"], moved)
+                assert p["connections"]["dropped"] == 0 and p["connections"]["drain"] == 0, p
+                assert exchange(web, "added") == pinned, "every flow keeps its entry's backend"
+
+                # 2. b1 removed without draining.
+                cfg = without(cfg, b["b1"])
+                p = preview(cfg, "no-b1")
+                on_b1 = {i for i, n in pinned.items() if n == "b1"}
+                assert on_b1 and p["connections"]["dropped"] == len(on_b1) and p["would_drop"], (on_b1, p)
+                apply(cfg)
+                after = exchange(web, "no-b1")
+                assert len(after) == 40, after
+                assert {i for i in range(40) if after[i] != pinned[i]} == on_b1, (pinned, after)
+                assert "b1" not in after.values()
+                pinned = after
+
+                # 3. b2 removed with draining.
+                cfg = without(cfg, b["b2"])
+                cfg["services"][0]["backend_service"]["connection_draining"] = {"draining_timeout_sec": 60}
+                p = preview(cfg, "drain-b2")
+                on_b2 = {i for i, n in pinned.items() if n == "b2"}
+                assert on_b2 and p["connections"]["drain"] == len(on_b2) and not p["would_drop"], (on_b2, p)
+                assert p["connections"]["dropped"] == 0, p
+                apply(cfg)
+                assert exchange(web, "drain-b2") == pinned, "the draining flows stay on b2"
+                r = lb.ctl_run("flows", "--vip", T.VIP4, "--state", "draining")
+                draining = json.loads(r.stdout.splitlines()[-1])
+                assert draining["matched"] == len(on_b2), (draining, r.stderr)
+
+                # 4. The api service (and its VIP) removed.
+                cfg = copy.deepcopy(cfg)
+                cfg["services"] = [s for s in cfg["services"] if s["name"] != "api"]
+                p = preview(cfg, "no-api")
+                assert p["connections"]["dropped"] == 20 and p["would_drop"], p
+                assert p["by_backend"] and all(k.startswith(("web/", "api/")) for k in p["by_backend"]), p
+                apply(cfg)
+                assert exchange(api, "no-api", timeout=2.0, vip=vip_api) == {}, "api's flows are gone"
+                assert exchange(web, "still") == pinned

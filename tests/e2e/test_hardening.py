@@ -164,15 +164,15 @@ def rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def exchange(socks: list[socket.socket], tag: str, timeout: float = 5.0) -> dict[int, str]:
-    """One datagram from every socket to VIP:5353 and every reply: socket index -> backend.
+def exchange(socks: list[socket.socket], tag: str, timeout: float = 5.0, vip: str = T.VIP4) -> dict[int, str]:
+    """One datagram from every socket to ``vip``:5353 and every reply: socket index -> backend.
     In batches of 100, so that the backends' user-space decapsulation and servers (Python)
     are not handed more at once than their socket buffers hold."""
     got: dict[int, str] = {}
     for start in range(0, len(socks), 100):
         batch = list(enumerate(socks))[start:start + 100]
         for i, s in batch:
-            s.sendto(f"{tag} {i}".encode(), (T.VIP4, T.UDP_PORT))
+            s.sendto(f"{tag} {i}".encode(), (vip, T.UDP_PORT))
         with selectors.DefaultSelector() as sel:  # epoll: more descriptors than select() takes
             for i, s in batch:
                 sel.register(s, selectors.EVENT_READ, i)
@@ -181,7 +181,7 @@ def exchange(socks: list[socket.socket], tag: str, timeout: float = 5.0) -> dict
             while left and time.monotonic() < deadline:
                 for key, _ in sel.select(0.2):
                     data, addr = key.fileobj.recvfrom(2048)
-                    assert addr == (T.VIP4, T.UDP_PORT), addr
+                    assert addr == (vip, T.UDP_PORT), addr
                     got[key.data] = data.split(b" ", 1)[0].decode()
                     sel.unregister(key.fileobj)
                     left -= 1
