@@ -265,10 +265,22 @@ impl Default for TapSlot {
 }
 
 impl TapSlot {
-    /// Offers `tap` to the worker; gives it back when the worker has not taken the previous
-    /// one (it is not polling).
+    /// Offers `tap` to the worker; a tap still waiting there from a capture that has ended
+    /// (the worker did not poll before it ended) is replaced. Gives `tap` back when the
+    /// waiting one belongs to a capture still under way.
     pub fn offer(&self, tap: Box<Tap>) -> Result<(), Box<Tap>> {
-        self.0.push(tap)
+        let tap = match self.0.push(tap) {
+            Ok(()) => return Ok(()),
+            Err(tap) => tap,
+        };
+        match self.0.pop() {
+            Some(old) if !old.shared.stop.load(Ordering::Relaxed) => {
+                // Nobody else offers: the place just freed takes the old one back.
+                let _ = self.0.push(old);
+                Err(tap)
+            }
+            _ => self.0.push(tap),
+        }
     }
 
     /// The tap offered, if any (the worker, between bursts).
@@ -391,9 +403,15 @@ mod tests {
         assert_eq!(readers.len(), 2);
         let t0 = slots[0].take().expect("worker 0's tap");
         assert_eq!(t0.snaplen, 128);
-        // Worker 1 has not polled: a second capture cannot start, and says which worker.
+        // Worker 1 has not polled: a second capture cannot start while the first runs, and
+        // says which worker.
         assert_eq!(start(&slots, &Filter::default(), Points::ALL, 128, 8).err(), Some(1));
         assert!(!shared.stop.load(Ordering::Relaxed), "the first capture runs on");
+        // Once the first has ended, its tap still waiting for worker 1 is replaced.
+        shared.stop.store(true, Ordering::Relaxed);
+        let (_, second) = start(&slots, &Filter::default(), Points::ALL, 64, 8).unwrap();
+        let t1 = slots[1].take().expect("worker 1's tap");
+        assert!(Arc::ptr_eq(&t1.shared, &second) && t1.snaplen == 64, "the second capture's");
         assert_eq!(Point::parse("dropped"), Some(Point::Dropped));
         assert_eq!(Point::parse("lost"), None);
         assert!(Points::NONE.with(Point::Sent).has(Point::Sent));

@@ -742,6 +742,14 @@ def test_top_shows_the_live_view_and_quits_on_q():
             os.close(leader)
 
 
+def capture_running(lb: Spillway) -> bool:
+    """Whether a capture runs now (``GET /v1/capture``, a 404 until the first has started)."""
+    try:
+        return bool(json.loads(lb.admin_get("/v1/capture")).get("running"))
+    except RuntimeError:
+        return False
+
+
 def test_capture_writes_what_the_worker_decided_as_pcapng():
     """``spillwayctl capture`` against the running balancer: 10 UDP flows from c1 to the VIP,
     two rounds (a new connection, then a hit); a capture of the VIP's UDP at ``received`` and
@@ -765,7 +773,7 @@ def test_capture_writes_what_the_worker_decided_as_pcapng():
             argv = t.lb.cmd(argv)
         cap = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            T.wait_until(lambda: json.loads(lb.admin_get("/v1/capture")).get("running"),
+            T.wait_until(lambda: capture_running(lb),
                          "the capture to start")
             busy = lb.ctl_run("capture", "-w", str(t.state_dir / "second.pcapng"), "--count", "1")
             assert busy.returncode == 1 and "under way" in busy.stderr, busy
@@ -831,7 +839,7 @@ def test_capture_by_backend_at_the_drop_point_and_with_a_full_ring():
             path = t.state_dir / f"{name}.pcapng"
             argv = [str(CTL), "--admin", lb.admin, "capture", "-w", str(path), *map(str, args)]
             p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            T.wait_until(lambda: json.loads(lb.admin_get("/v1/capture")).get("running"),
+            T.wait_until(lambda: capture_running(lb),
                          f"capture {name} to start")
             return p, path
 
