@@ -544,6 +544,10 @@ async fn a_capture_request_names_its_bad_parameter_and_needs_workers() {
             "proto: `sctpish` is not tcp, udp, icmp, icmpv6 or a protocol number",
         ),
         ("service=nope", 404, "service: no service named `nope`"),
+        ("backend=10.9.9.9", 404, "backend: no backend at `10.9.9.9`"),
+        ("backend=10.0.1.1:99", 404, "backend: no backend at `10.0.1.1:99`"),
+        ("port=net_tap9", 404, "port: no port named `net_tap9`"),
+        ("backend=10.0.1.1", 503, "capture needs load-balancing workers"),
         ("snap=1", 400, "unknown field `snap`"),
         (
             "vip=198.51.100.10&service=web&point=dropped",

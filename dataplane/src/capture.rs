@@ -81,18 +81,16 @@ impl WorkerTap {
         worker: usize,
         port: usize,
     ) {
-        match self.tap.as_deref_mut() {
+        let port_id = u16::try_from(port).unwrap_or(u16::MAX);
+        match self.tap.as_deref_mut().filter(|t| t.filter.port.is_none_or(|p| p == port_id)) {
             None => path::process_burst(bufs, ctx, out),
             Some(tap) => {
                 let n = bufs.len().min(MAX_BURST);
                 let ts_ns = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-                let at = At {
-                    ts_ns,
-                    worker: u16::try_from(worker).unwrap_or(u16::MAX),
-                    port: u16::try_from(port).unwrap_or(u16::MAX),
-                };
+                let at =
+                    At { ts_ns, worker: u16::try_from(worker).unwrap_or(u16::MAX), port: port_id };
                 for (buf, o) in bufs[..n].iter_mut().zip(out.iter_mut()) {
                     *o = capture_one(tap, &mut self.pending, buf, ctx, at);
                 }

@@ -116,6 +116,8 @@ pub struct Filter {
     pub service: Option<u16>,
     /// The backend the packet was sent to: an address, and a port when given.
     pub backend: Option<(Addr, Option<u16>)>,
+    /// The port (by index) the packet arrived on.
+    pub port: Option<u16>,
 }
 
 impl Filter {

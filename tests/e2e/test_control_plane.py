@@ -686,6 +686,8 @@ def test_reload_preview_reports_what_a_candidate_would_do_and_applies_nothing():
                 text = lb.ctl_run("reload", "--dry-run", candidate("text", None), "--verbose", json_out=False)
                 assert text.returncode == 4 and "DROPPED" in text.stdout and b1 in text.stdout, text.stdout
 
+                missing = lb.ctl_run("reload", "--dry-run", str(t.state_dir / "missing.yaml"))
+                assert missing.returncode == 2 and "cannot read" in missing.stderr, missing
                 assert lb.ctl("status")["generation"] == generation, "a preview applied nothing"
                 again = exchange(socks, "after")
                 assert again == first, (first, again)
@@ -791,6 +793,11 @@ def test_capture_writes_what_the_worker_decided_as_pcapng():
         assert "lost" not in err, err
         summary = json.loads(lb.admin_get("/v1/capture"))
         assert summary["packets"] == 40 and summary["lost"] == 0 and not summary["running"], summary
+        # Filters that can match nothing are refused, saying why.
+        for args, says in ((("--backend", "198.18.9.9"), "no backend at `198.18.9.9`"),
+                           (("--port", "net_tap9"), "no port named `net_tap9` (ports: net_tap0)")):
+            bad = lb.ctl_run("capture", "-w", str(t.state_dir / "bad.pcapng"), *args, json_out=False)
+            assert bad.returncode == 1 and says in bad.stderr, bad
 
         packets = pcapng.packets(path.read_bytes())
         assert len(packets) == 40, [p["comment"] for p in packets]

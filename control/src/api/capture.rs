@@ -2,7 +2,7 @@
 //! ([`crate::capture`]); `GET /v1/capture`: the summary of the capture under way or the last.
 //!
 //! One capture runs at a time (a second is a `409`). Its parameters are in the query string:
-//! the filters (`vip`, `dport`, `client`, `sport`, `proto`, `service`, `backend`), the points
+//! the filters (`vip`, `dport`, `client`, `sport`, `proto`, `service`, `backend`, `port`), the points
 //! (`point=received,sent,dropped`, all by default), the bounds (`count`, `duration_ms`,
 //! `bytes`), `snaplen` and `ring` (records per worker's ring). The reply's header `spillway-capture` carries the capture's number.
 
@@ -63,6 +63,8 @@ pub(super) struct CaptureQuery {
     proto: Option<String>,
     service: Option<String>,
     backend: Option<String>,
+    /// A data port, by name (as `dataplane.ports` names them).
+    port: Option<String>,
     /// Comma-separated points.
     point: Option<String>,
     count: Option<u64>,
@@ -100,6 +102,39 @@ fn parse(q: &CaptureQuery, api: &Api) -> Result<Request, HttpError> {
             })?)
         }
     };
+    let backend = q.backend.as_deref().map(query::backend_param).transpose()?;
+    if let Some((addr, port)) = backend {
+        // A filter that can match nothing is a mistake worth saying (a typo, a removed backend).
+        let snap = lock(&api.controller).snapshot();
+        let known = snap
+            .backends()
+            .any(|(_, b)| b.endpoint.addr == addr && port.is_none_or(|p| p == b.endpoint.port));
+        if !known {
+            let b = q.backend.as_deref().unwrap_or_default();
+            return Err(HttpError::new(
+                StatusCode::NOT_FOUND,
+                format!("backend: no backend at `{b}`"),
+            ));
+        }
+    }
+    let port = match q.port.as_deref() {
+        None => None,
+        Some(name) => {
+            // The data ports (the workers'); the kernel interface's port, listed last, is
+            // moved by the exception path's thread: its frames are captured on the data port
+            // they came in by, as `to_kernel`.
+            let ports = api.view.port_counters();
+            let data = ports.len() - usize::from(api.view.kernel_counters().is_some());
+            let names: Vec<&str> = ports.iter().take(data).map(|(n, _)| *n).collect();
+            let i = names.iter().position(|n| *n == name).ok_or_else(|| {
+                HttpError::new(
+                    StatusCode::NOT_FOUND,
+                    format!("port: no port named `{name}` (ports: {})", names.join(", ")),
+                )
+            })?;
+            Some(u16::try_from(i).unwrap_or(u16::MAX))
+        }
+    };
     let filter = Filter {
         vip: q.vip.as_deref().map(|v| query::named_addr("vip", v)).transpose()?,
         dport: q.dport,
@@ -107,7 +142,8 @@ fn parse(q: &CaptureQuery, api: &Api) -> Result<Request, HttpError> {
         sport: q.sport,
         proto: q.proto.as_deref().map(query::protocol_of).transpose()?,
         service,
-        backend: q.backend.as_deref().map(query::backend_param).transpose()?,
+        backend,
+        port,
     };
     let points = match q.point.as_deref() {
         None => Points::ALL,
@@ -150,6 +186,7 @@ fn describe(q: &CaptureQuery, points: Points) -> String {
         ("proto", q.proto.clone()),
         ("service", q.service.clone()),
         ("backend", q.backend.clone()),
+        ("port", q.port.clone()),
     ]
     .into_iter()
     .filter_map(|(k, v)| v.map(|v| format!("{k}={v}")))

@@ -225,6 +225,9 @@ struct CaptureArgs {
     /// Only packets sent to this backend (`address` or `address:port`).
     #[arg(long)]
     backend: Option<String>,
+    /// Only packets that arrived on this data port, by name (as `dataplane.ports` names it).
+    #[arg(long)]
+    port: Option<String>,
     /// Where to capture: `received` (as it arrived), `sent` (as it left, encapsulated),
     /// `dropped` (as it arrived, with the drop reason); several allowed. Default: all three.
     #[arg(long, value_delimiter = ',', value_parser = ["received", "sent", "dropped"])]
@@ -270,6 +273,7 @@ impl CaptureArgs {
             ("proto", &self.proto),
             ("service", &self.service),
             ("backend", &self.backend),
+            ("port", &self.port),
         ] {
             if let Some(v) = v {
                 q.push(format!("{name}={}", enc(v)));
