@@ -146,9 +146,7 @@ fn capture_one<B: PacketBuf>(
         (Outcome::Transmit | Outcome::Wait, None) => "answered",
     });
     if let Some(p) = info.as_ref() {
-        let (service, backend) = decided(p, ctx);
-        note.service = service;
-        note.backend = if forwarded.is_some() { backend } else { None };
+        (note.service, note.backend) = decided(p, ctx, forwarded.is_some());
     }
     if !tap.filter.decision_matches(note.service, note.backend) {
         pending.truncate(first);
@@ -190,10 +188,13 @@ fn forward_counts(ctx: &PathCtx<'_>) -> [u64; ForwardReason::ALL.len()] {
     ForwardReason::ALL.map(|r| ctx.counters.reason(Reason::Forward(r)).get())
 }
 
-/// The service of `p` and the backend its packet went to: its connection-table entry's, or
-/// the table's choice for a packet that has none.
-fn decided(p: &PacketInfo, ctx: &PathCtx<'_>) -> (Option<u16>, Option<Endpoint>) {
+/// The service of `p` and, when it was `forwarded`, the backend it went to: its
+/// connection-table entry's, or the table's choice for a packet that has none.
+fn decided(p: &PacketInfo, ctx: &PathCtx<'_>, forwarded: bool) -> (Option<u16>, Option<Endpoint>) {
     let Some(svc) = ctx.snap.service_for(p) else { return (None, None) };
+    if !forwarded {
+        return (Some(svc.id), None);
+    }
     let key = tracking_key(p, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id);
     let slot = match ctx.shard.lookup(&key, key_hash(&key), ctx.now) {
         Some((_, e)) => Some(BackendRef::from_u32(e.value.backend).slot),

@@ -208,7 +208,7 @@ pub(super) async fn start(
             "capture needs load-balancing workers (this daemon has none)",
         ));
     }
-    let id = {
+    let summary = {
         let mut c = api.captures.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(cur) = c.current.as_ref().filter(|c| c.running) {
             return Err(HttpError::new(
@@ -217,14 +217,16 @@ pub(super) async fn start(
             ));
         }
         c.last_id += 1;
-        c.current = Some(CaptureSummary {
+        let summary = CaptureSummary {
             id: c.last_id,
             running: true,
             filter: describe(&q, req.points),
             ..CaptureSummary::default()
-        });
-        c.last_id
+        };
+        c.current = Some(summary.clone());
+        summary
     };
+    let id = summary.id;
     let (rings, shared) = match tap::start(slots, &req.filter, req.points, req.snaplen, req.ring) {
         Ok(started) => started,
         Err(w) => {
@@ -244,12 +246,6 @@ pub(super) async fn start(
         } else {
             names
         }
-    };
-    let summary = CaptureSummary {
-        id,
-        running: true,
-        filter: describe(&q, req.points),
-        ..Default::default()
     };
     let stream = PcapngStream::new(&ports, req.snaplen, req.bounds, summary);
     let (tx, rx) = mpsc::channel::<Vec<u8>>(16);
