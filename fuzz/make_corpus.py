@@ -353,15 +353,18 @@ def sync_corpus(here):
     udp = sync_entry("203.0.113.9", "198.51.100.10", 5000, 53, 17, 5, 0x1122334455667788, "10.1.0.8", 53, 0, 1)
     one = sync_entry("203.0.113.9", None, 0, 0, 0, 1, 0x99, "10.1.0.9", 0, 0xFFFFFFFF, 0)
     bad = sync_entry("203.0.113.9", "198.51.100.10", 1, 2, 1, 5, 0x99, "10.1.0.9", 0, 0, 0)
-    header = b"SPSY" + struct.pack("!BBIQQ", 1, 5, 2, 1765000000000, 1)
+    # Version 2: magic, version, kind, sender, recipient, key id, epoch, sequence, salt.
+    header = b"SPSY" + struct.pack("!BBHHIQQI", 2, 7, 2, 1, 0, 1765000000000, 1, 0x5a5a5a5a)
     inputs = {
-        "wire_hello": b"\x00" + header + struct.pack("!QB", 42, 1) + bytes(16),
+        "wire_hello": b"\x00" + header + struct.pack("!QBQQQ", 42, 1, 9, 0, 0) + bytes(16),
         "wire_short": b"\x00SPSY",
         "sealed_entries": b"\x01\x01\x80" + struct.pack("!H", 3) + five + udp + one,
         "sealed_remove": b"\x01\x02\x10" + struct.pack("!H", 1) + five,
-        "sealed_bulk_request": b"\x01\x03\x00" + struct.pack("!Q", 7),
-        "sealed_bulk_end": b"\x01\x04\xff" + struct.pack("!QQ", 7, 1000000),
-        "sealed_hello": b"\x01\x05\x40" + struct.pack("!QB", 0x5350, 1),
+        "sealed_bulk_request": b"\x01\x03\x00" + struct.pack("!QHH", 7, 0, 0xFFFF),
+        "sealed_answer": b"\x01\x04\x20" + struct.pack("!QHHH", 7, 0, 1, 2) + five + udp,
+        "sealed_answer_end": b"\x01\x05\xff" + struct.pack("!QHHHQ", 7, 0, 1, 2, 1000000),
+        "sealed_bulk_ack": b"\x01\x06\x30" + struct.pack("!QQ", 7, 64),
+        "sealed_hello": b"\x01\x07\x40" + struct.pack("!QBQQQ", 0x5350, 1, 9, 0xc0ffee00, 0),
         "table": b"\x02SPTB" + struct.pack("!HQQQ", 1, 0x53505442, 1765000000000, 2) + five + udp + bytes(8),
         "records": b"\x03" + five + bad + udp + one,
     }

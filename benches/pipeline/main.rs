@@ -169,7 +169,7 @@ fn main() {
     let ports = Ports::open(&eal, &pool);
     let mut rig = Rig::new(&eal, &pool, &ports, opts.burst);
     if opts.sync {
-        rig.sync = Some(spillway_core::peer::SyncLink::new(rig::SYNC_QUEUE));
+        rig.sync = Some(spillway_core::sync::SyncLink::new(rig::SYNC_QUEUE));
     }
     // Every run says which host it ran on: the VM moves between hosts whose pipelines differ
     // threefold, and the cross-core round trip printed here tells them apart.

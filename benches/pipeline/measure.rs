@@ -2,7 +2,7 @@
 //! the generator on its lcore, the worker on the other, and the worker's counters read around
 //! a measured window.
 
-use spillway_core::peer::SyncLink;
+use spillway_core::sync::SyncLink;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! The test rig: EAL on two lcores, the mempool, the `net_ring` and `net_null` ports and their
 //! queues, and the balancer a worker is given (its services, neighbours and connection table).
 
-use spillway_core::peer::SyncLink;
+use spillway_core::sync::SyncLink;
 use spillway_dataplane::sync::WorkerSync;
 use std::sync::Arc;
 use std::time::Instant;

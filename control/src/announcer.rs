@@ -1,9 +1,9 @@
 //! The loop that keeps an instance's announcement in step ([`crate::fleet`] decides): every
-//! [`PERIOD`] it evaluates readiness and the wanted VIPs, syncs the route table
-//! ([`crate::netlink::RouteTable`]) when they change (and every [`RESYNC`] anyway, so a route
+//! [`PERIOD`] it evaluates readiness and the wanted VIPs, updates the route table
+//! ([`crate::netlink::RouteTable`]) when they change (and every [`REAPPLY`] anyway, so a route
 //! someone deleted comes back), retries after an error, and checks that BIRD answers on its
 //! control socket when `announce.bird_socket` is set. An error never stops forwarding: it is
-//! logged, counted and shown in the status until a sync works.
+//! logged, counted and shown in the status until an update works.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -14,15 +14,15 @@ use spillway_core::addr::Addr;
 use spillway_core::counters::Reason;
 
 use crate::controller::Controller;
-use crate::fleet::{wanted, BirdStatus, Phase};
+use crate::instance::{wanted, BirdStatus, Phase};
 use crate::netlink::RouteTable;
 use crate::view::DataplaneView;
 
 /// How often the loop looks at the instance.
 pub const PERIOD: Duration = Duration::from_millis(100);
 /// How often the table is re-read and repaired even when nothing changed.
-pub const RESYNC: Duration = Duration::from_secs(10);
-/// How long after a failed sync the next try comes.
+pub const REAPPLY: Duration = Duration::from_secs(10);
+/// How long after a failed update the next try comes.
 pub const RETRY: Duration = Duration::from_secs(2);
 /// How often BIRD's control socket is checked.
 pub const BIRD_PERIOD: Duration = Duration::from_secs(2);
@@ -164,7 +164,7 @@ async fn run(
         (0..view.workers()).map(|w| view.counters(w).heartbeat.get()).collect();
     let mut applied: Option<BTreeSet<IpAddr>> = None;
     let mut failing = false;
-    let mut next_sync = Instant::now();
+    let mut next_update = Instant::now();
     let mut next_bird = Instant::now();
     let bird_socket = {
         let c = lock(&controller);
@@ -229,13 +229,14 @@ async fn run(
             c.instance_mut().announced = want.iter().map(|ip| Addr::from(*ip)).collect();
             continue;
         };
-        // Sync when the wanted set changed, and anyway when due: every RESYNC after a sync
-        // that worked, every RETRY after one that failed (not at every tick while failing).
+        // Update when the wanted set changed, and anyway when due: every REAPPLY after an
+        // update that worked, every RETRY after one that failed (not at every tick while
+        // failing).
         let changed = applied.as_ref() != Some(&want);
-        if now < next_sync && (!changed || failing) {
+        if now < next_update && (!changed || failing) {
             continue;
         }
-        let result = table.sync(&want).await;
+        let result = table.apply(&want).await;
         let mut c = lock(&controller);
         let inst = c.instance_mut();
         match result {
@@ -247,16 +248,16 @@ async fn run(
                     tracing::info!(vip = %a, table = table.table, "VIP withdrawn");
                 }
                 if inst.last_error.take().is_some() {
-                    tracing::info!(table = table.table, "the VIP route table is in sync again");
+                    tracing::info!(table = table.table, "the VIP route table is up to date again");
                 }
-                inst.syncs += 1;
+                inst.route_updates += 1;
                 inst.announced = want.iter().map(|ip| Addr::from(*ip)).collect();
                 applied = Some(want);
                 failing = false;
-                next_sync = now + RESYNC;
+                next_update = now + REAPPLY;
             }
             Err(e) => {
-                inst.sync_errors += 1;
+                inst.route_errors += 1;
                 let msg = e.to_string();
                 if inst.last_error.as_deref() != Some(msg.as_str()) {
                     tracing::error!(
@@ -269,7 +270,7 @@ async fn run(
                 inst.last_error = Some(msg);
                 applied = None;
                 failing = true;
-                next_sync = now + RETRY;
+                next_update = now + RETRY;
             }
         }
     }

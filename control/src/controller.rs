@@ -11,8 +11,8 @@
 //! current-thread runtime on the main lcore) and the admin API reads it.
 
 use crate::config::{self, Config, ConfigError};
-use crate::fleet::Instance;
 use crate::health::{HealthChecker, HealthEvent, TargetStatus};
+use crate::instance::Instance;
 use crate::view::DataplaneView;
 use hashbrown::HashMap;
 use spillway_core::addr::Addr;
@@ -319,7 +319,7 @@ impl Controller {
             log.suppressed += 1;
         }
         self.probes.insert(ev.key.clone(), ev.healthy);
-        if self.sync_health() {
+        if self.apply_health() {
             self.publish("health");
         }
     }
@@ -344,12 +344,12 @@ impl Controller {
                 self.probes.insert(key, v);
             }
         }
-        self.sync_health();
+        self.apply_health();
     }
 
     /// Push effective health (override, else probe verdict) into the policy state; true when
     /// something changed.
-    fn sync_health(&mut self) -> bool {
+    fn apply_health(&mut self) -> bool {
         let keys: Vec<BackendKey> = self.state.model().backends().map(|(k, _, _)| k).collect();
         let mut changed = false;
         for k in keys {
@@ -413,6 +413,15 @@ impl Controller {
             self.reloads.1 += 1;
             return Err(e);
         }
+        // Fleet sync's keys are read again at every reload (a key rotation): a key file that
+        // cannot be read rejects the reload, and the running keys stay.
+        let keys = match self.reload_sync_keys(&config) {
+            Ok(keys) => keys,
+            Err(e) => {
+                self.reloads.1 += 1;
+                return Err(e);
+            }
+        };
         let now = self.now();
         self.state.set_topology(config.advanced_topology());
         let change =
@@ -431,7 +440,29 @@ impl Controller {
             tracing::info!(backend = %key, "backend re-added while draining: entries kept");
         }
         self.publish("reload");
+        if let (Some(keys), Some(sync)) = (keys, &self.sync) {
+            if **sync.keys.load() != keys {
+                sync.keys.store(Arc::new(keys));
+            }
+        }
         Ok(ReloadReport { change, services: self.config.services.len() })
+    }
+
+    /// The sync key file of `config`, read, when fleet sync runs: the keys a reload switches
+    /// to. A file that cannot be read is the reload's error, on `fleet.sync.key_file`.
+    fn reload_sync_keys(
+        &self,
+        config: &Config,
+    ) -> Result<Option<crate::sync::KeyRing>, ControlError> {
+        let Some(s) = config.fleet_sync().filter(|_| self.sync.is_some()) else { return Ok(None) };
+        crate::sync::KeyRing::read_file(&s.key_file).map(Some).map_err(|e| {
+            let errors = vec![config::InvalidField {
+                field: "fleet.sync.key_file".into(),
+                location: None,
+                message: e.to_string(),
+            }];
+            ConfigError::Invalid { path: self.path.clone(), errors }.into()
+        })
     }
 
     /// A configuration that changes a start-only setting (`fleet.sync`, `fleet.table_file`)
@@ -456,6 +487,7 @@ impl Controller {
     /// the reload would add and remove.
     pub fn preview(&self, config: &Config) -> Result<(Snapshot, ModelChange), ControlError> {
         self.refuse_start_only_changes(config)?;
+        self.reload_sync_keys(config)?;
         let now = self.now();
         let mut state = self.state.clone();
         state.set_topology(config.advanced_topology());
@@ -495,7 +527,7 @@ impl Controller {
             };
             tracing::info!(backend = %k, ?value, "health override set");
         }
-        if self.sync_health() {
+        if self.apply_health() {
             self.publish("override");
         }
         Ok(keys)

@@ -7,7 +7,7 @@
 //! protocol learns that table (`learn`) and its BGP sessions export what it learned
 //! (docs/scale-out.md). With an exception interface the routes point at it (`dev spl0`), so
 //! they disappear with the interface when the process dies; without one they are blackhole
-//! routes. [`RouteTable::sync`] makes the table hold exactly the wanted set, adding and deleting
+//! routes. [`RouteTable::apply`] makes the table hold exactly the wanted set, adding and deleting
 //! only routes of [`ROUTE_PROTOCOL`] in that table, never anyone else's.
 
 use std::collections::BTreeSet;
@@ -230,9 +230,9 @@ pub struct RouteTable {
     pub oif: Option<u32>,
 }
 
-/// What one [`RouteTable::sync`] changed.
+/// What one [`RouteTable::apply`] changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SyncReport {
+pub struct RouteChanges {
     /// Routes added.
     pub added: Vec<IpAddr>,
     /// Routes deleted.
@@ -242,9 +242,9 @@ pub struct SyncReport {
 impl RouteTable {
     /// Makes the table's Spillway routes exactly `wanted`: reads what is there (someone may
     /// have removed a route, or a previous run left some), adds the missing, deletes the rest.
-    pub async fn sync(&self, wanted: &BTreeSet<IpAddr>) -> Result<SyncReport, NetlinkError> {
+    pub async fn apply(&self, wanted: &BTreeSet<IpAddr>) -> Result<RouteChanges, NetlinkError> {
         let have = self.netlink.routes(self.table).await?;
-        let mut report = SyncReport::default();
+        let mut report = RouteChanges::default();
         for dst in wanted.difference(&have) {
             self.netlink.add_route(self.table, *dst, self.oif).await?;
             report.added.push(*dst);

@@ -19,7 +19,7 @@ use spillway_control::api::types::InstanceReply;
 use spillway_control::api::{self, ApiOptions};
 use spillway_control::config::Config;
 use spillway_control::controller::{Controller, Override};
-use spillway_control::fleet::{self, Instance, Phase};
+use spillway_control::instance::{self, Instance, Phase};
 use spillway_control::view::DataplaneView;
 use spillway_core::addr::Addr;
 
@@ -78,7 +78,7 @@ fn controller(text: &str) -> (tempfile::TempDir, Arc<Mutex<Controller>>) {
 }
 
 fn wanted(c: &Controller, serving: bool) -> Vec<(String, Vec<String>)> {
-    fleet::wanted(c.config(), &c.snapshot(), serving)
+    instance::wanted(c.config(), &c.snapshot(), serving)
         .into_iter()
         .map(|(a, s)| (a.to_string(), s))
         .collect()
@@ -123,7 +123,7 @@ async fn without_an_announce_section_nothing_is_announced() {
     let (_dir, c) = controller(&text);
     let c = c.lock().unwrap();
     assert!(wanted(&c, true).is_empty());
-    assert!(fleet::announceable(c.config()).is_empty());
+    assert!(instance::announceable(c.config()).is_empty());
 }
 
 #[test]
@@ -162,13 +162,13 @@ fn traffic_has_stopped_once_nothing_was_forwarded_for_the_quiet_time_after_the_d
     // Packets keep arriving for a while after the withdrawal (the routers converge).
     i.note_forwarded(150, t0 + Duration::from_secs(2));
     let at = |s: u64| t0 + Duration::from_secs(s);
-    assert!(!i.status(at(3), quiet).traffic_stopped, "1 s quiet");
+    assert!(!i.traffic_stopped(at(3), quiet), "1 s quiet");
     i.note_forwarded(150, at(4)); // the same total: no traffic
-    assert!(i.status(at(4), quiet).traffic_stopped, "2 s quiet and drained 3 s");
-    assert_eq!(i.status(at(4), quiet).quiet_for_sec, 2.0);
+    assert!(i.traffic_stopped(at(4), quiet), "2 s quiet and drained 3 s");
+    assert_eq!(i.quiet_for(at(4)).as_secs_f64(), 2.0);
     // A serving instance never reports its traffic as stopped.
     i.set_drained(false, at(5));
-    assert!(!i.status(at(10), quiet).traffic_stopped);
+    assert!(!i.traffic_stopped(at(10), quiet));
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -439,7 +439,7 @@ fn in_namespace() {
             .iter()
             .map(|s| s.parse().unwrap())
             .collect();
-        let r = table.sync(&want).await.expect("sync");
+        let r = table.apply(&want).await.expect("apply");
         assert_eq!(r.added.len(), 3);
         let v4 = sh(&["route", "show", "table", "100"]);
         assert!(v4.contains("blackhole 198.19.200.1 proto 252"), "{v4}");
@@ -448,17 +448,17 @@ fn in_namespace() {
         let v6 = sh(&["-6", "route", "show", "table", "100"]);
         assert!(v6.contains("blackhole fd00::100") && v6.contains("proto 252"), "{v6}");
         // Nothing to do when in sync; a deleted route comes back.
-        assert!(table.sync(&want).await.expect("sync").added.is_empty());
+        assert!(table.apply(&want).await.expect("apply").added.is_empty());
         sh(&["route", "del", "198.19.200.2", "table", "100"]);
         assert_eq!(
-            table.sync(&want).await.expect("sync").added,
+            table.apply(&want).await.expect("apply").added,
             ["198.19.200.2".parse::<IpAddr>().unwrap()]
         );
         // Withdraw one, then all; the foreign route stays.
         let one: BTreeSet<IpAddr> = ["198.19.200.1".parse().unwrap()].into();
-        let r = table.sync(&one).await.expect("sync");
+        let r = table.apply(&one).await.expect("apply");
         assert_eq!(r.removed.len(), 2);
-        let r = table.sync(&BTreeSet::new()).await.expect("sync");
+        let r = table.apply(&BTreeSet::new()).await.expect("apply");
         assert_eq!(r.removed, ["198.19.200.1".parse::<IpAddr>().unwrap()]);
         let v4 = sh(&["route", "show", "table", "100"]);
         assert_eq!(v4.trim(), "blackhole 198.19.99.0/24", "{v4}");
@@ -547,7 +547,7 @@ fn in_namespace() {
         assert!(link.contains("02:00:00:00:00:09") && link.contains("mtu 1400"), "{link}");
         assert!(link.contains("198.18.0.11/16") && link.contains("fd00::11/64"), "{link}");
         let table = RouteTable { netlink: nl.clone(), table: 100, oif: Some(index) };
-        table.sync(&one).await.expect("sync");
+        table.apply(&one).await.expect("apply");
         let v4 = sh(&["route", "show", "table", "100"]);
         assert!(v4.contains("198.19.200.1 dev spl9 proto 252 scope link"), "{v4}");
         sh(&["link", "del", "spl9"]);
@@ -557,7 +557,7 @@ fn in_namespace() {
         // The handoff failing: routes through an interface that is gone. The error names the
         // VIP and the kernel's reason.
         let gone = RouteTable { netlink: nl.clone(), table: 100, oif: Some(index) };
-        let e = gone.sync(&one).await.expect_err("no such interface");
+        let e = gone.apply(&one).await.expect_err("no such interface");
         assert!(
             e.to_string().contains("adding 198.19.200.1")
                 && e.to_string().contains("No such device"),
@@ -577,7 +577,7 @@ fn in_namespace() {
         loop {
             tokio::time::sleep(Duration::from_millis(50)).await;
             let g = c.lock().unwrap();
-            let (errors, _, last) = g.instance().sync_counts();
+            let (errors, _, last) = g.instance().route_updates();
             if errors >= 2 {
                 assert!(last.is_some_and(|m| m.contains("No such device")), "{last:?}");
                 // A retry every 2 s, not at every 100 ms tick.
@@ -605,7 +605,7 @@ fn in_namespace() {
             assert!(Instant::now() < deadline, "never announced after the error");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert_eq!(c.lock().unwrap().instance().sync_counts().2, None, "the error is cleared");
+        assert_eq!(c.lock().unwrap().instance().route_updates().2, None, "the error is cleared");
         let v4 = sh(&["route", "show", "table", "100"]);
         assert!(v4.contains("blackhole 198.19.200.1 proto 252"), "{v4}");
         task.abort();
@@ -626,7 +626,7 @@ fn a_stop_after_a_drain_counts_the_quiet_time_from_the_drain() {
     // The stop comes long after the drain, traffic long gone: stopped already.
     i.begin_stop(at(9000));
     assert_eq!(i.withdrawn_for(at(9000)), Some(Duration::from_secs(7)));
-    assert!(i.status(at(9000), quiet).traffic_stopped);
+    assert!(i.traffic_stopped(at(9000), quiet));
 }
 
 /// A worker and two ports with driver counters: the port and exception-path metrics show them.
@@ -690,7 +690,7 @@ async fn metrics_show_the_ports_the_exception_path_and_the_fleet() {
         "spillway_instance_phase{phase=\"serving\"} 1",
         "spillway_instance_phase{phase=\"starting\"} 0",
         "spillway_vip_announced{vip=\"198.19.200.1\"} 0",
-        "spillway_announce_sync_errors_total 0",
+        "spillway_announce_route_errors_total 0",
     ] {
         assert!(text.contains(line), "no `{line}` in\n{text}");
     }

@@ -19,7 +19,6 @@ mod control_loop;
 mod kernel;
 mod run;
 mod systemd;
-mod table;
 mod view;
 
 use std::io::IsTerminal;

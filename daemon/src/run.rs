@@ -16,13 +16,14 @@ use spillway_control::api::{ApiError, ApiOptions};
 use spillway_control::config::{self, Config, ConfigError};
 use spillway_control::controller::{ControlError, Controller};
 use spillway_control::netlink::{Netlink, RouteTable};
+use spillway_control::table_file;
 use spillway_control::view::DataplaneView;
 use spillway_core::addr::{mask, Prefix};
 use spillway_core::capture::TapSlot;
 use spillway_core::conntrack::Shard;
 use spillway_core::counters::{KernelPathCounters, PortCounters};
 use spillway_core::mailbox::Mailbox;
-use spillway_core::peer::SyncLink;
+use spillway_core::sync::SyncLink;
 use spillway_core::wire::MacDisplay;
 use spillway_dataplane::capture::WorkerTap;
 use spillway_dataplane::dpdk::memory::{self, describe_areas};
@@ -36,13 +37,12 @@ use spillway_dataplane::outbox::{outbox, OutboxSender};
 use spillway_dataplane::setup;
 use spillway_dataplane::stats;
 use spillway_dataplane::sync::WorkerSync;
-use spillway_dataplane::worker::{Balancer, Worker, WorkerCounters, WorkerParams};
+use spillway_dataplane::worker::{time_since, Balancer, Worker, WorkerCounters, WorkerParams};
 
 use crate::check;
 use crate::control_loop::{self, ControlPlane, LinkWatch, Signals};
 use crate::kernel;
 use crate::systemd;
-use crate::table;
 use crate::view::DaemonView;
 
 // The config's burst limit is the size of the safe layer's on-stack burst array.
@@ -256,14 +256,20 @@ fn run_config(
     let mailboxes: Vec<Mailbox> = lcores.iter().map(|_| Mailbox::default()).collect();
     // Where `spillwayctl capture` offers each worker its tap.
     let tap_slots: Vec<Arc<TapSlot>> = lcores.iter().map(|_| Arc::default()).collect();
-    // Fleet sync (FS): the key first (a start with a key it cannot read stops here), then one
-    // pair of queues per worker.
+    // Fleet sync (FS): the keys and this life's epoch first (a start that cannot read its keys
+    // or keep its epoch stops here), then one pair of queues per worker.
     let sync_config = config.fleet_sync().filter(|_| balance);
-    let sync_key = match &sync_config {
-        Some(s) => Some(
-            spillway_control::sync::Key::read_file(&s.key_file)
-                .map_err(|e| setting("fleet.sync.key_file", e))?,
-        ),
+    let sync_keys = match &sync_config {
+        Some(s) => {
+            let keys = spillway_control::sync::KeyRing::read_file(&s.key_file)
+                .map_err(|e| setting("fleet.sync.key_file", e))?;
+            let epoch = spillway_control::sync::next_epoch(
+                &s.epoch_file,
+                spillway_control::sync::epoch::clock_ms(),
+            )
+            .map_err(|e| setting("fleet.sync.epoch_file", e))?;
+            Some((keys, epoch))
+        }
         None => None,
     };
     let sync_links: Vec<SyncLink> = match &sync_config {
@@ -297,9 +303,15 @@ fn run_config(
         Some(_) => lcores.iter().map(|_| conntrack_shard(config)).collect(),
         None => Vec::new(),
     };
+    if let Some(s) = &sync_config {
+        for shard in &mut shards {
+            let limit = shard.capacity() as u64 * u64::from(s.copy_permille) / 1000;
+            shard.set_copy_limit(usize::try_from(limit).unwrap_or(usize::MAX));
+        }
+    }
     if let (Some(path), Some((c, _))) = (config.table_file(), &control) {
         let snap = control_loop::lock(c).snapshot();
-        table::restore(path, &mut shards, &snap, origin);
+        table_file::restore(path, &mut shards, &snap, time_since(origin));
     }
     let mut shards = shards.into_iter();
     let mut workers: Vec<Worker<'_, '_>> = queues
@@ -371,30 +383,32 @@ fn run_config(
     });
     // Fleet sync's thread, now that the kernel interface holds the node's addresses.
     let sync_stop = Arc::new(AtomicBool::new(false));
-    let sync = match (&sync_config, sync_key, &control) {
-        (Some(s), Some(key), Some((c, _))) => {
+    let sync = match (&sync_config, sync_keys, &control) {
+        (Some(s), Some((keys, epoch)), Some((c, _))) => {
             let settings = spillway_control::sync::SyncSettings {
-                instance_id: u32::from(s.instance_id),
-                bind: s.local[0],
-                peers: s.peers.iter().map(|p| (u32::from(p.id), p.socket)).collect(),
+                instance_id: s.instance_id,
+                bind: s.local.clone(),
+                peers: s.peers.iter().map(|p| (p.id, p.socket)).collect(),
                 bulk_timeout: s.bulk_timeout,
                 refresh: s.refresh,
+                epoch,
+                max_entries_per_sec: s.max_entries_per_sec,
             };
             let reader = control_loop::lock(c).reader();
             let (handle, shared) = spillway_control::sync::spawn(
                 settings,
-                key,
+                keys,
                 sync_links.clone(),
                 Arc::clone(&counters),
                 reader,
                 Arc::clone(&sync_stop),
             )
-            .map_err(|e| setting("fleet.sync.port", format!("binding {}: {e}", s.local[0])))?;
+            .map_err(|e| setting("fleet.sync.port", format!("binding {}: {e}", addrs(&s.local))))?;
             control_loop::lock(c).set_sync(Arc::clone(&shared));
             println!(
-                "spillway: fleet sync as instance {} on {} with {} peer(s)",
+                "spillway: fleet sync as instance {} (epoch {epoch}) on {} with {} peer(s)",
                 s.instance_id,
-                s.local[0],
+                addrs(&s.local),
                 s.peers.len()
             );
             Some((handle, shared))
@@ -510,7 +524,7 @@ fn run_config(
     if let (Some(handle), Some(table)) = (fleet, netlink.as_ref().and_then(route_table)) {
         handle.abort();
         let nothing = std::collections::BTreeSet::new();
-        let withdraw = table.sync(&nothing);
+        let withdraw = table.apply(&nothing);
         match runtime.block_on(tokio::time::timeout(Duration::from_secs(2), withdraw)) {
             Ok(Ok(r)) if !r.removed.is_empty() => {
                 tracing::info!(withdrawn = r.removed.len(), "VIP routes withdrawn at stop");
@@ -529,7 +543,7 @@ fn run_config(
     if let (Some(path), Some((c, _))) = (config.table_file(), &control) {
         let tables = stopped_tables.into_inner().unwrap_or_else(|e| e.into_inner());
         let snap = control_loop::lock(c).snapshot();
-        table::save(path, &tables, &snap, origin);
+        table_file::save(path, &tables, &snap, time_since(origin));
     }
 
     // 5. Report, then tear down in reverse order of setup.
@@ -549,6 +563,11 @@ fn run_config(
     drop(memif_gate);
     drop(eal);
     Ok(())
+}
+
+/// Socket addresses as `a, b`.
+fn addrs(a: &[std::net::SocketAddr]) -> String {
+    a.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
 
 /// A worker's connection table, sized and guarded as configured, on huge pages when the

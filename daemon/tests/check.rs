@@ -836,11 +836,17 @@ fn the_sync_key_file_must_be_private_and_a_key() {
     // Without the newline too.
     write_key(&f, secret, 0o400);
     f.check(&config).has("PASS", "sync", &format!("{field}: a 32-byte key"));
+    // Two keys: a rotation under way.
+    let next = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+    write_key(&f, &format!("{secret}\n{next}\n"), 0o600);
+    f.check(&config).has("PASS", "sync", &format!("{field}: two 32-byte keys (a rotation"));
 
     for (text, problem) in [
-        ("0123456789abcdef\n", "holds 16 characters, not the 64 hexadecimal digits"),
-        (&format!("{secret}{secret}\n")[..], "is longer than the 64 hexadecimal digits"),
-        (&format!("{secret}\n\n")[..], "holds 65 characters"),
+        ("0123456789abcdef\n", "has a line of 16 characters, not the 64 hexadecimal digits"),
+        (&format!("{secret}{secret}\n")[..], "has a line longer than the 64 hexadecimal digits"),
+        (&format!("{secret}\n\n")[..], "has a line of 0 characters"),
+        (&format!("{secret}\n{secret}\n{secret}\n")[..], "holds more than two lines"),
+        (&format!("{secret}\n{secret}\n")[..], "holds the same key on both lines"),
         (&secret.replace('a', "g")[..], "holds a character that is not a hexadecimal digit"),
         (&"0".repeat(64)[..], "is all zeros: a placeholder, not a key"),
     ] {

@@ -410,6 +410,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         c.ct_inserts.set(stats.inserts);
         c.ct_evictions.set(stats.evictions);
         c.ct_bypassed.set(stats.bypassed);
+        c.ct_copies.set(stats.copies);
         publish_tx(c, tally);
     }
 
@@ -488,7 +489,7 @@ impl<'p, 'c> Worker<'p, 'c> {
     /// advanced ([`WorkerSync::step`]); nothing to do costs a test and an atomic load.
     fn sync_step(&mut self) {
         let Some(b) = &mut self.balancer else { return };
-        let Some(sync) = b.sync.as_mut().filter(|s| s.has_work()) else { return };
+        let Some(sync) = b.sync.as_mut().filter(|s| s.has_work(&b.shard)) else { return };
         let now = time_since(b.origin);
         sync.step(&mut b.shard, b.snapshots.load(), now, &self.counters.sync);
     }
@@ -500,7 +501,7 @@ impl<'p, 'c> Worker<'p, 'c> {
         let snap = b.snapshots.load();
         c.snapshot_generation.set(snap.generation);
         if let Some(sync) = &mut b.sync {
-            sync.check(snap);
+            sync.check(snap, b.shard.bucket_count(), &c.sync);
         }
         let now = time_since(b.origin);
         b.shard.sweep(buckets, now, |e| {

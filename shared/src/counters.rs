@@ -215,6 +215,8 @@ pub struct WorkerCounters {
     pub ct_evictions: Counter,
     /// Conntrack: capacity of the shard.
     pub ct_capacity: Counter,
+    /// Copies of peers' entries (fleet sync) in the connection table now.
+    pub ct_copies: Counter,
     /// Conntrack: new connections the flood guard forwarded without an entry.
     pub ct_bypassed: Counter,
     /// Heartbeat: goes up each time the worker passes its TX drain deadline (every
@@ -237,20 +239,30 @@ pub struct WorkerCounters {
     pub sync: SyncCounters,
 }
 
-/// What a worker counts of fleet sync (FS): its scans for entries at risk and the peers'
-/// entries it stores.
+/// What a worker counts of fleet sync (FS): its scans for entries at risk, its bulk answers,
+/// and the peers' entries it stores or drops.
 #[derive(Debug, Default)]
 pub struct SyncCounters {
-    /// Entries at risk handed to the sync thread (FS-1).
+    /// Entries at risk handed to the sync thread (FS-1), for the peers or a bulk answer.
     pub exported: Counter,
-    /// Entries at risk not handed over: the worker's sync queue was full.
+    /// Removals handed to the sync thread (FS-8): shared entries that left the table,
+    /// changed, or stopped being at risk.
+    pub removes: Counter,
+    /// Items not handed over: the worker's sync queue was full (the scan makes room first, so
+    /// this stays 0; departures come in bursts of at most a burst's overwrites).
     pub queue_full: Counter,
-    /// Peers' entries by what became of them, indexed like [`crate::peer::Installed::ALL`].
-    pub installed: [Counter; crate::peer::Installed::ALL.len()],
-    /// Scans of the table for entries at risk, finished.
+    /// Peers' entries by what became of them, indexed like [`crate::sync::Installed::ALL`].
+    pub installed: [Counter; crate::sync::Installed::ALL.len()],
+    /// Peers' removals by what became of them, indexed like [`crate::sync::Removed::ALL`].
+    pub removed: [Counter; crate::sync::Removed::ALL.len()],
+    /// Own passes (a whole table's worth of buckets) finished.
     pub scans: Counter,
-    /// The snapshot generation the last finished scan judged the entries against.
+    /// The snapshot generation the last finished own pass ended under.
     pub scanned_generation: Counter,
+    /// Bulk answers finished (their ends handed over).
+    pub bulk_answers: Counter,
+    /// Bulk answers refused: as many under way as a worker runs at once.
+    pub bulk_refused: Counter,
 }
 
 impl WorkerCounters {
@@ -271,6 +283,7 @@ impl WorkerCounters {
             ct_inserts: Counter::default(),
             ct_evictions: Counter::default(),
             ct_capacity: Counter::default(),
+            ct_copies: Counter::default(),
             ct_bypassed: Counter::default(),
             heartbeat: Counter::default(),
             snapshot_generation: Counter::default(),

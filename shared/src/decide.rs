@@ -10,7 +10,7 @@
 //!
 //! No allocation, no lock, no logging: one rule lookup, one or two hashes, one table probe.
 
-use crate::conntrack::{self, EntryValue, Shard};
+use crate::conntrack::{self, EntryValue, Shard, FLAG_COPY, FLAG_SHARED};
 use crate::flow::{
     is_new_connection_syn, selection_tuple, tracking_key, FlowKey, PacketInfo,
     FLOW_KEY_SERVICE_BYTES,
@@ -271,7 +271,8 @@ pub fn decide_prepared(
                             })
                         };
                     }
-                    let reason = judge(&local(&entry.value, svc), entry.idle_ms, svc, snap, p, now)
+                    let idle = copy_idle(entry.idle_ms, snap);
+                    let reason = judge(&local(&entry.value, svc), idle, svc, snap, p, now)
                         .err()
                         .unwrap_or(ForwardReason::ReplacedFlushed);
                     stale = Some((slot, reason, BackendRef::from_u32(entry.value.backend).slot))
@@ -456,9 +457,18 @@ fn judge_unhealthy(
     }
 }
 
-/// A peer's entry as this instance's: the service's own flush epoch (FS-3).
+/// A peer's entry as this instance's: the service's own flush epoch, and no longer a copy
+/// (FS-3).
 fn local(value: &EntryValue, svc: &ServiceView) -> EntryValue {
-    EntryValue { epoch: svc.epoch, ..*value }
+    EntryValue { epoch: svc.epoch, flags: value.flags & !(FLAG_COPY | FLAG_SHARED), ..*value }
+}
+
+/// A copy's idle time as its validity reads it (FS-2): a copy lasts its service's idle timeout
+/// plus the snapshot's copy grace after its owner last sent it, so its idle time counts that
+/// much less against the timeout.
+#[inline]
+pub fn copy_idle(idle_ms: u64, snap: &Snapshot) -> u64 {
+    idle_ms.saturating_sub(snap.copy_grace_ms)
 }
 
 /// FS-3: a peer's entry (its epoch [`SYNCED_EPOCH`]) found by a packet here. Judged as an
@@ -478,7 +488,7 @@ fn take_over(
     now: Time,
 ) -> Option<u16> {
     let value = local(&entry.value, svc);
-    let backend = judge(&value, entry.idle_ms, svc, snap, p, now).ok()?;
+    let backend = judge(&value, copy_idle(entry.idle_ms, snap), svc, snap, p, now).ok()?;
     if !p.icmp_error {
         shard.replace(slot, value, now);
     }
@@ -499,7 +509,11 @@ pub fn at_risk(
 ) -> bool {
     let Some(svc) = snap.service(key.service) else { return false };
     let p = key.packet_info();
-    let value = if value.epoch == SYNCED_EPOCH { local(value, svc) } else { *value };
+    let (value, idle_ms) = if value.epoch == SYNCED_EPOCH {
+        (local(value, svc), copy_idle(idle_ms, snap))
+    } else {
+        (*value, idle_ms)
+    };
     match judge(&value, idle_ms, svc, snap, &p, now) {
         Ok(backend) => select_new(&p, svc, snap).1 != Some(backend),
         Err(_) => false,
@@ -517,8 +531,10 @@ pub fn is_reclaimable(
     now: Time,
 ) -> bool {
     let Some(svc) = snap.service(key_service) else { return true };
-    // A peer's entry not yet used here is reclaimed by its idle time and backend only (FS-2).
-    let flushed = value.epoch != svc.epoch && value.epoch != SYNCED_EPOCH;
+    // A peer's entry not yet used here is reclaimed by its lifetime and backend only (FS-2).
+    let copy = value.epoch == SYNCED_EPOCH;
+    let flushed = value.epoch != svc.epoch && !copy;
+    let idle_ms = if copy { copy_idle(idle_ms, snap) } else { idle_ms };
     if idle_ms >= svc.idle_timeout_ms || flushed {
         return true;
     }

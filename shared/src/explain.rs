@@ -4,7 +4,7 @@
 //! disagree with the workers.
 
 use crate::conntrack::{key_hash, Entry, EntryValue};
-use crate::decide::{judge, select, ForwardReason, SYNCED_EPOCH};
+use crate::decide::{copy_idle, judge, select, ForwardReason, SYNCED_EPOCH};
 use crate::eligible::EligibleKind;
 use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowKey, PacketInfo};
 use crate::model::Endpoint;
@@ -87,7 +87,8 @@ pub fn explain(p: &PacketInfo, snap: &Snapshot, entry: Option<&Entry>, now: Time
         // A peer's entry not used here yet is judged as this instance's (FS-3).
         let peers = e.value.epoch == SYNCED_EPOCH;
         let value = if peers { EntryValue { epoch: svc.epoch, ..e.value } } else { e.value };
-        let verdict = judge(&value, e.idle_ms, svc, snap, p, now);
+        let idle = if peers { copy_idle(e.idle_ms, snap) } else { e.idle_ms };
+        let verdict = judge(&value, idle, svc, snap, p, now);
         x.entry_valid = Some(verdict.map(|_| ()));
         match verdict {
             Ok(slot) => {

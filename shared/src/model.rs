@@ -28,6 +28,9 @@ pub struct Model {
     pub client_subnets: Vec<ClientSubnet>,
     /// The services.
     pub services: Vec<Service>,
+    /// Fleet sync: how much longer than its service's idle timeout a peer's copy lasts after
+    /// its owner last sent it (FS-2): twice `fleet.sync.refresh_sec`; 0 without sync.
+    pub copy_grace_ms: u64,
 }
 
 /// A zone and the region it belongs to.
@@ -345,6 +348,14 @@ impl fmt::Display for BackendKey {
 }
 
 impl Model {
+    /// The whole model in one number: equal models give equal numbers, in any process of any
+    /// instance of the same Spillway (xxh3-64 of its `Debug` form, every field and list in
+    /// configuration order; the model holds no map). Health is not part of a model, so the
+    /// number does not change with it: what the table file is written and read under.
+    pub fn fingerprint(&self) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(format!("{self:?}").as_bytes())
+    }
+
     /// A model with no zones and no services, the default seed and table size.
     pub fn empty() -> Model {
         Model {
@@ -354,6 +365,7 @@ impl Model {
             zones: Vec::new(),
             client_subnets: Vec::new(),
             services: Vec::new(),
+            copy_grace_ms: 0,
         }
     }
 

@@ -13,9 +13,9 @@ use crate::decide::{decide, Decision};
 use crate::eligible::EligibleKind;
 use crate::flow::{proto, tcp_flags, PacketInfo};
 use crate::model::{BackendKey, Endpoint, Model, Ports, RuleDest, RuleProtocol, ZoneId};
-use crate::peer::{self, Installed, PeerEntry, PeerIndex};
 use crate::snapshot::Snapshot;
 use crate::state::{ModelChange, PolicyState, StateError};
+use crate::sync::{self, Examined, Installed, PeerEntry, PeerIndex, Removed};
 use crate::time::Time;
 use std::time::Duration;
 
@@ -471,16 +471,35 @@ impl Simulator {
         self.rebuild();
     }
 
-    /// This instance's own entries at risk, as its peers receive them at a refresh (FS-1): the
-    /// peers' entries it holds are sent by their owners.
-    pub fn entries_at_risk(&self) -> Vec<PeerEntry> {
-        self.shard
-            .iter(self.now)
-            .filter(|(_, e)| e.value.epoch != crate::decide::SYNCED_EPOCH)
-            .filter_map(|(_, e)| {
-                peer::export_at_risk(&e.key, &e.value, e.idle_ms, &self.snapshot, self.now)
-            })
-            .collect()
+    /// One whole scan of this instance's own entries, as a worker's refresh makes it (FS-1,
+    /// FS-8): the entries at risk (marked shared), and the removals of the shared entries
+    /// that left the table, changed or are no longer at risk. The peers' copies it holds are
+    /// sent by their owners.
+    pub fn sync_scan(&mut self) -> SyncScan {
+        let mut out = SyncScan::default();
+        let snap = &self.snapshot;
+        self.shard.take_departed(|key, value| out.removes.push(sync::departure(key, &value, snap)));
+        let found: Vec<_> = self.shard.iter(self.now).filter(|(_, e)| !e.value.is_copy()).collect();
+        for (slot, e) in found {
+            match sync::examine(&e.key, &e.value, e.idle_ms, snap, self.now) {
+                Examined::Share(p) => {
+                    self.shard.set_flags(slot, sync::shared_flags(&e.value, true));
+                    out.shares.push(p);
+                }
+                Examined::Unshare(p) => {
+                    self.shard.set_flags(slot, sync::shared_flags(&e.value, false));
+                    out.removes.push(p);
+                }
+                Examined::Nothing => {}
+            }
+        }
+        out
+    }
+
+    /// This instance's own entries at risk, as its peers receive them at a refresh: the shares
+    /// of [`Simulator::sync_scan`].
+    pub fn entries_at_risk(&mut self) -> Vec<PeerEntry> {
+        self.sync_scan().shares
     }
 
     /// Store peers' entries in this instance's table (FS-2, FS-4): what became of each.
@@ -488,7 +507,19 @@ impl Simulator {
         let index = PeerIndex::of(&self.snapshot);
         entries
             .iter()
-            .map(|e| peer::install(&mut self.shard, e, &index, &self.snapshot, self.now))
+            .map(|e| sync::install(&mut self.shard, e, &index, &self.snapshot, self.now))
+            .collect()
+    }
+
+    /// Apply peers' removals to this instance's table (FS-8): what became of each.
+    pub fn apply_peer_removals(&mut self, removes: &[PeerEntry]) -> Vec<Removed> {
+        let index = PeerIndex::of(&self.snapshot);
+        removes
+            .iter()
+            .map(|e| match sync::localize_removal(e, &index) {
+                Some(r) => sync::remove(&mut self.shard, &r, self.now),
+                None => Removed::NotHeld,
+            })
             .collect()
     }
 
@@ -543,4 +574,13 @@ fn host_count(prefix: crate::addr::Prefix) -> u64 {
     } else {
         (1u64 << host_bits) - 2
     }
+}
+
+/// What one scan of [`Simulator::sync_scan`] tells the peers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncScan {
+    /// Entries at risk (FS-1).
+    pub shares: Vec<PeerEntry>,
+    /// Removals (FS-8).
+    pub removes: Vec<PeerEntry>,
 }

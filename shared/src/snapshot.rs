@@ -36,6 +36,14 @@ pub struct Snapshot {
     pub client_zones: Lpm<Option<ZoneId>>,
     /// Zone names by id.
     pub zone_names: Vec<String>,
+    /// Fleet sync: how much longer than its idle timeout a peer's copy lasts (FS-2,
+    /// [`crate::model::Model::copy_grace_ms`]).
+    pub copy_grace_ms: u64,
+    /// The configuration the snapshot was built from, in one number
+    /// ([`crate::model::Model::fingerprint`]):
+    /// the same for the same configuration whatever the health verdicts (the table file is
+    /// written and read under it).
+    pub config_fingerprint: u64,
 }
 
 /// Where a backend slot stands.
@@ -141,7 +149,7 @@ pub struct ServiceView {
     /// Then `zone_choices` holds one weighted choice per client zone (every region) and
     /// `default_choice` is the one for clients without a zone.
     pub advanced: Option<Arc<AdvancedView>>,
-    /// Its identity across the instances of a fleet ([`crate::peer::service_identity`] of its
+    /// Its identity across the instances of a fleet ([`crate::sync::service_identity`] of its
     /// name): how a peer's entry names it (FS-2).
     pub identity: u64,
 }
@@ -462,6 +470,8 @@ impl Snapshot {
             backends: Vec::new(),
             client_zones: Lpm::new(),
             zone_names: Vec::new(),
+            copy_grace_ms: 0,
+            config_fingerprint: 0,
         }
     }
 }

@@ -98,6 +98,8 @@ pub struct ModelChange {
 #[derive(Debug, Clone)]
 pub struct PolicyState {
     model: Model,
+    /// [`Model::fingerprint`] of `model`, worked out once per model.
+    config_fingerprint: u64,
     backends: Vec<BackendView>,
     slot_keys: Vec<Option<BackendKey>>,
     by_key: HashMap<BackendKey, u16>,
@@ -118,6 +120,7 @@ impl PolicyState {
     /// (false in the daemon, HC-3; true in the simulator).
     pub fn new(default_healthy: bool) -> PolicyState {
         PolicyState {
+            config_fingerprint: Model::empty().fingerprint(),
             model: Model::empty(),
             backends: Vec::new(),
             slot_keys: Vec::new(),
@@ -275,6 +278,7 @@ impl PolicyState {
         self.advanced.retain(|name, _| {
             model.services.iter().any(|s| &s.name == name && s.advanced.is_some())
         });
+        self.config_fingerprint = model.fingerprint();
         self.model = model;
         Ok(change)
     }
@@ -560,7 +564,7 @@ impl PolicyState {
                 default_choice,
                 zone_choices,
                 advanced: advanced_view,
-                identity: crate::peer::service_identity(&svc.name),
+                identity: crate::sync::service_identity(&svc.name),
             });
         }
         self.tables = used_tables;
@@ -572,6 +576,8 @@ impl PolicyState {
             backends: self.backends.clone(),
             client_zones,
             zone_names: model.zones.iter().map(|z| z.name.clone()).collect(),
+            copy_grace_ms: model.copy_grace_ms,
+            config_fingerprint: self.config_fingerprint,
         }
     }
 }

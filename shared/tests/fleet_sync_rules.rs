@@ -6,9 +6,9 @@
 mod common;
 use common::*;
 use spillway_core::model::Model;
-use spillway_core::peer::{Installed, PeerEntry};
 use spillway_core::policy::Persistence;
 use spillway_core::simulator::Simulator;
+use spillway_core::sync::{Installed, PeerEntry, Removed};
 use std::time::Duration;
 
 const CLIENTS: [&str; 4] = ["198.18.10.1", "198.18.10.2", "198.18.20.7", "198.18.40.9"];
@@ -113,23 +113,24 @@ fn fs_2_fs_3_a_connection_that_moves_to_a_peer_keeps_its_backend() {
 }
 
 #[test]
-fn fs_2_a_peers_entry_keeps_its_idle_time_and_expires_unless_refreshed() {
+fn fs_2_a_copy_keeps_its_age_and_expires_unless_refreshed() {
     let (_, _, mut b, mut shared) = pair();
     let e = &mut shared[0];
     let (c, p) = (e.key.src.to_string(), e.key.sport);
-    // Idle for 599 s of the 600 s timeout when sent (to an instance up for longer than that).
-    e.idle_ms = 599_000;
+    // Vouched for 599 s before, of the 600 s timeout and no copy grace (a relayed copy, to an
+    // instance up for longer than that).
+    e.age_ms = 599_000;
     b.advance(Duration::from_secs(1000));
     assert_eq!(b.install_peer_entries(&shared[..1]), [Installed::New]);
     b.advance(Duration::from_secs(2));
     assert_eq!(reason(&b.packet(&ack(&c, p))), "replaced_expired");
     // Refreshed in time (the peer sends it again while the connection lives there): kept.
     let (_, _, mut b, mut shared) = pair();
-    shared[0].idle_ms = 599_000;
+    shared[0].age_ms = 599_000;
     b.advance(Duration::from_secs(1000));
     b.install_peer_entries(&shared[..1]);
     b.advance(Duration::from_millis(500));
-    shared[0].idle_ms = 10;
+    shared[0].age_ms = 10;
     assert_eq!(b.install_peer_entries(&shared[..1]), [Installed::Refreshed]);
     b.advance(Duration::from_secs(2));
     let o = b.packet(&ack(&shared[0].key.src.to_string(), shared[0].key.sport));
@@ -221,4 +222,109 @@ fn fs_4_an_instances_own_entry_wins_over_a_peers() {
     assert_eq!(b.install_peer_entries(&[e]), [Installed::KeptLocal]);
     let o = b.packet(&ack(&c, p));
     assert_eq!((reason(&o), o.backend), ("conntrack_hit", own));
+}
+
+/// `four` with fleet sync's copy grace: copies last the idle timeout plus twice a 10 s refresh
+/// after their owner last sent them (FS-2).
+fn four_synced() -> Model {
+    let mut m = four(|_| {});
+    m.copy_grace_ms = 20_000;
+    m
+}
+
+#[test]
+fn fs_2_a_quiet_connection_survives_its_owners_death_at_any_moment() {
+    // A connection made at risk at T0 that sends one packet per (idle timeout - 1 s) = 599 s;
+    // its owner `a` sends its entries at risk every 10 s (a refresh, T0 included) to the peer
+    // `b`. The connection's packet at P1 = T0 + 599 s is seen by `a` alone; `a` dies at
+    // P1 + d, for d across the whole interval (refreshes continuing until then); the next
+    // packet, at P1 + 599 s, reaches `b`, which must still hold a valid copy. A copy that
+    // expired by the connection's last packet known to it dies for any d below a refresh.
+    const PERIOD_MS: u64 = 599_000;
+    const REFRESH_MS: u64 = 10_000;
+    let mut deaths: Vec<u64> = (0..PERIOD_MS).step_by(9_000).collect();
+    deaths.extend([100, 900, 9_900, 10_100, 598_900]);
+    for d in deaths {
+        let (mut a, _) = opened(four_synced());
+        add_fifth(&mut a);
+        let mut b = sim(four_synced());
+        add_fifth(&mut b);
+        let shares = a.entries_at_risk();
+        b.install_peer_entries(&shares);
+        let e = shares[0];
+        let (c, p) = (e.key.src.to_string(), e.key.sport);
+        // Time runs on both, `a` refreshing every 10 s, until its death at P1 + d.
+        let (mut t, death) = (0u64, PERIOD_MS + d);
+        let mut packet_sent = false;
+        while t < death {
+            let next_refresh = (t / REFRESH_MS + 1) * REFRESH_MS;
+            let next = if packet_sent { next_refresh } else { next_refresh.min(PERIOD_MS) };
+            let step = next.min(death) - t;
+            a.advance(Duration::from_millis(step));
+            b.advance(Duration::from_millis(step));
+            t += step;
+            if t == PERIOD_MS && !packet_sent {
+                assert_eq!(reason(&a.packet(&ack(&c, p))), "conntrack_hit");
+                packet_sent = true;
+            }
+            if t % REFRESH_MS == 0 && t < death {
+                let shares = a.entries_at_risk();
+                b.install_peer_entries(&shares);
+            }
+        }
+        // Dead. The next packet of the connection reaches `b` at P1 + 599 s.
+        b.advance(Duration::from_millis(2 * PERIOD_MS - t));
+        let o = b.packet(&ack(&c, p));
+        assert_eq!(
+            (reason(&o), o.backend),
+            ("sync_takeover", Some(e.backend)),
+            "owner dead {d} ms after the packet it alone saw"
+        );
+    }
+}
+
+#[test]
+fn fs_8_a_reused_tuple_never_meets_a_stale_copy() {
+    // `a` shares an entry at risk; its connection closes, and a new one opens from the same
+    // client port: a SYN makes a new entry with the table's current pick (CT-2), which is not
+    // at risk. `a` tells `b` to drop its copy; `a` dies; the new connection's next packet
+    // reaches `b` and goes where `a` sent it.
+    let (mut a, _, mut b, shared) = pair();
+    assert_eq!(b.install_peer_entries(&shared), vec![Installed::New; shared.len()]);
+    let e = shared[0];
+    let (c, p) = (e.key.src.to_string(), e.key.sport);
+    let reopened = a.packet(&syn(&c, p)).backend;
+    assert_ne!(reopened, Some(e.backend), "the new connection goes to the table's pick");
+    let scan = a.sync_scan();
+    assert_eq!(scan.removes.len(), 1, "one removal: {scan:?}");
+    assert_eq!((scan.removes[0].key.sport, scan.removes[0].backend), (p, e.backend));
+    assert_eq!(b.apply_peer_removals(&scan.removes), [Removed::Dropped]);
+    let o = b.packet(&ack(&c, p));
+    assert_eq!((reason(&o), o.backend), ("new_connection", reopened));
+    // The other connections keep their copies.
+    let f = shared[1];
+    let o = b.packet(&ack(&f.key.src.to_string(), f.key.sport));
+    assert_eq!((reason(&o), o.backend), ("sync_takeover", Some(f.backend)));
+}
+
+#[test]
+fn fs_2_copies_never_push_out_or_block_an_instances_own_entries() {
+    // A one-bucket table (16 ways) full of copies: `b`'s own new connections still get their
+    // entries, each taking a copy's way, and the copies counted as displaced.
+    let (_, _, _, shared) = pair();
+    let mut b = Simulator::with_capacity(four(|_| {}), 16).unwrap();
+    b.add_backend("web", "g", ep("198.18.1.5")).unwrap();
+    let got = b.install_peer_entries(&shared[..16.min(shared.len())]);
+    assert!(got.iter().all(|&i| i == Installed::New || i == Installed::CopyLimit), "{got:?}");
+    let copies = b.shard().copies();
+    assert!(copies > 0);
+    for i in 0..16 {
+        b.packet(&syn("198.18.30.1", 31_000 + i));
+    }
+    assert_eq!(b.shard().copies(), 0, "every copy gave its way");
+    assert_eq!(b.shard().stats().copies_displaced, copies as u64);
+    assert_eq!(b.shard().stats().evictions, 0, "no own entry evicted");
+    for i in 0..16 {
+        assert_eq!(reason(&b.packet(&ack("198.18.30.1", 31_000 + i))), "conntrack_hit");
+    }
 }

@@ -881,6 +881,7 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
     if sync:
         cfg["fleet"] = {"sync": {
             "instance_id": inst.k, "key_file": sync_key(fleet), "bulk_timeout_sec": 5,
+            "epoch_file": str(sd / f"{inst.short}.sync-epoch"),
             "peers": [{"id": o.k, "address": o.node} for o in fleet.instances if o.k != inst.k]}}
     return cfg
 
@@ -1468,9 +1469,9 @@ def wait_synced(sps: list["FleetSpillway"], timeout: float = 15.0) -> dict:
 
     def ok():
         st = state()
-        sent = sum(s["entries_sent"] for _, s in st.values())
+        sent = sum(s["entries_sent"] + s["answer_entries_sent"] for _, s in st.values())
         received = sum(s["entries_received"] for _, s in st.values())
-        # Two instances: what one sent the other received.
+        # Two instances: what one sent (to the peers and in bulk answers) the other received.
         return all(s["scanned_generation"] == g for g, s in st.values()) and sent == received
 
     T.wait_until(ok, lambda: f"fleet sync to settle: {state()}", timeout=timeout)

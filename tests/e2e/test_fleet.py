@@ -212,7 +212,7 @@ def test_spread_exception_path_flood_and_fingerprints():
         for sp in sps:
             st = sp.instance()
             assert st["phase"] == "serving" and sorted(st["announced"]) == sorted(VIPS), st
-            assert st["bird"]["up"] is True and st["sync_errors"] == 0, st
+            assert st["bird"]["up"] is True and st["route_errors"] == 0, st
             assert sp.table_vips() == sorted(VIPS)
             m = sp.metrics()
             assert m.value("spillway_instance_phase", phase="serving") == 1
@@ -879,7 +879,7 @@ def test_bird_stopped_and_restarted():
                      timeout=10)
         noticed_s = time.monotonic() - t0
         st = sp1.instance()
-        assert st["phase"] == "serving" and sorted(st["announced"]) == sorted(VIPS) and st["sync_errors"] == 0, st
+        assert st["phase"] == "serving" and sorted(st["announced"]) == sorted(VIPS) and st["route_errors"] == 0, st
         assert sp1.table_vips() == sorted(VIPS), "the routes stay in table 100"
         assert sp1.metrics().value("spillway_bird_up") == 0
         wait_all_progress(ll, mark, more=3)

@@ -11,7 +11,7 @@ use super::types::*;
 use super::LOOKUP_TIMEOUT;
 use crate::config;
 use crate::controller::{Override, ResolveAhead};
-use crate::fleet::Phase;
+use crate::instance::Phase;
 use crate::view::DataplaneView;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;

@@ -248,13 +248,28 @@ pub(super) fn action_reply(c: &Controller, keys: &[BackendKey]) -> ActionReply {
 
 /// `GET /v1/instance`: the instance's phase, announced VIPs and table fingerprints.
 pub(super) fn instance_reply(c: &Controller) -> InstanceReply {
-    let quiet = c.config().announce.as_ref().map_or(2.0, |a| a.quiet_sec);
-    let mut reply = c.instance().status(Instant::now(), Duration::from_secs_f64(quiet));
+    let quiet_after =
+        Duration::from_secs_f64(c.config().announce.as_ref().map_or(2.0, |a| a.quiet_sec));
+    let (i, now) = (c.instance(), Instant::now());
+    let quiet = i.quiet_for(now);
     let snap = c.snapshot();
-    reply.fingerprints =
-        snap.services().map(|s| (s.name.to_string(), hex(snap.table_fingerprint(s)))).collect();
-    reply.fleet_sync = c.sync().map(|s| s.reply());
-    reply
+    InstanceReply {
+        phase: i.phase().as_str().to_owned(),
+        in_phase_sec: i.in_phase_for(now).as_secs_f64(),
+        waiting_for: i.waiting_for().map(str::to_owned),
+        quiet_for_sec: quiet.as_secs_f64(),
+        traffic_stopped: i.traffic_stopped(now, quiet_after),
+        wanted: i.wanted().iter().map(|(a, s)| (a.to_string(), s.clone())).collect(),
+        announced: i.announced().iter().map(ToString::to_string).collect(),
+        route_errors: i.route_updates().0,
+        last_error: i.route_updates().2.map(str::to_owned),
+        bird: i.bird().cloned(),
+        fingerprints: snap
+            .services()
+            .map(|s| (s.name.to_string(), hex(snap.table_fingerprint(s))))
+            .collect(),
+        fleet_sync: c.sync().map(|s| s.reply()),
+    }
 }
 
 /// What a reload changed, each list sorted.

@@ -486,8 +486,6 @@ pub struct ExplainEntry {
     pub invalid_reason: Option<String>,
 }
 
-pub use crate::fleet::{BirdStatus, InstanceReply};
-
 /// One flow of the dump.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowInfo {
@@ -690,3 +688,39 @@ pub struct SlotCounters {
     /// Entries that pin it now.
     pub tracked: u64,
 }
+
+pub use crate::instance::BirdStatus;
+
+/// `GET /v1/instance`, and the reply of `POST /v1/instance/drain` and `/undrain`: the
+/// instance's place in its fleet.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InstanceReply {
+    /// `starting`, `serving`, `drained` or `stopping`.
+    pub phase: String,
+    /// Seconds in that phase.
+    pub in_phase_sec: f64,
+    /// While starting: what readiness waits for.
+    pub waiting_for: Option<String>,
+    /// Seconds since a packet was last forwarded.
+    pub quiet_for_sec: f64,
+    /// Drained or stopping, and no packet forwarded for `announce.quiet_sec` (the phase that
+    /// long too): the routers have moved the traffic away.
+    pub traffic_stopped: bool,
+    /// VIPs wanted now, each with the services that want it.
+    pub wanted: BTreeMap<String, Vec<String>>,
+    /// VIPs in the route table (as of the last update that worked).
+    pub announced: Vec<String>,
+    /// Failed updates of the route table.
+    pub route_errors: u64,
+    /// The last update's error, until one works.
+    pub last_error: Option<String>,
+    /// BIRD's control socket, when `announce.bird_socket` is set.
+    pub bird: Option<BirdStatus>,
+    /// Per service, its table fingerprint (hex), to compare instances.
+    pub fingerprints: BTreeMap<String, String>,
+    /// Fleet sync (FS), when configured: the bulk sync, the peers, what went each way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_sync: Option<SyncReply>,
+}
+
+pub use crate::sync::{PeerStatus, SyncLosses, SyncReply, SyncStatus};

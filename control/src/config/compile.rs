@@ -149,6 +149,7 @@ impl Config {
             zones,
             client_subnets,
             services,
+            copy_grace_ms: self.fleet_sync().map_or(0, |s| 2 * s.refresh.as_millis() as u64),
         }
     }
 

@@ -6,10 +6,11 @@
 //! checks (`check`, called by [`super::validate`]), and the compiled form the rest of the code
 //! uses ([`SyncConfig`] from [`Config::fleet_sync`], [`Config::table_file`]).
 //!
-//! Both settings are read at start only: the sync thread binds its socket, reads the key and
-//! asks its peers for their entries once, and the table file is read once and written once. A
-//! reload that changes either is rejected as a whole ([`restart_needed`]), naming the field,
-//! so that the running sync never silently differs from the file on disk.
+//! Both settings are read at start only, but for the sync key file, which every reload reads
+//! again (a key rotation, docs/scale-out.md): the sync thread binds its sockets and asks its
+//! peers for their entries once, and the table file is read once and written once. A reload
+//! that changes anything else of the section is rejected as a whole ([`restart_needed`]),
+//! naming the field, so that the running sync never silently differs from the file on disk.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -38,6 +39,16 @@ pub const BULK_TIMEOUT_RANGE: std::ops::RangeInclusive<f64> = 0.5..=60.0;
 pub const REFRESH_RANGE: std::ops::RangeInclusive<f64> = 1.0..=300.0;
 /// `fleet.sync.queue_size` range (any number in it, not only powers of two).
 pub const SYNC_QUEUE_RANGE: std::ops::RangeInclusive<u64> = 64..=1_048_576;
+/// `fleet.sync.epoch_file` when absent.
+pub const DEFAULT_EPOCH_FILE: &str = "/var/lib/spillway/sync-epoch";
+/// `fleet.sync.max_entries_per_sec` when absent.
+pub const DEFAULT_MAX_ENTRIES_PER_SEC: u64 = 1_000_000;
+/// `fleet.sync.max_entries_per_sec` range.
+pub const MAX_ENTRIES_PER_SEC_RANGE: std::ops::RangeInclusive<u64> = 1_000..=100_000_000;
+/// `fleet.sync.copy_share` when absent.
+pub const DEFAULT_COPY_SHARE: f64 = spillway_core::sync::DEFAULT_COPY_SHARE;
+/// `fleet.sync.copy_share` range.
+pub const COPY_SHARE_RANGE: std::ops::RangeInclusive<f64> = 0.05..=0.9;
 
 /// `fleet:` — what this instance shares with the other instances of its fleet.
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
@@ -78,6 +89,19 @@ pub struct FleetSyncConfig {
     /// Per worker, entries waiting for the sync thread (64..=1048576, default 4096).
     #[serde(default = "default_sync_queue")]
     pub queue_size: u64,
+    /// Where this instance keeps its last sync epoch, so that it only grows across restarts
+    /// and clock steps (an absolute path; default `/var/lib/spillway/sync-epoch`).
+    #[serde(default = "default_epoch_file")]
+    pub epoch_file: String,
+    /// Entries a peer may send unasked per second at most, beyond which its datagrams are
+    /// dropped and counted (1000..=100000000, default 1000000; bulk answers are paced by this
+    /// instance and not limited).
+    #[serde(default = "default_max_entries_per_sec")]
+    pub max_entries_per_sec: u64,
+    /// The share of each worker's connection table that peers' copies may fill
+    /// (0.05..=0.9, default 0.5); a copy never displaces an entry of this instance's own.
+    #[serde(default = "default_copy_share")]
+    pub copy_share: f64,
 }
 
 /// One item of `fleet.sync.peers`.
@@ -106,6 +130,18 @@ fn default_sync_queue() -> u64 {
     DEFAULT_SYNC_QUEUE_SIZE
 }
 
+fn default_epoch_file() -> String {
+    DEFAULT_EPOCH_FILE.to_owned()
+}
+
+fn default_max_entries_per_sec() -> u64 {
+    DEFAULT_MAX_ENTRIES_PER_SEC
+}
+
+fn default_copy_share() -> f64 {
+    DEFAULT_COPY_SHARE
+}
+
 /// `fleet.sync`, validated and compiled: what the sync thread and the workers run with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncConfig {
@@ -129,6 +165,12 @@ pub struct SyncConfig {
     pub refresh: Duration,
     /// Per worker, the capacity of the queue of entries waiting for the sync thread.
     pub queue_size: usize,
+    /// The epoch file (absolute).
+    pub epoch_file: PathBuf,
+    /// Unasked entries accepted per peer and second at most.
+    pub max_entries_per_sec: u64,
+    /// Per mille of each worker's table that copies may fill.
+    pub copy_permille: u32,
 }
 
 /// One peer of [`SyncConfig`].
@@ -180,6 +222,16 @@ impl Config {
                 s.queue_size.clamp(*SYNC_QUEUE_RANGE.start(), *SYNC_QUEUE_RANGE.end()),
             )
             .unwrap_or(usize::MAX),
+            epoch_file: PathBuf::from(&s.epoch_file),
+            max_entries_per_sec: s
+                .max_entries_per_sec
+                .clamp(*MAX_ENTRIES_PER_SEC_RANGE.start(), *MAX_ENTRIES_PER_SEC_RANGE.end()),
+            copy_permille: {
+                let share =
+                    if s.copy_share.is_finite() { s.copy_share } else { DEFAULT_COPY_SHARE };
+                (share.clamp(*COPY_SHARE_RANGE.start(), *COPY_SHARE_RANGE.end()) * 1000.0).round()
+                    as u32
+            },
         })
     }
 
@@ -219,6 +271,31 @@ pub(crate) fn check(c: &Config, errors: &mut Vec<FieldError>) {
     }
     if !s.key_file.starts_with('/') {
         err("fleet.sync.key_file".into(), format!("`{}` is not an absolute path", s.key_file));
+    }
+    if !s.epoch_file.starts_with('/') || s.epoch_file.ends_with('/') {
+        err(
+            "fleet.sync.epoch_file".into(),
+            format!("`{}` is not an absolute path of a file", s.epoch_file),
+        );
+    } else if s.epoch_file == s.key_file
+        || c.fleet.table_file.as_deref() == Some(s.epoch_file.as_str())
+    {
+        err(
+            "fleet.sync.epoch_file".into(),
+            format!("`{}` is already the key file or the table file", s.epoch_file),
+        );
+    }
+    if !MAX_ENTRIES_PER_SEC_RANGE.contains(&s.max_entries_per_sec) {
+        err(
+            "fleet.sync.max_entries_per_sec".into(),
+            format!("{} is out of range 1000..=100000000", s.max_entries_per_sec),
+        );
+    }
+    if !(s.copy_share.is_finite() && COPY_SHARE_RANGE.contains(&s.copy_share)) {
+        err(
+            "fleet.sync.copy_share".into(),
+            format!("{} is out of range 0.05..=0.9 (a share of each worker's table)", s.copy_share),
+        );
     }
     if !(s.bulk_timeout_sec.is_finite() && BULK_TIMEOUT_RANGE.contains(&s.bulk_timeout_sec)) {
         err(
@@ -347,14 +424,17 @@ pub fn restart_needed(running: &Config, new: &Config) -> Vec<FieldError> {
     match (&running.fleet.sync, &new.fleet.sync) {
         (None, None) => {}
         (Some(a), Some(b)) => {
-            let fields: [(&str, bool); 7] = [
+            // The key file is read again by every reload (a key rotation): not listed.
+            let fields: [(&str, bool); 9] = [
                 ("instance_id", a.instance_id != b.instance_id),
                 ("port", a.port != b.port),
-                ("key_file", a.key_file != b.key_file),
                 ("peers", !same_peers(&a.peers, &b.peers)),
                 ("bulk_timeout_sec", a.bulk_timeout_sec.to_bits() != b.bulk_timeout_sec.to_bits()),
                 ("refresh_sec", a.refresh_sec.to_bits() != b.refresh_sec.to_bits()),
                 ("queue_size", a.queue_size != b.queue_size),
+                ("epoch_file", a.epoch_file != b.epoch_file),
+                ("max_entries_per_sec", a.max_entries_per_sec != b.max_entries_per_sec),
+                ("copy_share", a.copy_share.to_bits() != b.copy_share.to_bits()),
             ];
             for (field, changed) in fields {
                 if changed {

@@ -593,11 +593,11 @@ pub fn instance(r: &InstanceReply) -> String {
     } else {
         out.push_str(&table(&["vip", "wanted by", "announced"], &rows));
     }
-    if r.sync_errors > 0 || r.last_error.is_some() {
+    if r.route_errors > 0 || r.last_error.is_some() {
         let _ = writeln!(
             out,
             "route table  {} failed update(s){}",
-            r.sync_errors,
+            r.route_errors,
             r.last_error.as_ref().map(|e| format!("; now: {e}")).unwrap_or_default()
         );
     }
@@ -614,7 +614,7 @@ pub fn instance(r: &InstanceReply) -> String {
 }
 
 /// The fleet-sync part of `spillwayctl instance`.
-fn fleet_sync(s: &crate::fleet::SyncReply) -> String {
+fn fleet_sync(s: &SyncReply) -> String {
     let mut out = String::new();
     let bulk = match (s.status.bulk.as_str(), s.bulk_ms) {
         (b, Some(ms)) => format!("{b} in {:.2} s", ms as f64 / 1000.0),
@@ -1042,7 +1042,7 @@ mod tests {
             "phase": "serving", "in_phase_sec": 12.34, "waiting_for": null,
             "quiet_for_sec": 0.05, "traffic_stopped": false,
             "wanted": {"198.51.100.10": ["web", "ssh"]},
-            "announced": ["198.51.100.10", "198.51.100.99"], "sync_errors": 0,
+            "announced": ["198.51.100.10", "198.51.100.99"], "route_errors": 0,
             "last_error": null, "bird": null,
             "fingerprints": {"ssh": "0x0000000000000002", "web": "0x0000000000000001"},
         })
@@ -1068,7 +1068,7 @@ mod tests {
         r["quiet_for_sec"] = json!(6.0);
         r["wanted"] = json!({});
         r["announced"] = json!([]);
-        r["sync_errors"] = json!(2);
+        r["route_errors"] = json!(2);
         r["last_error"] = json!("netlink: permission denied");
         r["bird"] = json!({"up": false, "detail": "connect: no such file"});
         r["fingerprints"] = json!({});

@@ -272,7 +272,7 @@ mod tests {
         let instance: InstanceReply = serde_json::from_value(serde_json::json!({
             "phase": "serving", "in_phase_sec": 1.0, "waiting_for": null, "quiet_for_sec": 0.0,
             "traffic_stopped": false, "wanted": {}, "announced": ["198.18.0.100"],
-            "sync_errors": 0, "last_error": null, "bird": null, "fingerprints": {},
+            "route_errors": 0, "last_error": null, "bird": null, "fingerprints": {},
         }))
         .expect("an instance");
         let w = |worker| WorkerConntrack {

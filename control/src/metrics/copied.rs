@@ -2,8 +2,8 @@
 //! only for the copy: the counters are read and the text encoded after it is released.
 
 use crate::controller::{Controller, Override};
-use crate::fleet::{self, Phase};
 use crate::health::TargetStatus;
+use crate::instance::{self, Phase};
 use spillway_core::addr::Addr;
 use spillway_core::model::BackendKey;
 use spillway_core::publish::PublishStats;
@@ -43,7 +43,7 @@ pub(super) struct FleetCopy {
     pub(super) phase: Phase,
     pub(super) vips: BTreeSet<Addr>,
     pub(super) announced: BTreeSet<Addr>,
-    pub(super) sync_errors: u64,
+    pub(super) route_errors: u64,
     pub(super) bird_up: Option<bool>,
 }
 
@@ -78,9 +78,9 @@ pub(super) fn copy(controller: &Mutex<Controller>) -> Copied {
             let i = c.instance();
             FleetCopy {
                 phase: i.phase(),
-                vips: fleet::announceable(c.config()),
+                vips: instance::announceable(c.config()),
                 announced: i.announced().clone(),
-                sync_errors: i.sync_counts().0,
+                route_errors: i.route_updates().0,
                 bird_up: i.bird().map(|b| b.up),
             }
         }),

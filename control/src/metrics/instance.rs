@@ -3,7 +3,7 @@
 
 use super::copied::FleetCopy;
 use super::scrape::Scrape;
-use crate::fleet::Phase;
+use crate::instance::Phase;
 use prometheus_client::metrics::MetricType::{Counter, Gauge};
 use spillway_core::snapshot::Snapshot;
 
@@ -28,11 +28,11 @@ pub(super) fn fleet(s: &mut Scrape, f: &FleetCopy) {
         vips.add(vec![("vip", vip.to_string())], u64::from(f.announced.contains(vip)));
     }
     s.family(
-        "spillway_announce_sync_errors",
+        "spillway_announce_route_errors",
         "Failed updates of the announce route table (netlink); retried every 2 s.",
         Counter,
     )
-    .add(Vec::new(), f.sync_errors);
+    .add(Vec::new(), f.route_errors);
     if let Some(up) = f.bird_up {
         s.family(
             "spillway_bird_up",

@@ -7,7 +7,7 @@ use spillway_core::flow::{proto, FlowKey, TupleKind};
 /// Size of one encoded [`SyncedEntry`].
 pub const ENTRY_BYTES: usize = 69;
 
-pub use spillway_core::peer::{service_identity, SERVICE_IDENTITY_DOMAIN};
+pub use spillway_core::sync::{service_identity, SERVICE_IDENTITY_DOMAIN, WIRE_FLAGS};
 
 /// One connection-tracking entry as it travels between instances (and into the table file).
 ///
@@ -23,7 +23,8 @@ pub use spillway_core::peer::{service_identity, SERVICE_IDENTITY_DOMAIN};
 /// 38..46  service    service_identity(name)
 /// 46..62  backend    the backend's address
 /// 62..64  port       the backend's port
-/// 64..68  idle_ms    ms since the entry was last used, saturating at u32::MAX (49.7 days)
+/// 64..68  age_ms     ms since its owner vouched for it (sync), or since its last packet (the
+///                    table file); saturating at u32::MAX (49.7 days)
 /// 68      flags      conntrack::EntryValue::flags
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -37,8 +38,9 @@ pub struct SyncedEntry {
     pub backend: Addr,
     /// The backend's port.
     pub backend_port: u16,
-    /// Milliseconds since the entry was last used, when it was sent.
-    pub idle_ms: u32,
+    /// Milliseconds since its owner vouched for it, when sent ([`spillway_core::sync::PeerEntry::age_ms`]);
+    /// in the table file, since its last packet.
+    pub age_ms: u32,
     /// The entry's flags byte (`conntrack::EntryValue::flags`).
     pub flags: u8,
 }
@@ -50,6 +52,8 @@ pub enum EntryError {
     UnknownKind(u8),
     /// A field the kind does not use is not zero, or a 5-tuple is neither TCP nor UDP.
     InvalidKey,
+    /// A flag bit other than those that travel ([`WIRE_FLAGS`]).
+    UnknownFlags(u8),
 }
 
 impl std::fmt::Display for EntryError {
@@ -57,6 +61,7 @@ impl std::fmt::Display for EntryError {
         match self {
             EntryError::UnknownKind(k) => write!(f, "unknown tuple kind {k}"),
             EntryError::InvalidKey => f.write_str("fields out of range for the tuple kind"),
+            EntryError::UnknownFlags(b) => write!(f, "unknown flag bits {b:#04x}"),
         }
     }
 }
@@ -64,14 +69,14 @@ impl std::fmt::Display for EntryError {
 impl std::error::Error for EntryError {}
 
 impl SyncedEntry {
-    /// An entry from a local tracking key and what it maps to. `idle_ms` saturates at
+    /// An entry from a local tracking key and what it maps to. `age_ms` saturates at
     /// `u32::MAX`; the key's local service id is dropped.
     pub fn new(
         key: &FlowKey,
         service: u64,
         backend: Addr,
         backend_port: u16,
-        idle_ms: u64,
+        age_ms: u64,
         flags: u8,
     ) -> SyncedEntry {
         SyncedEntry {
@@ -79,7 +84,7 @@ impl SyncedEntry {
             service,
             backend,
             backend_port,
-            idle_ms: u32::try_from(idle_ms).unwrap_or(u32::MAX),
+            age_ms: u32::try_from(age_ms).unwrap_or(u32::MAX),
             flags,
         }
     }
@@ -103,11 +108,13 @@ impl SyncedEntry {
             x if x == TupleKind::Five as u8 => k.proto == proto::TCP || k.proto == proto::UDP,
             other => return Err(EntryError::UnknownKind(other)),
         };
-        if ok {
-            Ok(())
-        } else {
-            Err(EntryError::InvalidKey)
+        if !ok {
+            return Err(EntryError::InvalidKey);
         }
+        if self.flags & !WIRE_FLAGS != 0 {
+            return Err(EntryError::UnknownFlags(self.flags));
+        }
+        Ok(())
     }
 
     /// The record's bytes.
@@ -122,7 +129,7 @@ impl SyncedEntry {
         out[38..46].copy_from_slice(&self.service.to_be_bytes());
         out[46..62].copy_from_slice(&self.backend.0);
         out[62..64].copy_from_slice(&self.backend_port.to_be_bytes());
-        out[64..68].copy_from_slice(&self.idle_ms.to_be_bytes());
+        out[64..68].copy_from_slice(&self.age_ms.to_be_bytes());
         out[68] = self.flags;
     }
 
@@ -165,7 +172,7 @@ impl SyncedEntry {
             service: u64::from_be_bytes(service),
             backend: addr(46..62),
             backend_port: u16_at(62),
-            idle_ms: u32::from_be_bytes(idle),
+            age_ms: u32::from_be_bytes(idle),
             flags: b[68],
         }
     }

@@ -12,7 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use spillway_control::config::{Config, SyncPeer};
-use spillway_control::sync::{Key, KeyProblem, KEY_BYTES};
+use spillway_control::sync::{KeyProblem, KeyRing, KEY_BYTES};
 use spillway_core::addr::Addr;
 
 use super::{Finding, Host};
@@ -93,21 +93,27 @@ const KEY_HOWTO: &str = "head -c 32 /dev/urandom | xxd -p -c 64 > FILE; chmod 60
                          file on every instance of the fleet)";
 
 /// `fleet.sync.key_file`, read by the sync thread's own reader (so the preflight and the start
-/// agree): a regular file only its owner may read or write, holding 64 hex digits (and at most
-/// one newline), not all zero. The key itself is never printed, not even in part.
+/// agree): a regular file only its owner may read or write, holding one or two lines of 64 hex
+/// digits (the second during a key rotation), not all zero. The keys themselves are never
+/// printed, not even in part.
 fn key_file(file: &Path, host: &Host) -> Finding {
     let shown = file.display();
     let field = format!("fleet.sync.key_file {shown}");
     let fix = KEY_HOWTO.replace("FILE", &shown.to_string());
     let path = host.path(file);
-    let problem = match Key::read_file(&path) {
-        Ok(_) => {
+    let problem = match KeyRing::read_file(&path) {
+        Ok(ring) => {
             let mode = std::fs::metadata(&path).map_or(0, |m| m.permissions().mode() & 0o777);
             return Finding::pass(
                 "sync",
                 format!(
-                    "{field}: a 32-byte key, private to its owner (mode {mode:04o}); every \
-                     instance of the fleet needs the same"
+                    "{field}: {}, private to its owner (mode {mode:04o}); every instance of \
+                     the fleet needs the same",
+                    if ring.other.is_some() {
+                        "two 32-byte keys (a rotation: sealing with the first, accepting both)"
+                    } else {
+                        "a 32-byte key"
+                    }
                 ),
             );
         }
@@ -128,13 +134,14 @@ fn key_file(file: &Path, host: &Host) -> Finding {
             )
             .fix(format!("chmod 600 {shown}"));
         }
-        // The reader stops one byte after a key and a newline.
-        KeyProblem::Length(n) if n > 2 * KEY_BYTES + 1 => {
-            "is longer than the 64 hexadecimal digits of a 32-byte key".to_owned()
+        KeyProblem::Length(n) if n > 2 * KEY_BYTES => {
+            "has a line longer than the 64 hexadecimal digits of a 32-byte key".to_owned()
         }
         KeyProblem::Length(n) => {
-            format!("holds {n} characters, not the 64 hexadecimal digits of a 32-byte key")
+            format!("has a line of {n} characters, not the 64 hexadecimal digits of a 32-byte key")
         }
+        KeyProblem::TooManyKeys => "holds more than two lines (keys)".to_owned(),
+        KeyProblem::SameKeyTwice => "holds the same key on both lines".to_owned(),
         KeyProblem::NotHex => "holds a character that is not a hexadecimal digit".to_owned(),
         KeyProblem::AllZero => "is all zeros: a placeholder, not a key".to_owned(),
     };

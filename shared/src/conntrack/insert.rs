@@ -4,9 +4,20 @@
 
 use super::layout::{coarse, home_way, Record};
 use super::room::EVICT_TREND_MAX;
-use super::{sig_of, stamp, EntryValue, InsertOutcome, Shard, Slot};
+use super::{sig_of, stamp, EntryValue, InsertOutcome, Shard, Slot, FLAG_COPY, WAYS};
 use crate::flow::FlowKey;
 use crate::time::Time;
+
+/// Why [`Shard::insert_absent`] stored nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Absent {
+    /// The key is stored already.
+    Present,
+    /// Both candidate buckets are full (and nothing could move).
+    Full,
+    /// The value is a copy and [`Shard::copy_limit`] copies are stored.
+    CopyLimit,
+}
 
 /// An insert that found both candidate buckets full and no entry able to move out of the
 /// primary: what the eviction then needs.
@@ -43,7 +54,8 @@ impl Shard {
     /// May a new connection get an entry now? Always true without a flood guard; with one,
     /// false when the table is full or the rate is spent (counted in `bypassed`).
     pub fn admit_new(&mut self, now: Time) -> bool {
-        let full = self.len >= self.capacity();
+        // Copies do not count: a new entry takes a copy's way when it must (FLAG_COPY).
+        let full = self.len - self.copies >= self.capacity();
         let Some(g) = &mut self.guard else { return true };
         let cap = g.per_sec * 1000;
         let elapsed = g.last.map_or(0, |t| now.as_millis().saturating_sub(t.as_millis()));
@@ -64,7 +76,9 @@ impl Shard {
     /// only: the tokens refill with time, which this does not count.)
     #[inline]
     pub(super) fn likely_refused(&self) -> bool {
-        self.guard.as_ref().is_some_and(|g| self.len >= self.capacity() || g.tokens_milli < 1000)
+        self.guard
+            .as_ref()
+            .is_some_and(|g| self.len - self.copies >= self.capacity() || g.tokens_milli < 1000)
     }
 
     /// Store `key -> value` with `now` as last seen (CT-6), and return where.
@@ -126,9 +140,12 @@ impl Shard {
         }
         match self.try_insert(key, hash, value, now) {
             Ok(out) => Some(out),
-            Err(Crowded { primary, .. }) => {
+            Err(crowded) => {
+                if let Some(out) = self.displace_copy(key, hash, value, crowded) {
+                    return Some(out);
+                }
                 // It stays full: the insert that found no room leaves it as it was.
-                self.mark_full(primary);
+                self.mark_full(crowded.primary);
                 self.stats.bypassed += 1;
                 None
             }
@@ -137,23 +154,31 @@ impl Shard {
 
     /// Store `key -> value` as last seen at `seen` only if the key is absent and a way is free
     /// without evicting anyone (a move that makes room is made): what a caller that must never
-    /// displace another entry uses (a peer's entry, FS-2). `None` when the key is present or
-    /// both candidate buckets are full; nothing changed then.
+    /// displace another entry uses (a peer's entry, FS-2). A copy ([`FLAG_COPY`]) is stored
+    /// only while fewer than [`Shard::copy_limit`] are. Nothing changes when it is refused.
     pub fn insert_absent(
         &mut self,
         key: &FlowKey,
         hash: u64,
         value: EntryValue,
         seen: Time,
-    ) -> Option<Slot> {
+    ) -> Result<Slot, Absent> {
         if self.find(key, hash).is_some() {
-            return None;
+            return Err(Absent::Present);
+        }
+        if value.is_copy() && self.copies >= self.copy_limit {
+            return Err(Absent::CopyLimit);
         }
         match self.try_insert(key, hash, value, seen) {
-            Ok(out) => Some(out.slot),
+            Ok(out) => {
+                if value.is_copy() {
+                    self.copies += 1;
+                }
+                Ok(out.slot)
+            }
             Err(Crowded { primary, .. }) => {
                 self.mark_full(primary);
-                None
+                Err(Absent::Full)
             }
         }
     }
@@ -181,6 +206,7 @@ impl Shard {
             r.set_value(value);
             r.last_seen = now32;
             self.stats.updates += 1;
+            self.changed(key, previous, value);
             return Ok(InsertOutcome { slot, overwritten: Some(previous), evicted: None });
         }
         let (p, s) = self.candidate_buckets(hash);
@@ -218,8 +244,12 @@ impl Shard {
         key: &FlowKey,
         hash: u64,
         value: EntryValue,
-        Crowded { primary: p, secondary: s, now32 }: Crowded,
+        crowded: Crowded,
     ) -> InsertOutcome {
+        if let Some(out) = self.displace_copy(key, hash, value, crowded) {
+            return out;
+        }
+        let Crowded { primary: p, secondary: s, now32 } = crowded;
         self.evict_trend = (self.evict_trend + 1).min(EVICT_TREND_MAX);
         let w = self.least_recently_seen(p, now32);
         let evicted = self.records[p][w].entry(now32);
@@ -230,6 +260,39 @@ impl Shard {
         self.len -= 1;
         self.stats.evictions += 1;
         InsertOutcome { slot: Slot::new(p, w), overwritten: None, evicted: Some(evicted) }
+    }
+
+    /// Both candidate buckets are full and nothing can move: the new entry takes the way of a
+    /// copy ([`FLAG_COPY`]) in either, if one holds one (the primary's first), and the copy
+    /// is gone (counted in `copies_displaced`, not as an eviction). Reads the two buckets'
+    /// records only when the table holds copies, on the rare path that would otherwise evict
+    /// or refuse. A copy never displaces another.
+    fn displace_copy(
+        &mut self,
+        key: &FlowKey,
+        hash: u64,
+        value: EntryValue,
+        Crowded { primary: p, secondary: s, now32 }: Crowded,
+    ) -> Option<InsertOutcome> {
+        if self.copies == 0 || value.is_copy() {
+            return None;
+        }
+        let (b, w) = [p, s].into_iter().find_map(|b| {
+            let used = self.heads[b].used_ways();
+            (0..WAYS)
+                .find(|&w| used & (1 << w) != 0 && self.records[b][w].flags & FLAG_COPY != 0)
+                .map(|w| (b, w))
+        })?;
+        self.clear_way(b, w);
+        self.len -= 1;
+        self.stats.copies_displaced += 1;
+        if b == p {
+            self.place(key, hash, value, now32, (p, s), w);
+        } else {
+            self.heads[p].overflow += 1;
+            self.place(key, hash, value, now32, (s, p), w);
+        }
+        Some(InsertOutcome { slot: Slot::new(b, w), overwritten: None, evicted: None })
     }
 
     /// Store a new entry in the empty (or just emptied) way `w` of bucket `b`, whose other

@@ -154,6 +154,7 @@ pub use hash::key_hash;
 pub use layout::{SEEN_CAP, SEEN_UNIT_MS};
 
 use hash::sig_of;
+pub use insert::Absent;
 use insert::FloodGuard;
 use layout::{find_in_mask, Head, Record, Ways};
 use room::{PlannedMove, PLANNED_MOVES};
@@ -180,15 +181,50 @@ pub fn rounded_capacity(entries: usize) -> usize {
     entries.max(WAYS).div_ceil(WAYS).next_power_of_two() * WAYS
 }
 
-/// The value stored with a key. Opaque to the shard: it stores and returns it unchanged.
+/// A flag bit of [`EntryValue::flags`] that the shard reads: the entry is a *copy* (a peer
+/// instance's entry, fleet sync). Copies are counted and limited ([`Shard::set_copy_limit`],
+/// [`Shard::insert_absent`]), do not count towards a full table for the flood guard, and give
+/// their way to a new entry whose two candidate buckets are full (when no entry can move)
+/// before any entry is evicted or the flood guard refuses: a copy never pushes out or blocks
+/// an entry of the table's own.
+pub const FLAG_COPY: u8 = 0x80;
+
+/// A flag bit of [`EntryValue::flags`] that the shard reads: the entry's departure is reported.
+/// When an entry with this bit is removed, evicted, swept, or has its value overwritten
+/// ([`Shard::insert`] on its key, [`Shard::replace`]), its key and the value it had are kept
+/// for [`Shard::take_departed`] (fleet sync tells the peers that held a copy of it).
+pub const FLAG_SHARED: u8 = 0x40;
+
+/// Departures kept for [`Shard::take_departed`] between two calls; more are counted as lost
+/// ([`ShardStats::departures_lost`]). The worker drains them between bursts: a burst overwrites
+/// at most one entry per packet.
+pub const DEPARTED_CAPACITY: usize = 1024;
+
+/// The value stored with a key. Opaque to the shard, which stores and returns it unchanged,
+/// except for two bits of `flags` it reads ([`FLAG_COPY`], [`FLAG_SHARED`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
 pub struct EntryValue {
     /// The caller's backend reference (e.g. slot and generation in the snapshot's table).
     pub backend: u32,
     /// The service flush epoch when the entry was created (FO-9).
     pub epoch: u32,
-    /// Caller-defined bits (e.g. "created while its backend was unhealthy", CP-5).
+    /// Caller-defined bits (e.g. "created while its backend was unhealthy", CP-5), and the
+    /// shard's two ([`FLAG_COPY`], [`FLAG_SHARED`]).
     pub flags: u8,
+}
+
+impl EntryValue {
+    /// Is this a copy of a peer's entry ([`FLAG_COPY`])?
+    #[inline(always)]
+    pub fn is_copy(&self) -> bool {
+        self.flags & FLAG_COPY != 0
+    }
+
+    /// Is its departure reported ([`FLAG_SHARED`])?
+    #[inline(always)]
+    pub fn is_shared(&self) -> bool {
+        self.flags & FLAG_SHARED != 0
+    }
 }
 
 /// An entry as read from the shard at some `now`.
@@ -301,6 +337,13 @@ pub struct ShardStats {
     /// New connections the flood guard did not admit ([`Shard::admit_new`]): forwarded by the
     /// hash alone, untracked.
     pub bypassed: u64,
+    /// Copies ([`FLAG_COPY`]) stored now.
+    pub copies: u64,
+    /// Copies whose way a new entry took because its candidate buckets were full.
+    pub copies_displaced: u64,
+    /// Departures ([`FLAG_SHARED`]) not kept: more than [`DEPARTED_CAPACITY`] between two
+    /// [`Shard::take_departed`].
+    pub departures_lost: u64,
 }
 
 #[inline(always)]
@@ -341,6 +384,12 @@ pub struct Shard {
     /// or sweep: the "now" by which the burst pipeline's move planning (`Shard::plan_move`) names the record the eviction
     /// reads first (a prefetch only; the eviction itself uses its own `now`).
     clock: u32,
+    /// Copies ([`FLAG_COPY`]) stored, and the most [`Shard::insert_absent`] stores.
+    copies: usize,
+    copy_limit: usize,
+    /// Entries with [`FLAG_SHARED`] that left or changed, oldest first, until
+    /// [`Shard::take_departed`] (at most [`DEPARTED_CAPACITY`]; allocated once).
+    departed: Vec<(FlowKey, EntryValue)>,
 }
 
 impl fmt::Debug for Shard {
@@ -399,6 +448,9 @@ impl Shard {
             evict_trend: 0,
             clock: 0,
             known_full: vec![0; n.div_ceil(64)].into_boxed_slice(),
+            copies: 0,
+            copy_limit: (n * WAYS) / 2,
+            departed: Vec::with_capacity(DEPARTED_CAPACITY),
         }
     }
 
@@ -413,6 +465,8 @@ impl Shard {
         self.planned = [PlannedMove::NONE; PLANNED_MOVES];
         self.evict_trend = 0;
         self.known_full.fill(0);
+        self.copies = 0;
+        self.departed.clear();
     }
 
     /// Entries the table can hold.
@@ -443,7 +497,65 @@ impl Shard {
 
     /// The counters.
     pub fn stats(&self) -> ShardStats {
-        ShardStats { entries: self.len as u64, ..self.stats }
+        ShardStats { entries: self.len as u64, copies: self.copies as u64, ..self.stats }
+    }
+
+    /// Copies ([`FLAG_COPY`]) stored.
+    pub fn copies(&self) -> usize {
+        self.copies
+    }
+
+    /// The most copies [`Shard::insert_absent`] stores (half the capacity unless set).
+    pub fn copy_limit(&self) -> usize {
+        self.copy_limit
+    }
+
+    /// Let [`Shard::insert_absent`] store at most `limit` copies (clamped to the capacity).
+    pub fn set_copy_limit(&mut self, limit: usize) {
+        self.copy_limit = limit.min(self.capacity());
+    }
+
+    /// Hand every departure kept since the last call ([`FLAG_SHARED`]: the key and the value
+    /// the entry had) to `f`, oldest first, and forget them.
+    pub fn take_departed(&mut self, mut f: impl FnMut(&FlowKey, EntryValue)) {
+        for (key, value) in self.departed.drain(..) {
+            f(&key, value);
+        }
+    }
+
+    /// Are departures waiting for [`Shard::take_departed`]?
+    #[inline]
+    pub fn has_departed(&self) -> bool {
+        !self.departed.is_empty()
+    }
+
+    /// An entry with `old` as its value (and `key`) left or got another value: keep its
+    /// departure if it was shared, count it out if it was a copy. Only on the rare paths (an
+    /// overwrite, a replacement, a removal): the common insert and hit never call it.
+    #[inline]
+    fn left(&mut self, key: &FlowKey, old: EntryValue) {
+        if old.flags & (FLAG_COPY | FLAG_SHARED) == 0 {
+            return;
+        }
+        if old.is_copy() {
+            self.copies -= 1;
+        }
+        if old.is_shared() {
+            if self.departed.len() < DEPARTED_CAPACITY {
+                self.departed.push((*key, old));
+            } else {
+                self.stats.departures_lost += 1;
+            }
+        }
+    }
+
+    /// [`Shard::left`] of the old value, and a copy counted in if the new value is one.
+    #[inline]
+    fn changed(&mut self, key: &FlowKey, old: EntryValue, new: EntryValue) {
+        self.left(key, old);
+        if new.is_copy() {
+            self.copies += 1;
+        }
     }
 
     /// The bucket the next [`Shard::sweep`] starts at.
@@ -583,9 +695,20 @@ impl Shard {
     pub fn replace(&mut self, slot: Slot, value: EntryValue, now: Time) {
         debug_assert!(self.occupied(slot), "conntrack replace on an empty slot");
         let r = self.record_mut(slot);
+        let (key, old) = (r.key, r.value());
         r.set_value(value);
         r.last_seen = stamp(now);
         self.stats.updates += 1;
+        self.changed(&key, old, value);
+    }
+
+    /// Set the entry's flags, leaving its idle clock and the rest of its value as they are (a
+    /// scan marking an entry shared, or no longer so). [`FLAG_COPY`] is kept as it was: an
+    /// entry becomes or stops being a copy only through [`Shard::replace`].
+    pub fn set_flags(&mut self, slot: Slot, flags: u8) {
+        debug_assert!(self.occupied(slot), "conntrack set_flags on an empty slot");
+        let r = self.record_mut(slot);
+        r.flags = (flags & !FLAG_COPY) | (r.flags & FLAG_COPY);
     }
 
     #[inline(always)]
@@ -602,13 +725,16 @@ impl Shard {
         self.heads[slot.bucket()].sig[slot.way()] != 0
     }
 
-    /// Empty way `w` of bucket `b` (occupied), keeping its primary's `overflow` exact.
+    /// Empty way `w` of bucket `b` (occupied), keeping its primary's `overflow` exact, the
+    /// copies counted and a shared entry's departure kept.
     fn clear_way(&mut self, b: usize, w: usize) {
-        let home = self.records[b][w].overflowed_from();
+        let r = &self.records[b][w];
+        let (home, key, old) = (r.overflowed_from(), r.key, r.value());
         self.vacate(b, w);
         if let Some(home) = home {
             self.heads[home].overflow -= 1;
         }
+        self.left(&key, old);
     }
 
     /// Empty way `w` of bucket `b`, without any bookkeeping but `known_full`'s.

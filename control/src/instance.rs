@@ -1,4 +1,5 @@
-//! One instance of a fleet: when it serves, which VIPs it announces, how it leaves.
+//! One instance of a fleet: when it serves, which VIPs it announces, how it leaves (the
+//! `announce:` section's state and decisions; connection-state sync is [`crate::sync`]).
 //!
 //! Several Spillway instances sit behind routers that spread flows over them with ECMP; each
 //! instance tells its routing daemon (BIRD) which VIPs to attract by keeping their host routes
@@ -26,7 +27,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use spillway_core::addr::Addr;
 use spillway_core::eligible::EligibleKind;
 use spillway_core::snapshot::Snapshot;
@@ -146,8 +146,8 @@ pub struct Instance {
     waiting_for: Option<String>,
     pub(crate) wanted: BTreeMap<Addr, Vec<String>>,
     pub(crate) announced: BTreeSet<Addr>,
-    pub(crate) sync_errors: u64,
-    pub(crate) syncs: u64,
+    pub(crate) route_errors: u64,
+    pub(crate) route_updates: u64,
     pub(crate) last_error: Option<String>,
     pub(crate) bird: Option<BirdStatus>,
     forwarded: u64,
@@ -168,8 +168,8 @@ impl Instance {
             waiting_for: Some("the first look at the workers".into()),
             wanted: BTreeMap::new(),
             announced: BTreeSet::new(),
-            sync_errors: 0,
-            syncs: 0,
+            route_errors: 0,
+            route_updates: 0,
             last_error: None,
             bird: None,
             forwarded: 0,
@@ -270,14 +270,15 @@ impl Instance {
         &self.wanted
     }
 
-    /// The VIPs the route table holds (as of the last successful sync).
+    /// The VIPs the route table holds (as of the last update that worked).
     pub fn announced(&self) -> &BTreeSet<Addr> {
         &self.announced
     }
 
-    /// Syncs that failed, syncs that worked, the last error (cleared by a sync that works).
-    pub fn sync_counts(&self) -> (u64, u64, Option<&str>) {
-        (self.sync_errors, self.syncs, self.last_error.as_deref())
+    /// Updates of the route table that failed, updates that worked, the last error (cleared
+    /// by an update that works).
+    pub fn route_updates(&self) -> (u64, u64, Option<&str>) {
+        (self.route_errors, self.route_updates, self.last_error.as_deref())
     }
 
     /// What BIRD's socket said last (`None` without `announce.bird_socket`).
@@ -290,111 +291,20 @@ impl Instance {
         self.waiting_for.as_deref()
     }
 
-    /// The status for the API (`fingerprints` from the snapshot, by the caller).
-    pub fn status(&self, now: Instant, quiet_after: Duration) -> InstanceReply {
-        let quiet = self.quiet_for(now);
-        InstanceReply {
-            phase: self.phase.as_str().to_owned(),
-            in_phase_sec: self.in_phase_for(now).as_secs_f64(),
-            waiting_for: self.waiting_for.clone(),
-            quiet_for_sec: quiet.as_secs_f64(),
-            traffic_stopped: self.phase != Phase::Starting
-                && quiet >= quiet_after
-                && self.withdrawn_for(now).is_some_and(|w| w >= quiet_after),
-            wanted: self.wanted.iter().map(|(a, s)| (a.to_string(), s.clone())).collect(),
-            announced: self.announced.iter().map(ToString::to_string).collect(),
-            sync_errors: self.sync_errors,
-            last_error: self.last_error.clone(),
-            bird: self.bird.clone(),
-            fingerprints: BTreeMap::new(),
-            fleet_sync: None,
-        }
+    /// Drained or stopping, and no packet forwarded for `quiet_after` (nor announced for as
+    /// long): the routers have moved the traffic away.
+    pub fn traffic_stopped(&self, now: Instant, quiet_after: Duration) -> bool {
+        self.phase != Phase::Starting
+            && self.quiet_for(now) >= quiet_after
+            && self.withdrawn_for(now).is_some_and(|w| w >= quiet_after)
     }
 }
 
 /// What BIRD's control socket said last.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BirdStatus {
     /// It answered with its greeting.
     pub up: bool,
     /// Its greeting (`BIRD 2.0.12 ready.`), or why it did not answer.
     pub detail: String,
-}
-
-/// `GET /v1/instance`, and the reply of `POST /v1/instance/drain` and `/undrain`: the
-/// instance's place in its fleet.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct InstanceReply {
-    /// `starting`, `serving`, `drained` or `stopping`.
-    pub phase: String,
-    /// Seconds in that phase.
-    pub in_phase_sec: f64,
-    /// While starting: what readiness waits for.
-    pub waiting_for: Option<String>,
-    /// Seconds since a packet was last forwarded.
-    pub quiet_for_sec: f64,
-    /// Drained or stopping, and no packet forwarded for `announce.quiet_sec` (the phase that
-    /// long too): the routers have moved the traffic away.
-    pub traffic_stopped: bool,
-    /// VIPs wanted now, each with the services that want it.
-    pub wanted: BTreeMap<String, Vec<String>>,
-    /// VIPs in the route table (as of the last sync that worked).
-    pub announced: Vec<String>,
-    /// Failed syncs of the route table.
-    pub sync_errors: u64,
-    /// The last sync's error, until one works.
-    pub last_error: Option<String>,
-    /// BIRD's control socket, when `announce.bird_socket` is set.
-    pub bird: Option<BirdStatus>,
-    /// Per service, its table fingerprint (hex), to compare instances.
-    pub fingerprints: BTreeMap<String, String>,
-    /// Fleet sync (FS), when configured: the bulk sync, the peers, what went each way.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fleet_sync: Option<SyncReply>,
-}
-
-/// One peer as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PeerStatus {
-    /// Its configured id.
-    pub id: u32,
-    /// Its address.
-    pub address: String,
-    /// Hellos arrive.
-    pub up: bool,
-    /// Milliseconds since its last hello, if any came.
-    pub last_hello_ms: Option<u64>,
-    /// Entries received from it.
-    pub entries_received: u64,
-    /// Its answer to this instance's bulk request has ended.
-    pub bulk_answered: bool,
-}
-
-/// The thread's state for the API: the bulk sync and the peers.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
-pub struct SyncStatus {
-    /// `pending`, `done` or `timed_out`.
-    pub bulk: String,
-    /// The peers, by id.
-    pub peers: Vec<PeerStatus>,
-    /// The oldest snapshot generation every worker has finished a scan for (0 before the
-    /// first): once it is the current generation and the peers have received what was sent,
-    /// the peers hold every entry at risk after that change.
-    pub scanned_generation: u64,
-}
-
-/// Fleet sync in `GET /v1/instance` (and `spillwayctl instance`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
-pub struct SyncReply {
-    /// The bulk sync at start and the peers.
-    #[serde(flatten)]
-    pub status: SyncStatus,
-    /// The bulk sync's duration, in milliseconds (once over).
-    pub bulk_ms: Option<u64>,
-    /// Entries sent to the peers.
-    pub entries_sent: u64,
-    /// Entries received from them.
-    pub entries_received: u64,
-    /// Datagrams refused, by reason (only reasons seen).
-    pub refused: BTreeMap<String, u64>,
 }

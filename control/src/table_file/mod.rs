@@ -1,13 +1,45 @@
-//! The table file: one instance's entries kept across its own clean stop and next start.
+//! The table file (`fleet.table_file`): one instance's connection table kept across its own
+//! clean stop and next start. No peer is involved: this is not fleet sync, though the entries
+//! are written in sync's 69-byte record ([`SyncedEntry`]).
+//!
+//! # Format
+//!
+//! A 30-byte header (magic "SPTB", format version u16, the configuration's fingerprint u64
+//! ([`spillway_core::model::Model::fingerprint`]: the same whatever the health verdicts), the
+//! time written in unix ms u64, the entry count u64), the entries, then xxh3-64 of everything
+//! before it (u64). Big-endian. 1,000,000 entries make a 69,000,038-byte file. Reading streams
+//! through a 69 KB buffer and refuses: not a table file, another version, more entries than the
+//! caller allows (checked on the header, before reading them), truncated, checksum mismatch,
+//! data after the checksum, an invalid entry, and (only for an intact file) a fingerprint other
+//! than the configuration's now.
+//!
+//! # Life of the file
+//!
+//! - A clean stop writes it atomically ([`save_table`]: a temporary file with mode 0600, since
+//!   it holds clients' addresses, synced and renamed into place).
+//! - The next start opens it without following a symbolic link and without blocking, and reads
+//!   it only if it is a regular file owned by the user the daemon runs as, readable by nobody
+//!   else ([`open_table`]); anything else is refused with a log line saying why, and the start
+//!   goes on with an empty table.
+//! - Once read, it is *consumed* ([`consume`]): removed when it was used, renamed to
+//!   `PATH.refused` when it was refused (kept for inspection; never read again), so that a crash
+//!   after that start cannot bring its entries back as the instance's own.
+//! - [`TableFile::age`] adds the time the file lay on disk to the entries' idle times.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::Xxh3;
 
-use super::entry::{SyncedEntry, ENTRY_BYTES};
+use crate::sync::{SyncedEntry, ENTRY_BYTES};
+
+mod restore;
+#[cfg(test)]
+mod tests;
+
+pub use restore::{export_tables, restore, restore_tables, save, Restored};
 
 /// The first bytes of a table file.
 pub const TABLE_MAGIC: [u8; 4] = *b"SPTB";
@@ -24,7 +56,7 @@ const CHUNK_ENTRIES: usize = 1024;
 /// A table file's content.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TableFile {
-    /// The configuration's table fingerprints' summary it was written under.
+    /// The configuration's fingerprint it was written under.
     pub fingerprint: u64,
     /// When it was written (unix ms).
     pub written_ms: u64,
@@ -39,7 +71,7 @@ impl TableFile {
     pub fn age(&mut self, now_ms: u64) {
         let gap = u32::try_from(now_ms.saturating_sub(self.written_ms)).unwrap_or(u32::MAX);
         for e in &mut self.entries {
-            e.idle_ms = e.idle_ms.saturating_add(gap);
+            e.age_ms = e.age_ms.saturating_add(gap);
         }
     }
 }
@@ -50,6 +82,20 @@ pub enum TableFileError {
     /// Reading failed.
     #[error("table file: {0}")]
     Io(#[from] io::Error),
+    /// Not a regular file (a symbolic link, a FIFO, a directory, a device).
+    #[error("not a regular file ({0}); only a regular file is read, and a link is never followed")]
+    NotRegular(&'static str),
+    /// Owned by another user than the daemon's.
+    #[error("owned by uid {owner}, not by the daemon's uid {uid}")]
+    WrongOwner {
+        /// The file's owner.
+        owner: u32,
+        /// The daemon's effective uid.
+        uid: u32,
+    },
+    /// Group or others may read or write it.
+    #[error("mode {0:04o}: group or other users may read or write it (the file must be 0600)")]
+    TooOpen(u32),
     /// It does not start with the magic.
     #[error("not a Spillway table file (no SPTB header)")]
     NotATableFile,
@@ -79,12 +125,12 @@ pub enum TableFileError {
         /// The entry's index.
         index: u64,
         /// What is wrong.
-        reason: super::entry::EntryError,
+        reason: crate::sync::EntryError,
     },
     /// Intact, but written under another configuration: its entries may name other backends.
     #[error(
         "table file was written under another configuration (fingerprint {found:016x}, now \
-         {expected:016x})"
+         {expected:016x}; health verdicts are not part of it)"
     )]
     FingerprintMismatch {
         /// The file's.
@@ -254,15 +300,89 @@ where
     result
 }
 
-/// Read the table file at `path` ([`read_table`]). A missing file is an
-/// [`TableFileError::Io`] of kind `NotFound` ([`TableFileError::is_missing`]): the normal
-/// case on a first start.
+/// Open the table file at `path` for reading, only if it is safe to: not through a symbolic
+/// link (`O_NOFOLLOW`), without blocking on a FIFO (`O_NONBLOCK`), then checked on the opened
+/// file (no race between the check and the read): a regular file, owned by the daemon's user,
+/// with no access for group or others. A missing file is [`TableFileError::Io`] of kind
+/// `NotFound` ([`TableFileError::is_missing`]): the normal case on a first start.
+pub fn open_table(path: &Path) -> Result<File, TableFileError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => TableFileError::NotRegular("a symbolic link"),
+            _ => TableFileError::Io(e),
+        })?;
+    let meta = file.metadata()?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        use std::os::unix::fs::FileTypeExt;
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_dir() {
+            "a directory"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "a device"
+        };
+        return Err(TableFileError::NotRegular(what));
+    }
+    let uid = effective_uid();
+    if meta.uid() != uid {
+        return Err(TableFileError::WrongOwner { owner: meta.uid(), uid });
+    }
+    let mode = meta.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(TableFileError::TooOpen(mode));
+    }
+    Ok(file)
+}
+
+/// The daemon's effective uid, as `/proc/self/status` gives it (no `unsafe` call needed).
+fn effective_uid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|u| u.parse().ok()))
+        })
+        .unwrap_or(u32::MAX)
+}
+
+/// Read the table file at `path` ([`open_table`], then [`read_table`]).
 pub fn load_table(
     path: &Path,
     expected_fingerprint: u64,
     max_entries: u64,
 ) -> Result<TableFile, TableFileError> {
-    read_table(File::open(path)?, expected_fingerprint, max_entries)
+    read_table(open_table(path)?, expected_fingerprint, max_entries)
+}
+
+/// What became of a table file once read: removed, or renamed aside.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Consumed {
+    /// Removed (its entries were used).
+    Removed,
+    /// Renamed to this path (it was refused; kept for inspection, never read again).
+    RenamedTo(PathBuf),
+}
+
+/// Consume the table file at `path` after a start read it: removed when `used`, else renamed
+/// to `PATH.refused` (replacing an older one). A file that was not a regular file (a link, a
+/// FIFO) is left as it is: it was never read. Errors are the caller's to log.
+pub fn consume(path: &Path, used: bool) -> io::Result<Consumed> {
+    if used {
+        std::fs::remove_file(path)?;
+        return Ok(Consumed::Removed);
+    }
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".refused");
+    let aside = PathBuf::from(aside);
+    std::fs::rename(path, &aside)?;
+    Ok(Consumed::RenamedTo(aside))
 }
 
 impl TableFileError {
