@@ -107,8 +107,28 @@ pub fn readiness(
             list(unsettled)
         ));
     }
+    // Every configured backend's next hop, whatever its health, resolved (asked for now if it
+    // is not), so that the first packets after the announcement wait for no MAC; a next hop
+    // that stays silent is waited for NEXT_HOP_PATIENCE at most.
+    let backends: Vec<Addr> = {
+        let mut b: Vec<Addr> =
+            controller.state().model().backends().map(|(k, _, _)| k.endpoint.addr).collect();
+        b.sort_unstable();
+        b.dedup();
+        b
+    };
+    let unresolved = view.resolve_ahead(&backends);
+    if !unresolved.is_empty() && waited < NEXT_HOP_PATIENCE {
+        let hops = unresolved.iter().map(ToString::to_string).collect::<BTreeSet<_>>();
+        return Some(format!("the MACs of next hop(s) {}", list(hops)));
+    }
     None
 }
+
+/// How long readiness waits, since the start, for the configured backends' next hops to be
+/// resolved: a next hop that does not answer ARP/ND by then (a host that is down) is not
+/// waited for (the resolver keeps asking, and logs it).
+pub const NEXT_HOP_PATIENCE: Duration = Duration::from_secs(5);
 
 /// Asks BIRD's control socket for its greeting (`0001 BIRD 2.0.12 ready.`).
 pub async fn probe_bird(path: &str) -> BirdStatus {

@@ -261,6 +261,67 @@ async fn a_verdict_that_never_settles_is_waited_for_only_so_long() {
     drop(listener);
 }
 
+/// One worker whose next hops resolve when the test says so: the backends themselves (all
+/// on-link), none resolved at first.
+struct Resolving {
+    worker: OneWorker,
+    resolved: Mutex<Vec<Addr>>,
+    asked: Mutex<Vec<Addr>>,
+}
+
+impl DataplaneView for Resolving {
+    fn workers(&self) -> usize {
+        1
+    }
+    fn counters(&self, w: usize) -> &spillway_core::counters::WorkerCounters {
+        self.worker.counters(w)
+    }
+    fn lookup(
+        &self,
+        k: spillway_core::flow::FlowKey,
+        h: u64,
+    ) -> Vec<spillway_control::view::LookupReply> {
+        self.worker.lookup(k, h)
+    }
+    fn resolve_ahead(&self, backends: &[Addr]) -> Vec<Addr> {
+        self.asked.lock().unwrap().extend_from_slice(backends);
+        let known = self.resolved.lock().unwrap();
+        backends.iter().filter(|b| !known.contains(b)).copied().collect()
+    }
+    fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {
+        Vec::new()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn readiness_waits_for_every_configured_next_hop_whatever_its_health() {
+    let (_dir, c) = controller(FLEET);
+    let view = Resolving {
+        worker: OneWorker::new(),
+        resolved: Default::default(),
+        asked: Default::default(),
+    };
+    view.worker.0.heartbeat.inc();
+    let ready = |waited: f64| {
+        announcer::readiness(&view, &[0], true, &c.lock().unwrap(), Duration::from_secs_f64(waited))
+    };
+    let a = |s: &str| -> Addr { s.parse::<IpAddr>().unwrap().into() };
+    let why = ready(0.1).expect("nothing resolved yet");
+    assert!(why.starts_with("the MACs of next hop(s) 198.18.1.1, 198.18.1.2, 198.18.1.3"), "{why}");
+    // Every configured backend is asked for (the quiet service's too: any may get traffic).
+    assert!(view.asked.lock().unwrap().contains(&a("198.18.1.4")));
+    view.resolved.lock().unwrap().extend([a("198.18.1.1"), a("198.18.1.2"), a("198.18.1.3")]);
+    let why = ready(0.2).expect("some still unresolved");
+    assert!(!why.contains("198.18.1.1,") && why.contains("198.18.1.4"), "{why}");
+    let all: Vec<Addr> = view.asked.lock().unwrap().clone();
+    view.resolved.lock().unwrap().extend(all);
+    assert_eq!(ready(0.3), None);
+    // A next hop that never answers is waited for only so long.
+    view.resolved.lock().unwrap().clear();
+    assert!(ready(announcer::NEXT_HOP_PATIENCE.as_secs_f64() - 0.1).is_some());
+    assert_eq!(ready(announcer::NEXT_HOP_PATIENCE.as_secs_f64()), None);
+}
+
 /// A fake BIRD control socket: sends `greeting` to whoever connects.
 fn fake_bird(path: &Path, greeting: &'static str) -> tokio::task::JoinHandle<()> {
     let listener = tokio::net::UnixListener::bind(path).expect("bind");

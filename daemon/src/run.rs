@@ -263,11 +263,14 @@ fn run_config(
         Some(s) => {
             let keys = spillway_control::sync::KeyRing::read_file(&s.key_file)
                 .map_err(|e| setting("fleet.sync.key_file", e))?;
-            let epoch = spillway_control::sync::next_epoch(
-                &s.epoch_file,
-                spillway_control::sync::epoch::clock_ms(),
-            )
-            .map_err(|e| setting("fleet.sync.epoch_file", e))?;
+            let epoch = match test_epoch() {
+                Some(e) => e,
+                None => spillway_control::sync::next_epoch(
+                    &s.epoch_file,
+                    spillway_control::sync::epoch::clock_ms(),
+                )
+                .map_err(|e| setting("fleet.sync.epoch_file", e))?,
+            };
             Some((keys, epoch))
         }
         None => None,
@@ -563,6 +566,19 @@ fn run_config(
     drop(memif_gate);
     drop(eal);
     Ok(())
+}
+
+/// `SPILLWAY_TEST_SYNC_EPOCH`: the tests' way to start an instance with a given sync epoch
+/// (lower than its peers have seen, as after a clock stepped back with the epoch file lost)
+/// without touching the host's clock. Never for production: it bypasses the epoch file, so a
+/// nonce could repeat (the random salt still keeps them apart); said loudly when used.
+fn test_epoch() -> Option<u64> {
+    let e = std::env::var("SPILLWAY_TEST_SYNC_EPOCH").ok()?.parse().ok()?;
+    tracing::warn!(
+        "SPILLWAY_TEST_SYNC_EPOCH set: fleet sync runs with epoch {e}, not the epoch file's (a \
+         test-only setting)"
+    );
+    Some(e)
 }
 
 /// Socket addresses as `a, b`.

@@ -6,7 +6,8 @@
 //!
 //! The path builds such a frame completely (encapsulated, or rewritten for L2) but for its
 //! destination MAC, and hands it over with its next hop ([`crate::path::Outcome::Wait`]). The
-//! worker keeps it here, at most [`PER_NEXT_HOP`] per next hop and [`CAPACITY`] in all, and
+//! worker keeps it here, at most [`PER_NEXT_HOP`] per next hop, [`CAPACITY`] and [`BYTES`] in
+//! all, and
 //! between bursts, when the neighbour table it reads has changed, writes the MAC of every frame
 //! whose next hop is now resolved and sends it. A frame that finds the queue full, or whose next
 //! hop stays unresolved for [`WAIT`], is dropped and counted as `neighbour_unresolved`; one
@@ -20,21 +21,29 @@ use spillway_core::addr::Addr;
 use spillway_core::wire::MacAddr;
 use std::time::Duration;
 
-/// Frames a worker keeps waiting, for every next hop together.
-pub const CAPACITY: usize = 64;
+/// Frames a worker keeps waiting, for every next hop together (each holds one mbuf of the
+/// mempool until it leaves: size `dataplane.mempool_size` for it, docs/deployment.md).
+pub const CAPACITY: usize = 512;
 
-/// Frames a worker keeps waiting for one next hop (the kernel's `unres_qlen` is larger: this
-/// covers the first packets of the connections that arrive while a request is answered).
-pub const PER_NEXT_HOP: usize = 16;
+/// Bytes of frames a worker keeps waiting, for every next hop together.
+pub const BYTES: usize = 1 << 20;
+
+/// Frames a worker keeps waiting for one next hop: more than the kernel's `unres_qlen` (101
+/// by default), so that a burst of new connections to a backend not resolved yet (a start, a
+/// reload that adds it, a health change that makes it eligible) loses none of its first
+/// packets.
+pub const PER_NEXT_HOP: usize = 128;
 
 /// How long a frame waits for its next hop: twice the resolver's retry, so that a lost request
 /// is asked again once.
 pub const WAIT: Duration = Duration::from_millis(1000);
 
-/// A frame that waits, with its next hop and the time (TSC) after which it is dropped.
+/// A frame that waits, with its length, its next hop and the time (TSC) after which it is
+/// dropped.
 #[derive(Debug)]
 struct Waiting<M> {
     frame: M,
+    len: usize,
     next_hop: Addr,
     until: u64,
 }
@@ -52,13 +61,15 @@ pub struct Released {
 #[derive(Debug)]
 pub struct WaitQueue<M> {
     frames: Vec<Waiting<M>>,
+    /// Bytes of the frames waiting.
+    bytes: usize,
     /// The generation of the neighbour table last looked at: nothing to do until it changes.
     seen_table: u64,
 }
 
 impl<M> Default for WaitQueue<M> {
     fn default() -> Self {
-        WaitQueue { frames: Vec::with_capacity(CAPACITY), seen_table: u64::MAX }
+        WaitQueue { frames: Vec::with_capacity(CAPACITY), bytes: 0, seen_table: u64::MAX }
     }
 }
 
@@ -79,15 +90,17 @@ impl<M> WaitQueue<M> {
         self.frames.len()
     }
 
-    /// Keep `frame` until `next_hop` is resolved or `until` (TSC) passes; gives it back when
-    /// the queue, or this next hop's share of it, is full. The next release looks at every
-    /// frame (the table may have changed since the path found the next hop unresolved).
-    pub fn push(&mut self, frame: M, next_hop: Addr, until: u64) -> Result<(), M> {
+    /// Keep `frame` (`len` bytes) until `next_hop` is resolved or `until` (TSC) passes; gives
+    /// it back when the queue, in frames or bytes, or this next hop's share of it, is full. The
+    /// next release looks at every frame (the table may have changed since the path found the
+    /// next hop unresolved).
+    pub fn push(&mut self, frame: M, len: usize, next_hop: Addr, until: u64) -> Result<(), M> {
         let same = self.frames.iter().filter(|w| w.next_hop == next_hop).count();
-        if self.frames.len() >= CAPACITY || same >= PER_NEXT_HOP {
+        if self.frames.len() >= CAPACITY || self.bytes + len > BYTES || same >= PER_NEXT_HOP {
             return Err(frame);
         }
-        self.frames.push(Waiting { frame, next_hop, until });
+        self.bytes += len;
+        self.frames.push(Waiting { frame, len, next_hop, until });
         self.seen_table = u64::MAX;
         Ok(())
     }
@@ -116,11 +129,14 @@ impl<M> WaitQueue<M> {
             let w = &self.frames[i];
             if let Some(mac) = table.get(&w.next_hop) {
                 let mut w = self.frames.remove(i);
+                self.bytes -= w.len;
                 set_mac(&mut w.frame, mac);
                 send(w.frame);
                 out.sent += 1;
             } else if now >= w.until {
-                drop(self.frames.remove(i).frame);
+                let w = self.frames.remove(i);
+                self.bytes -= w.len;
+                drop(w.frame);
                 out.expired += 1;
             } else {
                 i += 1;
@@ -131,6 +147,7 @@ impl<M> WaitQueue<M> {
 
     /// Every waiting frame, for `drop` (the worker stops).
     pub fn clear(&mut self, drop: impl FnMut(M)) {
+        self.bytes = 0;
         self.frames.drain(..).map(|w| w.frame).for_each(drop);
     }
 }
@@ -153,9 +170,9 @@ mod tests {
     #[test]
     fn a_frame_leaves_with_its_mac_when_its_next_hop_is_resolved() {
         let mut q = WaitQueue::new();
-        q.push(frame(1), a("198.18.1.1"), 100).unwrap();
-        q.push(frame(2), a("198.18.1.2"), 100).unwrap();
-        q.push(frame(3), a("198.18.1.1"), 100).unwrap();
+        q.push(frame(1), 60, a("198.18.1.1"), 100).unwrap();
+        q.push(frame(2), 60, a("198.18.1.2"), 100).unwrap();
+        q.push(frame(3), 60, a("198.18.1.1"), 100).unwrap();
         let mut sent = Vec::new();
         let empty = NeighbourTable::default();
         let r = q.release(&empty, 10, |_, _| unreachable!(), |f| sent.push(f), |_| unreachable!());
@@ -177,8 +194,8 @@ mod tests {
     #[test]
     fn a_frame_whose_next_hop_stays_silent_is_dropped_when_its_time_comes() {
         let mut q = WaitQueue::new();
-        q.push(frame(1), a("198.18.1.1"), 100).unwrap();
-        q.push(frame(2), a("198.18.1.2"), 200).unwrap();
+        q.push(frame(1), 60, a("198.18.1.1"), 100).unwrap();
+        q.push(frame(2), 60, a("198.18.1.2"), 200).unwrap();
         let table = NeighbourTable::default();
         let mut dropped = Vec::new();
         let r = q.release(&table, 99, |_, _| {}, |_| unreachable!(), |f| dropped.push(f));
@@ -193,16 +210,29 @@ mod tests {
 
     #[test]
     fn the_queue_is_bounded_per_next_hop_and_in_all() {
+        // More than the kernel keeps per neighbour (unres_qlen 101): the SYNs of a hundred new
+        // connections to one backend not resolved yet all wait.
+        const { assert!(PER_NEXT_HOP > 101) };
         let mut q = WaitQueue::new();
         for n in 0..PER_NEXT_HOP {
-            q.push(frame(n as u8), a("198.18.1.1"), 100).unwrap();
+            q.push(frame(n as u8), 60, a("198.18.1.1"), 100).unwrap();
         }
-        assert_eq!(q.push(frame(99), a("198.18.1.1"), 100), Err(frame(99)));
+        assert_eq!(q.push(frame(99), 60, a("198.18.1.1"), 100), Err(frame(99)));
         let mut k = 0u32;
         while q.len() < CAPACITY {
             k += 1;
-            q.push(frame(0), a(&format!("198.18.2.{}", k % 250 + 1)), 100).unwrap();
+            q.push(frame(0), 60, a(&format!("198.18.2.{}", k % 250 + 1)), 100).unwrap();
         }
-        assert_eq!(q.push(frame(7), a("198.18.3.3"), 100), Err(frame(7)));
+        assert_eq!(q.push(frame(7), 60, a("198.18.3.3"), 100), Err(frame(7)));
+        // In bytes too: a few jumbo frames fill it before their count does.
+        let mut q = WaitQueue::new();
+        let mut n = 0;
+        while q.push(frame(1), 9_000, a(&format!("198.18.4.{}", n % 250 + 1)), 100).is_ok() {
+            n += 1;
+        }
+        assert_eq!(n, BYTES / 9_000);
+        // What leaves gives its bytes back.
+        q.clear(|_| {});
+        assert!(q.push(frame(1), 9_000, a("198.18.4.1"), 100).is_ok());
     }
 }

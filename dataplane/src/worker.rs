@@ -391,8 +391,9 @@ impl<'p, 'c> Worker<'p, 'c> {
                     let until = dpdk::tsc().wrapping_add(wait_ticks(tsc_hz));
                     let backend = waits.next().and_then(|&slot| snap.backend(slot));
                     let hop = backend.and_then(|b| node.next_hop(&b.endpoint.addr));
+                    let len = m.pkt_len();
                     let kept = match hop {
-                        Some(hop) => waiting.push((m, port), hop, until).map_err(|(m, _)| m),
+                        Some(hop) => waiting.push((m, port), len, hop, until).map_err(|(m, _)| m),
                         None => Err(m),
                     };
                     if let Err(m) = kept {
