@@ -16,7 +16,11 @@
 //!   a peer lasts only so long, FS-2). A new snapshot never sends the cursor back: the pass
 //!   simply runs a whole table again from where the cursor stands, judging every bucket against
 //!   the newest snapshot, so the buckets at the end of the table are reached as surely as those
-//!   at its start, however often snapshots change.
+//!   at its start, however often snapshots change. A pass for a new snapshot sends only what
+//!   changed: entries newly at risk, and removals of those no longer so; an entry at risk that
+//!   was shared already is the peers' as it is, and a refresh sends it again in time. So a
+//!   service whose snapshots change every second (advanced load balancing, a flapping check)
+//!   costs the peers nothing but its real changes.
 //! - **A bulk pass** per asking peer (every entry at risk this worker holds, the peers' copies
 //!   too, sent to that peer alone, FS-5): a whole table's worth from the cursor, then as many
 //!   more as the own pass still had left when it got there. Every bucket is so examined at
@@ -77,6 +81,8 @@ pub struct WorkerSync {
     cursor: usize,
     /// Buckets left in the own pass.
     own_left: usize,
+    /// The own pass sends every entry at risk (a refresh), not only those not shared yet.
+    own_all: bool,
     /// The own pass covers the copies too (it started while a bulk answer ran).
     own_copies: bool,
     bulks: ArrayVec<BulkPass, MAX_BULK_PASSES>,
@@ -92,6 +98,7 @@ impl WorkerSync {
             link,
             cursor: 0,
             own_left: 0,
+            own_all: false,
             own_copies: false,
             bulks: ArrayVec::new(),
             generation: u64::MAX,
@@ -106,6 +113,9 @@ impl WorkerSync {
         let refresh = self.link.requests.refresh.load(Ordering::Relaxed);
         let changed = snap.generation != self.generation && self.generation != u64::MAX;
         if refresh != self.refresh_seen || changed {
+            // A refresh during a pass for a change makes the rest of it a refresh too, and
+            // the whole table goes again from here.
+            self.own_all |= refresh != self.refresh_seen;
             self.refresh_seen = refresh;
             self.own_left = buckets;
             self.own_copies = !self.bulks.is_empty();
@@ -164,6 +174,7 @@ impl WorkerSync {
                 self.own_left -= 1;
                 if self.own_left == 0 {
                     self.own_copies = false;
+                    self.own_all = false;
                     c.scans.inc();
                     c.scanned_generation.set(self.generation);
                 }
@@ -180,6 +191,7 @@ impl WorkerSync {
         let out = &self.link.outbound;
         let b = self.cursor;
         let (own, copies) = (self.own_left > 0, self.own_left > 0 && self.own_copies);
+        let all = self.own_all;
         let mut marks: ArrayVec<(spillway_core::conntrack::Slot, u8), WAYS> = ArrayVec::new();
         for (slot, e) in shard.entries_in(b..b + 1, now) {
             let copy = e.value.is_copy();
@@ -189,7 +201,8 @@ impl WorkerSync {
             }
             match sync::examine(&e.key, &e.value, e.idle_ms, snap, now) {
                 Examined::Share(p) => {
-                    if to_peers {
+                    // Shared already: the peers hold it; only a refresh sends it again.
+                    if to_peers && (all || copy || !e.value.is_shared()) {
                         push(out, Outbound::Share(p), c);
                     }
                     for bulk in &mut self.bulks {

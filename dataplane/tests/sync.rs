@@ -105,7 +105,17 @@ fn drain(link: &SyncLink, into: &mut Taken) {
 
 /// Runs the worker's sync steps until it has nothing left to do, taking what it hands over.
 fn run(sync: &mut WorkerSync, link: &SyncLink, shard: &mut Shard, snap: &Snapshot) -> Taken {
-    let c = WorkerCounters::new();
+    run_counted(sync, link, shard, snap, &WorkerCounters::new())
+}
+
+/// [`run`], counting into `c`.
+fn run_counted(
+    sync: &mut WorkerSync,
+    link: &SyncLink,
+    shard: &mut Shard,
+    snap: &Snapshot,
+    c: &WorkerCounters,
+) -> Taken {
     let mut out = Taken::default();
     while sync.has_work(shard) {
         sync.step(shard, snap, NOW, &c.sync);
@@ -116,7 +126,7 @@ fn run(sync: &mut WorkerSync, link: &SyncLink, shard: &mut Shard, snap: &Snapsho
 
 #[test]
 fn fs_1_a_new_snapshot_scans_the_table_for_the_entries_at_risk() {
-    let (mut shard, _, before, after) = opened(2_000, 4_096);
+    let (mut shard, mut st, before, after) = opened(2_000, 4_096);
     let link = SyncLink::new(256);
     let mut sync = WorkerSync::new(link.clone());
     let c = WorkerCounters::new();
@@ -140,6 +150,17 @@ fn fs_1_a_new_snapshot_scans_the_table_for_the_entries_at_risk() {
     // Each of them is now marked shared (its departure will be reported).
     let shared = shard.iter(NOW).filter(|(_, e)| e.value.is_shared()).count();
     assert_eq!(shared, want.len());
+    // A new snapshot with the same tables: nothing changed, nothing sent again (a service whose
+    // snapshots change every second costs the peers nothing)...
+    let again = st.snapshot(NOW);
+    sync.check(&again, shard.bucket_count(), &c.sync);
+    let out = run_counted(&mut sync, &link, &mut shard, &again, &c);
+    assert!(out.shares.is_empty() && out.removes.is_empty(), "{out:?}");
+    // ...and a refresh sends every entry at risk again, so that the peers' copies last.
+    link.requests.ask_refresh();
+    sync.check(&again, shard.bucket_count(), &c.sync);
+    let out = run_counted(&mut sync, &link, &mut shard, &again, &c);
+    assert_eq!(keys(&out.shares), want);
 }
 
 #[test]
@@ -261,7 +282,7 @@ fn fs_2_peers_copies_are_stored_dropped_by_removals_and_sent_on_only_in_bulk_ans
     for e in [other, first] {
         link.inbound.push(Inbound::Remove(sync::localize_removal(&e, &index).unwrap())).unwrap();
     }
-    run(&mut sync, &link, &mut b_shard, &after);
+    run_counted(&mut sync, &link, &mut b_shard, &after, &c);
     assert_eq!(c.sync.removed[Removed::NotHeld.index()].get(), 1);
     assert_eq!(c.sync.removed[Removed::Dropped.index()].get(), 1);
     assert_eq!(b_shard.len(), shared.len() - 1);
@@ -287,7 +308,7 @@ fn fs_5_a_bulk_answer_is_one_pass_per_ticket_and_ends_while_snapshots_change() {
         link.bulk.push(ticket).unwrap();
     }
     sync.check(&snap, buckets, &c.sync);
-    while sync.has_work(&shard) {
+    while out.ends.is_empty() {
         polls += 1;
         if polls % 500 == 0 {
             // A new snapshot (same tables) every 500 polls, a pass being 2,048: the answer

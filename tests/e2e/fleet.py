@@ -69,6 +69,7 @@ import selectors
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -803,6 +804,7 @@ def sync_key(fleet: "Fleet") -> str:
 
 def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: float = 1.0,
                     stop_grace_sec: float = 10.0, check_interval: float = 0.5, healthy_threshold: int = 1,
+                    unhealthy_threshold: int = 2,
                     sync: bool = False, extra_web: Sequence[str] = (), drop_web: Sequence[str] = (),
                     web_b_weight: int | None = None, draining_sec: int = 0) -> dict:
     """Instance ``k``'s configuration (JSON is YAML): one worker on a ``net_tap`` data port
@@ -817,7 +819,7 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
       alone.
 
     Checks every ``check_interval`` s (timeout the same), healthy after ``healthy_threshold``
-    successes, unhealthy after 2 failures. ``extra_web`` adds backends (by short name) to
+    successes, unhealthy after ``unhealthy_threshold`` failures (2). ``extra_web`` adds backends (by short name) to
     ``web-b``, ``drop_web`` removes them from ``web``, ``web_b_weight`` sets ``web-b``'s weight,
     ``draining_sec`` web's connection draining (all of them web6's too, with
     ``Fleet(ipv6=True)``: the service ``web6`` on :data:`VIP_WEB6` over the same backends'
@@ -829,7 +831,7 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
 
     def check(port: int) -> dict:
         return {"type": "TCP", "port": port, "check_interval_sec": check_interval, "timeout_sec": check_interval,
-                "healthy_threshold": healthy_threshold, "unhealthy_threshold": 2}
+                "healthy_threshold": healthy_threshold, "unhealthy_threshold": unhealthy_threshold}
 
     cfg = {
         "dataplane": {
@@ -925,6 +927,7 @@ class FleetSpillway:
         self._mark = 0
         self.started_at: float | None = None  # time.monotonic() of the last start
         self.running_at: float | None = None  # ... when it printed "spillway: running"
+        self.env: dict[str, str] = {}  # more environment for the next starts
 
     def __repr__(self) -> str:
         return f"<FleetSpillway {self.inst.short} {'running' if self.running else 'stopped'}>"
@@ -955,7 +958,7 @@ class FleetSpillway:
         self._mark = self.log.stat().st_size if self.log.exists() else 0
         self.started_at = time.monotonic()
         self.proc = self.inst.popen([SPILLWAY_BIN, "--config", self.path, "--stats-interval", "0"],
-                                    log=self.log.name, env={**os.environ, "RUST_LOG": "info"})
+                                    log=self.log.name, env={**os.environ, "RUST_LOG": "info", **self.env})
         self.returncode = None
 
         def running():
@@ -1193,9 +1196,12 @@ class LongLived:
     """
 
     def __init__(self, client_ns: Namespace, vip: str, port: int = ECHO_PORT, n: int = 60, period: float = 0.1,
-                 connect_timeout: float = 5.0):
+                 connect_timeout: float = 5.0, ports: Sequence[int] | None = None):
         self.ns, self.vip, self.port, self.n, self.period = client_ns, vip, port, n, period
         self.connect_timeout = connect_timeout
+        # Fixed client ports (connection i from ports[i]), or the kernel's choice.
+        self.ports = list(ports) if ports is not None else None
+        assert self.ports is None or len(self.ports) == n
         self.conns: list[_Conn] = []
         self._sel = selectors.DefaultSelector()
         self._lock = threading.Lock()
@@ -1206,21 +1212,47 @@ class LongLived:
         self._exc: BaseException | None = None
 
     # -- public -------------------------------------------------------------------------
-    def start(self) -> "LongLived":
+    def _connect(self, i: int) -> _Conn:
+        """Connection ``i``'s socket, connecting (from its fixed port, if any)."""
         fam = socket.AF_INET6 if ":" in self.vip else socket.AF_INET
         with self.ns.entered():  # the sockets live in the client namespace
-            socks = [socket.socket(fam, socket.SOCK_STREAM) for _ in range(self.n)]
-        for i, s in enumerate(socks):
-            s.setblocking(False)
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            c = _Conn(i, s)
-            rc = s.connect_ex((self.vip, self.port))
-            if rc not in (0, errno.EINPROGRESS):
-                c.state, c.error = "failed", f"connect: {os.strerror(rc)}"
-                s.close()
-            else:
-                self._sel.register(s, selectors.EVENT_WRITE, c)
-            self.conns.append(c)
+            s = socket.socket(fam, socket.SOCK_STREAM)
+        s.setblocking(False)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.ports is not None:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            src = self.ns.ipv6 if fam == socket.AF_INET6 else self.ns.ipv4
+            s.bind((src, self.ports[i]))
+        c = _Conn(i, s)
+        rc = s.connect_ex((self.vip, self.port))
+        if rc not in (0, errno.EINPROGRESS):
+            c.state, c.error = "failed", f"connect: {os.strerror(rc)}"
+            s.close()
+        else:
+            self._sel.register(s, selectors.EVENT_WRITE, c)
+        return c
+
+    def reset_and_reopen(self, timeout: float = 10.0) -> None:
+        """Close every open connection with a RST (``SO_LINGER`` 0: no TIME_WAIT) and open it
+        again from the same client port (``ports`` given): the same 5-tuples, new connections
+        (SYNs). The report then describes the new connections only."""
+        assert self.ports is not None, "reset_and_reopen needs fixed client ports"
+        with self._lock:
+            for i, c in enumerate(self.conns):
+                with contextlib.suppress(Exception):
+                    self._sel.unregister(c.sock)
+                with contextlib.suppress(Exception):
+                    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    c.sock.close()
+            self.conns = [self._connect(i) for i in range(self.n)]
+            self._t_start = time.monotonic()
+        wait_until(lambda: all(c.state != "connecting" for c in self.conns),
+                   lambda: f"{self.n} connections to {self.vip}:{self.port} to be established again",
+                   timeout=timeout)
+
+    def start(self) -> "LongLived":
+        for i in range(self.n):
+            self.conns.append(self._connect(i))
         self._t_start = time.monotonic()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"longlived-{self.vip}")
         self._thread.start()

@@ -34,6 +34,7 @@ import json
 import os
 import re
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -44,8 +45,9 @@ import pytest
 
 import topo as T
 from fleet import (answered_now, carriers, wait_synced, http_get, start_all, summary, wait_all_progress, DATA_PORT, OTHER_BACKENDS, OTHER_HEALTH_PORT, SPILLWAY_BIN, SPILLWAYCTL_BIN, VIP_OTHER, VIP_WEB, VIP_WEB6, VIPS,
-                   Fleet, FleetSpillway, LongLived, needs_bird, spillway_config)
+                   Fleet, FleetSpillway, LongLived, needs_bird, spillway_config, sync_key)
 from balancer import needs_built
+from syncwire import key_id, read_key_file
 
 pytestmark = [needs_built(SPILLWAY_BIN, SPILLWAYCTL_BIN), needs_bird()]
 
@@ -547,10 +549,11 @@ def test_fs_3_backend_change_then_instance_killed_loses_no_connection(change):
 
 
 def test_fs_6_hostile_sync_traffic_installs_nothing_and_forwarding_goes_on():
-    """From a host on the fabric (a backend's namespace), datagrams to i1's sync port: garbage,
-    truncated, a wrong version, an unknown sender, and well-formed ones sealed under another key
-    that claim to be i2 (FS-6). Each is counted by its reason, none installs an entry, and the
-    long-lived connections through i1 go on."""
+    """Datagrams to i1's sync port (FS-6), from a host on the fabric (a backend's namespace):
+    garbage, truncated, a wrong version, an unknown sender, one that claims to be i2; and from
+    i2's own address (another socket in i2's namespace): one for another recipient, one sealed
+    under a key i1 does not hold, forged ones under the fleet key's id. Each is counted by its
+    reason, none installs an entry, and the long-lived connections through i1 go on."""
     with Fleet(instances=2, bfd=True) as f:
         for i in f.instances:
             f.spillway(i.k, config=spillway_config(f, i.k, sync=True), start=False)
@@ -560,24 +563,36 @@ def test_fs_6_hostile_sync_traffic_installs_nothing_and_forwarding_goes_on():
         mark = answered_now(ll)
         before = sp1.instance()["fleet_sync"]
 
-        def header(kind: int, sender: int, version: int = 1, seq: int = 1) -> bytes:
-            return (b"SPSY" + bytes([version, kind]) + sender.to_bytes(4, "big")
-                    + (2**62).to_bytes(8, "big") + seq.to_bytes(8, "big"))
+        fleet_key = read_key_file(sync_key(f))[0]
 
-        forged = [header(1, 2, seq=s) + os.urandom(2 + 69 + 16) for s in range(1, 21)]
-        datagrams = {
-            "bad_magic": [b"hello, spillway" * 3],
-            "truncated": [b"SPSY\x01"],
-            "wrong_version": [header(1, 2, version=9) + os.urandom(40)],
-            "unknown_sender": [header(1, 77) + os.urandom(40)],
-            "auth_failed": forged,
+        def header(kind: int, sender: int, recipient: int = 1, key: int = 0, version: int = 2,
+                   seq: int = 1) -> bytes:
+            # The v2 cleartext header: magic, version, kind, sender, recipient, key id, epoch,
+            # sequence number, salt.
+            return b"SPSY" + struct.pack("!BBHHIQQI", version, kind, sender, recipient, key, 2**40, seq, 7)
+
+        body = 2 + 69 + 16  # a count, one entry record, the tag
+        from_fabric = {
+            "bad_magic": [b"hello, spillway" * 5],
+            "truncated": [b"SPSY\x02"],
+            "wrong_version": [header(1, 2, version=9) + os.urandom(body)],
+            "unknown_sender": [header(1, 77) + os.urandom(body)],
+            "wrong_address": [header(1, 2, key=key_id(fleet_key)) + os.urandom(body)],
         }
-        attacker = f.backends[0]
+        from_i2 = {
+            "wrong_recipient": [header(1, 2, recipient=9, key=key_id(fleet_key)) + os.urandom(body)],
+            "unknown_key": [header(1, 2, key=key_id(os.urandom(32))) + os.urandom(body)],
+            "auth_failed": [header(1, 2, key=key_id(fleet_key), seq=s) + os.urandom(body) for s in range(1, 21)],
+        }
         code = ("import socket,sys,json\n"
                 "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+                "s.bind((sys.argv[2],0))\n"
                 "for d in json.load(sys.stdin): s.sendto(bytes.fromhex(d),(sys.argv[1],7455))\n")
-        payload = json.dumps([d.hex() for ds in datagrams.values() for d in ds])
-        attacker.run(["python3", "-c", code, f.instance(1).node], input=payload)
+        for host, source, sent in ((f.backends[0], f.backends[0].ipv4, from_fabric),
+                                   (f.instance(2), f.instance(2).node, from_i2)):
+            payload = json.dumps([d.hex() for ds in sent.values() for d in ds])
+            host.run(["python3", "-c", code, f.instance(1).node, source], input=payload)
+        datagrams = {**from_fabric, **from_i2}
 
         def refused():
             return sp1.instance()["fleet_sync"]["refused"]

@@ -1,22 +1,27 @@
 //! The bookkeeping of bulk syncs (FS-5), both ends: an instance that starts asks every peer for
-//! the entries at risk it holds ([`Asking`]), and answers the peers that ask it ([`Answering`]).
+//! the entries at risk it holds ([`Asked`]), and answers the peers that ask it ([`Answering`]).
 //!
 //! **Counted, and asked again.** An answer comes in parts, one per worker of the answering
 //! instance; each part ends with its count of entries. The asking side counts what it received
 //! of each part; a part whose count does not agree (a datagram lost on the way) is counted as
-//! missing entries and asked for again, that worker alone, as a new attempt, until the counts
-//! agree or the bulk timeout passes.
+//! missing entries and asked for again at once, that worker alone, as a new attempt. The
+//! request goes again every [`ASK_AGAIN`] until some answer comes, and an answer silent for
+//! [`STALLED_AFTER`] is asked for again: its incomplete parts, or the whole request when no
+//! part has ended yet, as new attempts. All of it until the counts agree or the bulk timeout
+//! passes.
 //!
 //! **Paced by the receiver.** The answering side sends at most [`WINDOW`] datagrams of an
 //! answer beyond what the asking side has acknowledged (`BulkAck`, every [`ACK_EVERY`]
 //! datagrams and every [`ACK_INTERVAL`] while some arrive), so a bulk answer of any size never
-//! outruns the receiver's socket buffer, however fast either side is. An answer whose asker
-//! stops acknowledging for [`ABANDON_AFTER`] is abandoned (counted).
+//! outruns the receiver's socket buffer, however fast either side is; an acknowledgement goes
+//! again every [`ACK_AGAIN`] while the answer is incomplete, so that a lost one never leaves
+//! the window shut. An answer whose asker acknowledged nothing for [`ABANDON_AFTER`] is
+//! abandoned (counted), its end not sent: an asker that comes back asks again.
 //!
 //! **Limits.** A peer has at most one answer under way. The same ticket again is the answer
 //! under way (or, once it ended, its ends sent again); a new request of the same life of the
-//! peer within [`NEW_REQUEST_GAP`] of the last is refused, as is a retry beyond
-//! [`MAX_ATTEMPTS`] (counted, `bulk_limited`).
+//! peer within [`NEW_REQUEST_GAP`] of the last is refused, as is an attempt beyond
+//! [`MAX_ATTEMPTS`] (counted, `bulk_requests`).
 
 use std::time::{Duration, Instant};
 
@@ -28,15 +33,21 @@ use super::wire::ALL_WORKERS;
 pub const WINDOW: u64 = 256;
 /// The asker acknowledges every this many datagrams...
 pub const ACK_EVERY: u64 = 32;
-/// ...and at least this often while datagrams arrive.
+/// ...and at least this often while datagrams arrive...
 pub const ACK_INTERVAL: Duration = Duration::from_millis(50);
-/// An answer whose asker acknowledged nothing for this long is abandoned.
-pub const ABANDON_AFTER: Duration = Duration::from_secs(3);
+/// ...and again this often while the answer is incomplete, even with nothing new: an
+/// acknowledgement lost on the way would otherwise leave the answer's window shut.
+pub const ACK_AGAIN: Duration = Duration::from_millis(250);
+/// An answer whose asker has acknowledged nothing for this long is abandoned (a slow asker
+/// acknowledges as it goes; one that went away says so sooner: no hellos).
+pub const ABANDON_AFTER: Duration = Duration::from_secs(30);
 /// The asker sends its request again this often until the peer answers.
 pub const ASK_AGAIN: Duration = Duration::from_millis(500);
+/// An answer silent this long (no datagram of it) is asked for again.
+pub const STALLED_AFTER: Duration = Duration::from_secs(3);
 /// A new request of the same life of a peer no sooner than this after its last.
 pub const NEW_REQUEST_GAP: Duration = Duration::from_secs(5);
-/// Attempts (retries of a worker's part) per request at most.
+/// Attempts (retries) per request at most.
 pub const MAX_ATTEMPTS: u16 = 32;
 
 /// One worker's part of an answer, as the asker tallies it.
@@ -50,14 +61,21 @@ pub struct Part {
     pub done: bool,
 }
 
+/// What the asker sends: a request for every worker (`None`) or one, at an attempt.
+pub type Ask = (Option<u16>, u16);
+
 /// The asker's view of one peer's answer.
 #[derive(Clone, Debug, Default)]
 pub struct Asked {
-    /// When the whole request (or a retry) was last sent; `None` before the first.
+    /// When the request (or a retry) was last sent; `None` before the first.
     pub last_sent: Option<Instant>,
+    /// When a datagram of the answer last came.
+    pub last_heard: Option<Instant>,
+    /// The attempt of the whole request (one more each time it is asked again whole).
+    pub attempt: u16,
     /// Answer datagrams received (all attempts): what the acknowledgements carry.
     pub datagrams: u64,
-    /// `datagrams` as last acknowledged, and when.
+    /// `datagrams` as last acknowledged.
     pub acked: u64,
     /// When the last acknowledgement went.
     pub acked_at: Option<Instant>,
@@ -69,113 +87,132 @@ pub struct Asked {
     pub entries: u64,
     /// Entries found missing by the counts (and asked for again).
     pub missing: u64,
-    /// Retries sent.
+    /// Retries sent (a part, or the whole request, asked for again).
     pub retries: u64,
     /// Every part complete.
     pub answered: bool,
-    /// Some answer datagram came since the last request went.
-    pub heard: bool,
 }
 
 impl Asked {
-    /// An answer datagram of `worker`'s part at `attempt`, with `entries`.
-    pub fn answer(&mut self, worker: u16, attempt: u16, entries: u64) {
-        self.datagrams += 1;
-        self.entries += entries;
-        self.heard = true;
-        let part = self.part(worker);
-        if part.attempt == attempt && !part.done {
-            part.received += entries;
-        }
-    }
-
     fn part(&mut self, worker: u16) -> &mut Part {
         let w = usize::from(worker);
         if self.parts.len() <= w {
-            self.parts.resize(w + 1, Part::default());
+            let attempt = self.attempt;
+            self.parts.resize(w + 1, Part { attempt, ..Part::default() });
         }
         &mut self.parts[w]
     }
 
+    /// An answer datagram of `worker`'s part at `attempt`, with `entries`, at `now`.
+    pub fn answer(&mut self, worker: u16, attempt: u16, entries: u64, now: Instant) {
+        self.datagrams += 1;
+        self.entries += entries;
+        self.last_heard = Some(now);
+        let part = self.part(worker);
+        if part.done || attempt < part.attempt {
+            return;
+        }
+        if attempt > part.attempt {
+            // The whole request asked again reached this worker: its new attempt counts.
+            *part = Part { attempt, ..Part::default() };
+        }
+        part.received += entries;
+    }
+
     /// The end of `worker`'s part at `attempt` with its count `sent`, from an instance of
-    /// `workers` workers: `Some(next attempt)` when that part must be asked for again (entries
-    /// went missing), else `None`.
-    pub fn end(&mut self, worker: u16, attempt: u16, workers: u16, sent: u64) -> Option<u16> {
-        self.heard = true;
+    /// `workers` workers, at `now`: `Some(next attempt)` when that part must be asked for again
+    /// (entries went missing), else `None`.
+    pub fn end(
+        &mut self,
+        worker: u16,
+        attempt: u16,
+        workers: u16,
+        sent: u64,
+        now: Instant,
+    ) -> Option<u16> {
+        self.last_heard = Some(now);
         if worker >= workers {
             return None;
         }
         self.workers = Some(workers);
         let part = self.part(worker);
-        if part.done || part.attempt != attempt {
+        if part.done || attempt < part.attempt {
             return None;
         }
-        let (retry, missing) = if part.received >= sent {
+        if attempt > part.attempt {
+            *part = Part { attempt, ..Part::default() };
+        }
+        let retry = if part.received >= sent {
             part.done = true;
-            (None, 0)
+            None
         } else {
             let missing = sent - part.received;
-            part.attempt = attempt.saturating_add(1);
-            part.received = 0;
-            (Some(part.attempt), missing)
+            *part = Part { attempt: attempt.saturating_add(1), ..Part::default() };
+            Some((part.attempt, missing))
         };
-        if retry.is_some() {
+        if let Some((_, missing)) = retry {
             self.missing += missing;
             self.retries += 1;
+            self.last_sent = Some(now);
         }
         self.answered = self.workers.is_some_and(|n| {
             self.parts.len() >= usize::from(n)
                 && self.parts[..usize::from(n)].iter().all(|p| p.done)
         });
-        retry
+        retry.map(|(a, _)| a)
     }
 
     /// Is an acknowledgement due at `now`?
     pub fn ack_due(&self, now: Instant) -> bool {
-        self.datagrams > self.acked
+        let since = self.acked_at.map(|t| now.duration_since(t));
+        let fresh = self.datagrams > self.acked
             && (self.datagrams - self.acked >= ACK_EVERY
-                || self.acked_at.is_none_or(|t| now.duration_since(t) >= ACK_INTERVAL))
+                || since.is_none_or(|s| s >= ACK_INTERVAL));
+        let again = self.datagrams > 0 && !self.answered && since.is_some_and(|s| s >= ACK_AGAIN);
+        fresh || again
     }
 
-    /// The parts to ask for at `now` (the whole request, or nothing): the request goes again
-    /// every [`ASK_AGAIN`] until some answer arrives (it, or the path, may have been lost).
-    pub fn ask_whole(&mut self, now: Instant) -> bool {
-        if self.answered || self.heard {
-            return false;
-        }
-        let due = self.last_sent.is_none_or(|t| now.duration_since(t) >= ASK_AGAIN);
-        if due {
-            self.last_sent = Some(now);
-        }
-        due
-    }
-
-    /// Parts that ended with a retry asked but whose retry seems lost (nothing heard for
-    /// [`ASK_AGAIN`]): (worker, attempt) to ask again.
-    pub fn stalled_retries(&mut self, now: Instant) -> Vec<(u16, u16)> {
-        if self.answered || self.last_sent.is_some_and(|t| now.duration_since(t) < ASK_AGAIN) {
+    /// What to ask for at `now`, if anything (module doc): the whole request every
+    /// [`ASK_AGAIN`] until some answer comes; once an answer has been silent for
+    /// [`STALLED_AFTER`], its incomplete parts as new attempts, or the whole request as a new
+    /// attempt when no part has ended yet.
+    pub fn due(&mut self, now: Instant) -> Vec<Ask> {
+        if self.answered {
             return Vec::new();
         }
-        if self.heard {
-            self.heard = false;
-            self.last_sent = Some(now);
-            return Vec::new();
+        let quiet = self.last_heard.max(self.last_sent).map(|t| now.duration_since(t));
+        match self.last_heard {
+            None if quiet.is_none_or(|q| q >= ASK_AGAIN) => {
+                self.last_sent = Some(now);
+                vec![(None, self.attempt)]
+            }
+            Some(_) if quiet.is_some_and(|q| q >= STALLED_AFTER) => {
+                self.last_sent = Some(now);
+                self.retries += 1;
+                let Some(n) = self.workers else {
+                    self.attempt = self.attempt.saturating_add(1).min(MAX_ATTEMPTS);
+                    return vec![(None, self.attempt)];
+                };
+                let mut asks = Vec::new();
+                for w in 0..n {
+                    let p = self.part(w);
+                    if !p.done {
+                        let attempt = p.attempt.saturating_add(1).min(MAX_ATTEMPTS);
+                        *p = Part { attempt, ..Part::default() };
+                        asks.push((Some(w), attempt));
+                    }
+                }
+                asks
+            }
+            _ => Vec::new(),
         }
-        let Some(n) = self.workers else { return Vec::new() };
-        self.last_sent = Some(now);
-        (0..n)
-            .filter_map(|w| {
-                let p = self.parts.get(usize::from(w)).copied().unwrap_or_default();
-                (!p.done && p.attempt > 0).then_some((w, p.attempt))
-            })
-            .collect()
     }
 }
 
 /// An answer this instance sends to one peer.
 #[derive(Clone, Debug)]
 pub struct Answering {
-    /// Its ticket (the request and the latest attempt).
+    /// Its request.
     pub request: u64,
     /// The peer's life it was asked in.
     pub epoch: u64,
@@ -185,11 +222,12 @@ pub struct Answering {
     pub datagrams: u64,
     /// As acknowledged.
     pub acked: u64,
-    /// When the acknowledgement last moved (or the answer started).
+    /// When the acknowledgement last moved (or the answer started or was asked again).
     pub acked_at: Instant,
     /// Per worker: the latest attempt asked, and its end once sent (for a repeated request).
     pub parts: Vec<(u16, Option<u64>)>,
-    /// Given up: the asker stopped acknowledging.
+    /// Given up: its asker went away. Its items are dropped and no end is sent, so that an
+    /// asker that comes back asks again.
     pub abandoned: bool,
 }
 
@@ -227,25 +265,31 @@ impl Answering {
     pub fn ask(current: &mut Option<Answering>, r: Request, workers: u16, now: Instant) -> Asking {
         let Request { peer, epoch, request, attempt, worker } = r;
         let ticket = Ticket { peer, request, attempt };
+        if attempt > MAX_ATTEMPTS {
+            return Asking::Limited;
+        }
         if let Some(a) = current.as_mut().filter(|a| a.request == request && a.epoch == epoch) {
             if worker == ALL_WORKERS {
-                let ended = a.parts.iter().all(|p| p.1.is_some());
-                return if ended { Asking::EndAgain } else { Asking::UnderWay };
+                let newest = a.parts.iter().map(|p| p.0).max().unwrap_or(0);
+                if attempt <= newest {
+                    let ended = a.parts.iter().all(|p| p.1.is_some());
+                    return if ended { Asking::EndAgain } else { Asking::UnderWay };
+                }
+                a.parts.iter_mut().for_each(|p| *p = (attempt, None));
+                (a.abandoned, a.acked_at) = (false, now);
+                return Asking::Start(ticket, None);
             }
             let Some(part) = a.parts.get_mut(usize::from(worker)) else { return Asking::Limited };
             if attempt <= part.0 {
                 return if part.1.is_some() { Asking::EndAgain } else { Asking::UnderWay };
             }
-            if attempt > MAX_ATTEMPTS {
-                return Asking::Limited;
-            }
             *part = (attempt, None);
-            a.abandoned = false;
-            a.acked_at = now;
+            (a.abandoned, a.acked_at) = (false, now);
             return Asking::Start(ticket, Some(worker));
         }
-        if worker != ALL_WORKERS || attempt != 0 {
-            // A retry of a request this instance does not know (it restarted): the whole.
+        if worker != ALL_WORKERS {
+            // One part of a request this instance does not know (it restarted): only a whole
+            // request starts an answer.
             return Asking::Limited;
         }
         if let Some(a) = current {
@@ -260,7 +304,7 @@ impl Answering {
             datagrams: 0,
             acked: 0,
             acked_at: now,
-            parts: vec![(0, None); usize::from(workers)],
+            parts: vec![(attempt, None); usize::from(workers)],
             abandoned: false,
         });
         Asking::Start(ticket, None)
@@ -279,11 +323,13 @@ impl Answering {
         }
     }
 
-    /// Abandon it if the asker has been silent too long with datagrams outstanding; true when
+    /// Abandon it, unfinished, if its asker has acknowledged nothing for [`ABANDON_AFTER`]
+    /// (it went away; a slow asker acknowledges as it goes, and the pace is its own); true when
     /// it was abandoned now.
     pub fn check_abandon(&mut self, now: Instant) -> bool {
         let waiting = self.datagrams > self.acked || self.parts.iter().any(|p| p.1.is_none());
-        if !self.abandoned && waiting && now.duration_since(self.acked_at) >= ABANDON_AFTER {
+        let silent = now.duration_since(self.acked_at) >= ABANDON_AFTER;
+        if !self.abandoned && waiting && silent {
             self.abandoned = true;
             return true;
         }
@@ -301,24 +347,48 @@ mod tests {
 
     #[test]
     fn counts_that_agree_complete_a_part_and_a_shortfall_asks_again() {
+        let t = Instant::now();
         let mut a = Asked::default();
-        a.answer(0, 0, 19);
-        a.answer(0, 0, 19);
-        a.answer(1, 0, 5);
-        assert_eq!(a.end(0, 0, 2, 38), None);
+        a.answer(0, 0, 19, t);
+        a.answer(0, 0, 19, t);
+        a.answer(1, 0, 5, t);
+        assert_eq!(a.end(0, 0, 2, 38, t), None);
         assert!(!a.answered);
         // Worker 1 sent 24: 19 went missing; asked again as attempt 1.
-        assert_eq!(a.end(1, 0, 2, 24), Some(1));
+        assert_eq!(a.end(1, 0, 2, 24, t), Some(1));
         assert_eq!((a.missing, a.retries), (19, 1));
         // A late datagram of the old attempt does not count for the new one.
-        a.answer(1, 0, 19);
+        a.answer(1, 0, 19, t);
         assert_eq!(a.parts[1].received, 0);
-        a.answer(1, 1, 19);
-        a.answer(1, 1, 5);
-        assert_eq!(a.end(1, 1, 2, 24), None);
+        a.answer(1, 1, 19, t);
+        a.answer(1, 1, 5, t);
+        assert_eq!(a.end(1, 1, 2, 24, t), None);
         assert!(a.answered);
         // Every datagram counts for the acknowledgements.
         assert_eq!(a.datagrams, 6);
+    }
+
+    #[test]
+    fn a_request_goes_again_until_answered_and_a_silent_answer_is_asked_again() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut a = Asked::default();
+        assert_eq!(a.due(at(0)), [(None, 0)]);
+        assert!(a.due(at(100)).is_empty());
+        assert_eq!(a.due(at(500)), [(None, 0)], "no answer yet: asked again");
+        // Part of the answer comes, then nothing: after the stall, the whole again (no part
+        // has ended), as a new attempt.
+        a.answer(0, 0, 19, at(600));
+        assert!(a.due(at(3_000)).is_empty());
+        assert_eq!(a.due(at(3_600)), [(None, 1)]);
+        // The new attempt's datagrams count afresh; one part ends, the other goes silent.
+        a.answer(0, 1, 19, at(3_700));
+        a.answer(1, 1, 19, at(3_700));
+        assert_eq!(a.end(0, 1, 2, 19, at(3_800)), None);
+        assert_eq!(a.due(at(6_800)), [(Some(1), 2)], "the silent part, as its next attempt");
+        a.answer(1, 2, 7, at(6_900));
+        assert_eq!(a.end(1, 2, 2, 7, at(7_000)), None);
+        assert!(a.answered && a.due(at(20_000)).is_empty());
     }
 
     #[test]
@@ -359,7 +429,7 @@ mod tests {
     }
 
     #[test]
-    fn the_window_follows_the_acknowledgements_and_silence_abandons() {
+    fn the_window_follows_the_acknowledgements_and_an_asker_gone_abandons() {
         let t0 = Instant::now();
         let mut cur = None;
         Answering::ask(&mut cur, req(2, 1, 5, 0, ALL_WORKERS), 1, t0);
@@ -368,8 +438,15 @@ mod tests {
         assert!(!a.window_open());
         a.ack(100, t0);
         assert!(a.window_open());
-        assert!(!a.check_abandon(t0 + Duration::from_secs(1)));
+        // A slow asker is waited for; one silent for long is not.
+        assert!(!a.check_abandon(t0 + Duration::from_secs(5)));
         assert!(a.check_abandon(t0 + ABANDON_AFTER));
         assert!(!a.window_open());
+        // Asked again (the whole request, a new attempt): it resumes.
+        let r = Answering::ask(&mut cur, req(2, 1, 5, 1, ALL_WORKERS), 1, t0);
+        assert!(matches!(r, Asking::Start(_, None)));
+        assert!(!cur.as_ref().unwrap().abandoned);
+        // It goes silent again: abandoned again.
+        assert!(cur.as_mut().unwrap().check_abandon(t0 + ABANDON_AFTER));
     }
 }

@@ -103,6 +103,10 @@ pub struct SyncReply {
     /// Removals received from them.
     #[serde(default)]
     pub removes_received: u64,
+    /// Authentic hellos that proved nothing: from a peer that had not heard this life yet, or
+    /// replayed from an earlier one.
+    #[serde(default)]
+    pub hellos_unproven: u64,
     /// Datagrams refused, by reason (only reasons seen).
     pub refused: BTreeMap<String, u64>,
     /// Limits peers ran into, by limit (only limits seen).

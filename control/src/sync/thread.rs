@@ -132,6 +132,9 @@ pub struct SyncStats {
     /// yet (it has not proven this life live): it gets them from its bulk sync or the refresh
     /// that follows.
     pub held_back: AtomicU64,
+    /// Authentic hellos of a peer not proven live since this start that proved nothing (they
+    /// echoed another challenge: a peer that has not heard this instance yet, or a replay).
+    pub hellos_unproven: AtomicU64,
     /// Entries received in accepted datagrams (broadcasts and answers).
     pub entries_received: AtomicU64,
     /// Removals received in accepted datagrams.
@@ -220,6 +223,7 @@ impl SyncShared {
             entries_received: get(&s.entries_received),
             removes_sent: get(&s.removes_sent),
             removes_received: get(&s.removes_received),
+            hellos_unproven: get(&s.hellos_unproven),
             refused,
             limited,
             lost: SyncLosses {
@@ -272,6 +276,8 @@ struct Peer {
     accepts: bool,
     /// The last hello sent to it.
     last_sent_hello: Option<Instant>,
+    /// The phase its last hello said.
+    phase: Phase,
     /// A hello to it is due now (module doc), no sooner than [`HELLO_REPLY_GAP`] after the
     /// last.
     reply_due: bool,
@@ -377,6 +383,7 @@ impl Thread {
                 last_hello: None,
                 accepts: false,
                 last_sent_hello: None,
+                phase: Phase::Starting,
                 reply_due: false,
                 received: 0,
                 asked: Asked::default(),
@@ -547,11 +554,8 @@ impl Thread {
                 continue;
             }
             let (id, addr) = (self.peers[i].id, self.peers[i].addr);
-            if self.peers[i].asked.ask_whole(now) {
-                let n = self.encoder.bulk_request(id, self.request, 0, ALL_WORKERS, &mut out);
-                self.send(&out[..n], addr);
-            }
-            for (worker, attempt) in self.peers[i].asked.stalled_retries(now) {
+            for (worker, attempt) in self.peers[i].asked.due(now) {
+                let worker = worker.unwrap_or(ALL_WORKERS);
                 let n = self.encoder.bulk_request(id, self.request, attempt, worker, &mut out);
                 self.send(&out[..n], addr);
             }
@@ -679,6 +683,11 @@ impl Thread {
                     }
                     Outbound::AnswerEnd(t, count) => {
                         let Some(i) = self.answer_peer(t, w) else { continue };
+                        // An abandoned answer's end is not sent: its asker, if it comes
+                        // back, asks again rather than count entries that were dropped.
+                        if self.peers[i].answering.as_ref().is_some_and(|a| a.abandoned) {
+                            continue;
+                        }
                         if let Some((bt, b)) = answers.get_mut(&i) {
                             let (bt, mut b) = (*bt, std::mem::take(b));
                             sent += self.send_answer(i, w, &mut b, bt);
@@ -819,8 +828,9 @@ impl Thread {
         let id = dgram.header.sender;
         let Some(i) = self.peers.iter().position(|p| p.id == id) else { return };
         match dgram.body {
-            Body::Hello { fingerprint, echo, session, .. } => self.hello_from(
+            Body::Hello { fingerprint, echo, session, phase, .. } => self.hello_from(
                 i,
+                phase,
                 dgram.header.epoch,
                 dgram.accepted,
                 fingerprint,
@@ -847,6 +857,7 @@ impl Thread {
     fn hello_from(
         &mut self,
         i: usize,
+        phase: Phase,
         epoch: u64,
         accepted: Accepted,
         fingerprint: u64,
@@ -859,8 +870,12 @@ impl Thread {
         let challenge = self.sessions.challenge();
         let p = &mut self.peers[i];
         p.accepts = session == own_epoch;
+        p.phase = phase;
         let proven = matches!(accepted, Accepted::Session { .. });
         let new_session = matches!(accepted, Accepted::Session { new_session: true });
+        if !proven {
+            self.shared.stats.hellos_unproven.fetch_add(1, Ordering::Relaxed);
+        }
         if proven {
             p.last_hello = Some(now);
             p.fingerprint = Some(fingerprint);
@@ -877,8 +892,9 @@ impl Thread {
         if echo != challenge || !proven || !p.accepts || new_session {
             p.reply_due = true;
         }
-        // Ready both ways now: what a pass held back from it meanwhile goes at once.
-        if !was_ready && self.ready(i) {
+        // Ready both ways now: what a pass held back from it meanwhile goes at once, unless it
+        // is starting (it asks for a bulk answer, which holds all of it).
+        if !was_ready && self.ready(i) && phase != Phase::Starting {
             self.links.iter().for_each(|l| l.requests.ask_refresh());
         }
     }
@@ -887,13 +903,12 @@ impl Thread {
         if part.request != self.request {
             return;
         }
-        if let Some(attempt) = self.peers[i].asked.end(part.worker, part.attempt, workers, sent) {
+        let asked = &mut self.peers[i].asked;
+        if let Some(attempt) = asked.end(part.worker, part.attempt, workers, sent, now) {
             let (id, addr) = (self.peers[i].id, self.peers[i].addr);
             let mut out = [0u8; MAX_DATAGRAM];
             let n = self.encoder.bulk_request(id, self.request, attempt, part.worker, &mut out);
             self.send(&out[..n], addr);
-            self.peers[i].asked.last_sent = Some(now);
-            self.peers[i].asked.heard = false;
         }
         let stats = &self.shared.stats;
         let missing = self.peers.iter().map(|p| p.asked.missing).sum();
@@ -914,7 +929,7 @@ impl Thread {
         match part {
             Some(part) => {
                 if part.request == self.request {
-                    self.peers[i].asked.answer(part.worker, part.attempt, n);
+                    self.peers[i].asked.answer(part.worker, part.attempt, n, now);
                     stats.bulk_entries.fetch_add(n, Ordering::Relaxed);
                 }
             }

@@ -157,8 +157,8 @@ pub fn restore(path: &Path, shards: &mut [Shard], snap: &Snapshot, now: Time) {
             | TableFileError::TooOpen(_)),
         ) => {
             tracing::warn!(
-                "fleet.table_file: {} refused, not read: {e}; the table starts empty, and the \
-                 next clean stop writes a new file there once it is removed",
+                "fleet.table_file: {} refused, not read: {e}; the table starts empty (the next \
+                 clean stop replaces it with a table file)",
                 path.display()
             );
             return;
