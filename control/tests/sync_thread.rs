@@ -72,8 +72,8 @@ impl Drop for Instance {
 
 struct Opts {
     id: u16,
-    port: u16,
-    peer: (u16, u16),
+    bind: Vec<SocketAddr>,
+    peers: Vec<(u16, SocketAddr)>,
     keys: KeyRing,
     bulk_timeout: Duration,
     epoch: u64,
@@ -85,8 +85,8 @@ struct Opts {
 fn opts(id: u16, port: u16, peer: (u16, u16)) -> Opts {
     Opts {
         id,
-        port,
-        peer,
+        bind: vec![SocketAddr::from(([127, 0, 0, 1], port))],
+        peers: vec![(peer.0, SocketAddr::from(([127, 0, 0, 1], peer.1)))],
         keys: KeyRing::one(Key::from_bytes(KEY)),
         bulk_timeout: Duration::from_secs(10),
         epoch: 1_000 * u64::from(id),
@@ -103,8 +103,8 @@ fn start(o: Opts) -> Instance {
     let stop = Arc::new(AtomicBool::new(false));
     let settings = SyncSettings {
         instance_id: o.id,
-        bind: vec![SocketAddr::from(([127, 0, 0, 1], o.port))],
-        peers: vec![(o.peer.0, SocketAddr::from(([127, 0, 0, 1], o.peer.1)))],
+        bind: o.bind,
+        peers: o.peers,
         bulk_timeout: o.bulk_timeout,
         refresh: Duration::from_secs(60),
         epoch: o.epoch,
@@ -206,6 +206,48 @@ fn entries_a_worker_hands_over_reach_the_peers_workers_in_its_terms() {
     // Nothing was lost on the way.
     let lost = b.shared.reply().lost;
     assert_eq!((lost.kernel_drops, lost.sequence_gaps), (0, 0), "{lost:?}");
+}
+
+#[test]
+fn an_instance_with_ipv4_and_ipv6_peers_talks_to_both() {
+    let (pa4, pa6, pb, pc) = (free_port(), free_port(), free_port(), free_port());
+    let v4 = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    let v6 = |port| SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
+    let a = start(Opts {
+        bind: vec![v4(pa4), v6(pa6)],
+        peers: vec![(2, v4(pb)), (3, v6(pc))],
+        ..opts(1, 0, (0, 0))
+    });
+    let b = start(Opts { bind: vec![v4(pb)], peers: vec![(1, v4(pa4))], ..opts(2, 0, (0, 0)) });
+    let c = start(Opts { bind: vec![v6(pc)], peers: vec![(1, v6(pa6))], ..opts(3, 0, (0, 0)) });
+    proven(&a, &b);
+    proven(&a, &c);
+    for i in 0..20 {
+        a.links[0].outbound.push(Outbound::Share(entry(i, 1))).unwrap();
+    }
+    for (name, peer) in [("the IPv4 peer", &b), ("the IPv6 peer", &c)] {
+        let got = take(&peer.links[0], 20, Duration::from_secs(5));
+        let ports: Vec<u16> = got
+            .iter()
+            .map(|e| match e {
+                Inbound::Store(e) => e.key.sport,
+                other => panic!("{name}: a store, got {other:?}"),
+            })
+            .collect();
+        assert_eq!(ports, (0..20).collect::<Vec<u16>>(), "{name}");
+    }
+    // And back: each peer's entries reach the instance over its own family.
+    b.links[0].outbound.push(Outbound::Share(entry(100, 2))).unwrap();
+    c.links[0].outbound.push(Outbound::Share(entry(200, 3))).unwrap();
+    let mut got: Vec<u16> = take(&a.links[0], 2, Duration::from_secs(5))
+        .iter()
+        .map(|e| match e {
+            Inbound::Store(e) => e.key.sport,
+            other => panic!("a store, got {other:?}"),
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, vec![100, 200]);
 }
 
 /// Plays a worker of an answering instance: takes the bulk tickets asked of it and answers
