@@ -95,6 +95,12 @@ pub(super) fn sync(s: &mut Scrape, shared: &SyncShared, view: &dyn DataplaneView
     }
     s.family("spillway_sync_datagrams_sent", "Sync datagrams sent, to all peers.", Counter)
         .add(Vec::new(), get(&st.datagrams_sent));
+    s.family(
+        "spillway_sync_sent_bytes",
+        "Bytes of the sync datagrams sent (UDP payload).",
+        Counter,
+    )
+    .add(Vec::new(), get(&st.bytes_sent));
     let unusable = s.family(
         "spillway_sync_entries_unusable",
         "Peers' entries with no counterpart here (a service or backend this instance does not \

@@ -128,6 +128,8 @@ pub struct SyncStats {
     pub answer_entries_sent: AtomicU64,
     /// Datagrams sent, to all peers.
     pub datagrams_sent: AtomicU64,
+    /// Their bytes (UDP payload: header, sealed payload, tag).
+    pub bytes_sent: AtomicU64,
     /// Entries and removals not sent to a peer that does not accept this instance's datagrams
     /// yet (it has not proven this life live): it gets them from its bulk sync or the refresh
     /// that follows.
@@ -482,9 +484,14 @@ impl Thread {
     fn send(&self, datagram: &[u8], to: SocketAddr) {
         let stats = &self.shared.stats;
         match self.socket_for(to).map(|s| s.send_to(datagram, to)) {
-            Some(Ok(_)) => stats.datagrams_sent.fetch_add(1, Ordering::Relaxed),
-            _ => stats.send_errors.fetch_add(1, Ordering::Relaxed),
-        };
+            Some(Ok(n)) => {
+                stats.datagrams_sent.fetch_add(1, Ordering::Relaxed);
+                stats.bytes_sent.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            _ => {
+                stats.send_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     fn phase(&self) -> Phase {
