@@ -15,6 +15,32 @@ fi
 
 cd "$(dirname "$0")/.."
 
+# Each step's wall time, printed as a table at the end (and when a step fails).
+steps=()
+step_name=""
+step_start=$SECONDS
+run_start=$SECONDS
+end_step() {
+    if [ -n "$step_name" ]; then
+        steps+=("$(printf '%6ds  %s' $((SECONDS - step_start)) "$step_name")")
+    fi
+    step_name=""
+}
+step_table() {
+    end_step
+    printf '\n==> step times\n'
+    printf '%s\n' "${steps[@]}"
+    printf '%6ds  total\n' $((SECONDS - run_start))
+}
+trap step_table EXIT
+step() {
+    end_step
+    step_name="$*"
+    step_start=$SECONDS
+    printf '\n==> %s\n' "$*"
+}
+
+step "install what is missing (scripts/install-deps.sh), reserve hugepages"
 bash scripts/install-deps.sh
 # Hugepages for the DPDK tests and the e2e balancers (they fall back, and say so, without them).
 bash scripts/hugepages.sh 1024
@@ -24,7 +50,6 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # directory of a whole run stays near 2 GB instead of 5+ (a CI machine's disk is not ours to fill).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
-step() { printf '\n==> %s\n' "$*"; }
 
 step "cargo fmt --all --check"
 cargo fmt --all --check
@@ -48,7 +73,7 @@ if compgen -G "tests/e2e/test_*.py" >/dev/null; then
     # Debian's python3 has python3-pytest; another python3 may come first on PATH. With CI set
     # (and as root), a test that would skip for want of a binary or tool fails instead
     # (tests/e2e/conftest.py); -rfEs lists every failure, error and skip in the summary.
-    CI="${CI:-true}" /usr/bin/python3 -m pytest -q -rfEs tests/e2e
+    CI="${CI:-true}" /usr/bin/python3 -m pytest -q -rfEs --durations=15 tests/e2e
 fi
 
 step "Debian package: build, install into a fresh Debian 12 root, run from there (scripts/package.sh --test)"
@@ -57,4 +82,5 @@ bash scripts/package.sh --test
 step "fuzz the packet parser, the packet path, the config and scenario loaders and the admin API for ${SPILLWAY_FUZZ_SECONDS:-15}s each (scripts/fuzz.sh)"
 bash scripts/fuzz.sh "${SPILLWAY_FUZZ_SECONDS:-15}"
 
-step "all checks passed"
+end_step
+printf '\n==> all checks passed\n'
