@@ -130,7 +130,7 @@ pub(crate) mod thread;
 mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use bulk::{ABANDON_AFTER, ACK_EVERY, MAX_ATTEMPTS, WINDOW};
 pub use entry::{

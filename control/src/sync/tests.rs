@@ -70,8 +70,8 @@ fn proven() -> (Encoder, Sessions) {
     (enc, s)
 }
 
-/// A valid 5-tuple entry, varied by `i`.
-fn entry(i: u32) -> SyncedEntry {
+/// A valid 5-tuple entry, varied by `i` (the table file's tests use it too).
+pub(crate) fn entry(i: u32) -> SyncedEntry {
     let b = i.to_be_bytes();
     SyncedEntry::new(
         &FlowKey {

@@ -1,32 +1,9 @@
 //! The table file's format: exact bytes, every refusal, the iterator's length, saving and
 //! loading.
 
-use spillway_core::addr::Addr;
-use spillway_core::flow::{proto, FlowKey, TupleKind};
-
 use super::*;
-use crate::sync::{service_identity, EntryError};
-
-/// A valid 5-tuple entry, varied by `i`.
-fn entry(i: u32) -> SyncedEntry {
-    let b = i.to_be_bytes();
-    SyncedEntry::new(
-        &FlowKey {
-            src: Addr::v4(203, b[1], b[2], b[3]),
-            dst: Addr::v4(198, 51, 100, 10),
-            sport: 1024 + (i % 60_000) as u16,
-            dport: 443,
-            proto: if i % 2 == 0 { proto::TCP } else { proto::UDP },
-            kind: TupleKind::Five as u8,
-            service: 3,
-        },
-        service_identity("web"),
-        Addr::v4(10, 1, 0, (i % 250) as u8),
-        0,
-        u64::from(i) * 10,
-        (i % 2) as u8,
-    )
-}
+use crate::sync::tests::entry;
+use crate::sync::EntryError;
 
 #[test]
 fn a_million_entries_make_the_documented_size() {
