@@ -121,6 +121,7 @@ impl<'p> Rig<'p> {
             burst_size: burst,
             drain_ticks: (tsc_hz / 1_000_000).max(1) * 100,
             tsc_hz,
+            idle_sleep_us: 0,
         };
         let snap = snapshot();
         let publisher = Publisher::new(snap);

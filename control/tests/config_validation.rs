@@ -818,6 +818,16 @@ fn conntrack_capacity_at_least_1024() {
 }
 
 #[test]
+fn idle_sleep_us_at_most_10000() {
+    let t =
+        HEAD.replace("  ports: [net_null0]\n", "  ports: [net_null0]\n  idle_sleep_us: 10001\n");
+    let m = rejects(&t, "dataplane.idle_sleep_us", "10001");
+    assert!(m.contains("0..=10000"), "{m}");
+    accepts(&t.replace("10001", "10000"));
+    accepts(&t.replace("10001", "0"));
+}
+
+#[test]
 fn dataplane_checks_are_collected_with_the_rest() {
     let t = HEAD.replace("  ports: [net_null0]\n", "  ports: [a, a]\n  burst_size: 65\n");
     let e = parse(&t).unwrap_err();

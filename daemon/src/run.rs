@@ -284,6 +284,7 @@ fn run_config(
         burst_size: dp.burst_size,
         drain_ticks: (eal.tsc_hz() / 1_000_000).max(1) * u64::from(dp.tx_drain_us),
         tsc_hz: eal.tsc_hz(),
+        idle_sleep_us: dp.idle_sleep_us,
     };
     let queues = setup::queues_by_worker(&ports, lcores.len());
     let kernel_counters = Arc::new(KernelPathCounters::default());

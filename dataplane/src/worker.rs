@@ -14,12 +14,17 @@
 //! one bucket per poll, each sweep prefetching the lines of the next
 //! ([`Shard::sweep_lines`]).
 //!
+//! It polls without pause unless `dataplane.idle_sleep_us` is set
+//! ([`WorkerParams::idle_sleep_us`]): then a poll that received nothing, with no fleet-sync
+//! work under way, flushes the TX buffers and sleeps that long, so that an idle worker leaves
+//! its core to others (a VM, a shared host, a test rig).
+//!
 //! It must never allocate, lock, log, or do a shared atomic read-modify-write per packet. Its
 //! counters ([`WorkerCounters`]) are written only by itself, with relaxed loads and stores,
 //! and read by the main thread.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use spillway_core::conntrack::Shard;
 pub use spillway_core::counters::WorkerCounters;
@@ -116,6 +121,9 @@ pub struct WorkerParams {
     pub drain_ticks: u64,
     /// TSC ticks per second.
     pub tsc_hz: u64,
+    /// Microseconds to sleep after a poll that received nothing while no sync pass is under
+    /// way (`dataplane.idle_sleep_us`); 0 polls without pause.
+    pub idle_sleep_us: u32,
 }
 
 /// What a load-balancing worker reads and owns besides its queues.
@@ -250,8 +258,10 @@ impl<'p, 'c> Worker<'p, 'c> {
                 std::hint::spin_loop();
                 continue;
             }
+            let mut received = false;
             for port in 0..self.ports.len() {
                 if self.ports[port].rx.rx_burst_into(&mut rx, self.params.burst_size) > 0 {
+                    received = true;
                     self.process(port, &mut rx);
                 }
             }
@@ -273,8 +283,17 @@ impl<'p, 'c> Worker<'p, 'c> {
                 self.counters.heartbeat.inc();
                 last_drain = now;
             }
+            // Per poll, not per packet: with idle sleep off this is one test.
+            let idle = self.params.idle_sleep_us > 0 && !received && !self.sync_busy();
+            if idle {
+                // Nothing waits in the TX buffers through the sleep.
+                self.drain();
+            }
             if let Some(g) = &gate {
                 g.leave();
+            }
+            if idle {
+                std::thread::sleep(Duration::from_micros(u64::from(self.params.idle_sleep_us)));
             }
         }
         let Some(g) = gate else { return self.drain() };
@@ -484,6 +503,15 @@ impl<'p, 'c> Worker<'p, 'c> {
             }
         }
         publish_tx(self.counters, tally);
+    }
+
+    /// A sync pass is under way or peers' entries wait to be stored: the worker polls without
+    /// sleeping, since that work advances a little per poll.
+    fn sync_busy(&self) -> bool {
+        self.balancer
+            .as_ref()
+            .and_then(|b| b.sync.as_ref().map(|s| s.has_work(&b.shard)))
+            .unwrap_or(false)
     }
 
     /// Fleet sync's work between bursts: peers' entries stored, a scan for entries at risk

@@ -156,8 +156,12 @@ fn every_packet_to_send_leaves_once_in_order_whichever_way_it_reaches_the_driver
     };
     let counters = WorkerCounters::default();
     // No drain deadline is reached: the test drains when it says so.
-    let params =
-        WorkerParams { burst_size: MAX_BURST as u16, drain_ticks: u64::MAX, tsc_hz: eal.tsc_hz() };
+    let params = WorkerParams {
+        burst_size: MAX_BURST as u16,
+        drain_ticks: u64::MAX,
+        tsc_hz: eal.tsc_hz(),
+        idle_sleep_us: 0,
+    };
     let queues = PortQueues { rx: ring0_rx.remove(0), tx: ring1_tx.remove(0) };
     let mut worker =
         Worker::new(0, eal.main_lcore(), vec![queues], params, &counters, Some(balancer));

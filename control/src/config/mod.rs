@@ -46,6 +46,9 @@ pub const HUGEPAGES: &[&str] = &["required", "preferred", "off"];
 /// Largest RX/TX burst a worker handles at once (the size of its on-stack mbuf array).
 pub const MAX_BURST: u16 = 64;
 
+/// Largest `dataplane.idle_sleep_us`.
+pub const MAX_IDLE_SLEEP_US: u32 = 10_000;
+
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -107,6 +110,9 @@ pub struct DataplaneConfig {
     /// Longest time a packet waits in a worker's TX buffer before it is flushed, in
     /// microseconds.
     pub tx_drain_us: u32,
+    /// Microseconds a worker sleeps after a poll that received nothing (0: it polls without
+    /// pause, the lowest latency, a core busy per worker).
+    pub idle_sleep_us: u32,
     /// The node's addresses, gateways and MTU.
     pub node: NodeConfig,
     /// Connection-tracking entries per worker (rounded up to whole buckets; 64 bytes each).
@@ -138,6 +144,7 @@ impl Default for DataplaneConfig {
             mempool_cache_size: 256,
             burst_size: MAX_BURST,
             tx_drain_us: 100,
+            idle_sleep_us: 0,
             node: NodeConfig::default(),
             conntrack_capacity: 1 << 20,
             conntrack_max_inserts_per_sec: 0,
@@ -273,6 +280,16 @@ impl DataplaneConfig {
         }
         if self.tx_drain_us == 0 {
             err("dataplane.tx_drain_us".into(), "must be at least 1".into());
+        }
+        if self.idle_sleep_us > MAX_IDLE_SLEEP_US {
+            err(
+                "dataplane.idle_sleep_us".into(),
+                format!(
+                    "{} is out of range 0..={MAX_IDLE_SLEEP_US}: a worker that sleeps longer \
+                     lets its receive queue overflow at a few hundred thousand packets a second",
+                    self.idle_sleep_us
+                ),
+            );
         }
     }
 }
