@@ -463,6 +463,26 @@ fn local(value: &EntryValue, svc: &ServiceView) -> EntryValue {
     EntryValue { epoch: svc.epoch, flags: value.flags & !(FLAG_COPY | FLAG_SHARED), ..*value }
 }
 
+/// [`judge`] of any entry found for `p`: a peer's entry not yet used here ([`SYNCED_EPOCH`])
+/// is judged as this instance's would be, its idle time counted from its owner's last send
+/// less the copy's grace (FS-2, FS-3). Also returns the value as this instance would keep it.
+#[inline]
+pub fn judge_found(
+    value: &EntryValue,
+    idle_ms: u64,
+    svc: &ServiceView,
+    snap: &Snapshot,
+    p: &PacketInfo,
+    now: Time,
+) -> (EntryValue, Result<u16, ForwardReason>) {
+    let (value, idle_ms) = if value.epoch == SYNCED_EPOCH {
+        (local(value, svc), copy_idle(idle_ms, snap))
+    } else {
+        (*value, idle_ms)
+    };
+    (value, judge(&value, idle_ms, svc, snap, p, now))
+}
+
 /// A copy's idle time as its validity reads it (FS-2): a copy lasts its service's idle timeout
 /// plus the snapshot's copy grace after its owner last sent it, so its idle time counts that
 /// much less against the timeout.
@@ -487,19 +507,69 @@ fn take_over(
     p: &PacketInfo,
     now: Time,
 ) -> Option<u16> {
-    let value = local(&entry.value, svc);
-    let backend = judge(&value, copy_idle(entry.idle_ms, snap), svc, snap, p, now).ok()?;
+    let (value, verdict) = judge_found(&entry.value, entry.idle_ms, svc, snap, p, now);
+    let backend = verdict.ok()?;
     if !p.icmp_error {
         shard.replace(slot, value, now);
     }
     Some(backend)
 }
 
+/// What a snapshot makes of a tracked entry: what the next packet of its flow would find
+/// ([`judge_entry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryFate {
+    /// Valid (CT-13): the flow's packets go to `backend`, a backend slot of the snapshot.
+    Valid {
+        /// The entry's backend.
+        backend: u16,
+    },
+    /// Found but invalid: the next packet replaces it, for this reason (CT-12).
+    Replaced(ForwardReason),
+    /// Not found any more: its service is gone, or (for an entry of a connection's 5-tuple)
+    /// no forwarding rule leads the connection's packets to its service now.
+    Unreachable,
+}
+
+/// The one judgement of a tracked entry without a packet at hand: the rule the packet path
+/// applies to an entry it finds ([`judge`], CT-13; a peer's copy judged as this instance's,
+/// FS-3), for a packet rebuilt from the entry's key. What asks about an entry goes through it:
+/// fleet sync's at-risk test ([`at_risk`]), the reload preview (the candidate snapshot, whose
+/// service ids and backend slots are the running state's), the connection-table dump.
+pub fn judge_entry(
+    key: &FlowKey,
+    value: &EntryValue,
+    idle_ms: u64,
+    snap: &Snapshot,
+    now: Time,
+) -> EntryFate {
+    let Some(svc) = snap.service(key.service) else { return EntryFate::Unreachable };
+    let p = key.packet_info();
+    // Only a 5-tuple key as received holds every field a rule matches on (a session's key
+    // may lack the ports or the destination; a symmetric service's key may be reversed).
+    let as_received = key.kind == crate::flow::TupleKind::Five as u8 && !svc.symmetric_hashing;
+    let routed = !as_received || snap.service_for(&p).is_some_and(|s| s.id == svc.id);
+    if !routed {
+        return EntryFate::Unreachable;
+    }
+    match judge_found(value, idle_ms, svc, snap, &p, now).1 {
+        Ok(backend) => EntryFate::Valid { backend },
+        Err(reason) => EntryFate::Replaced(reason),
+    }
+}
+
+/// The backend a new connection with `key`'s fields would get from `snap` now (CH-1); `None`
+/// when its service is gone or its final set is empty.
+pub fn pick_now(key: &FlowKey, snap: &Snapshot) -> Option<u16> {
+    let svc = snap.service(key.service)?;
+    select_new(&key.packet_info(), svc, snap).1
+}
+
 /// FS-1: is this instance's entry *at risk*, that is, valid and pointing at a backend other
 /// than the one a new connection with its key would get now? Only such entries need a peer's
 /// copy: for any other, a peer that receives the flow picks the same backend by the hash
 /// (CH-1). A peer's entry not yet used here ([`SYNCED_EPOCH`]) is judged as if it were this
-/// instance's. `info` is the packet the key was made from, rebuilt from the key's fields.
+/// instance's.
 pub fn at_risk(
     key: &FlowKey,
     value: &EntryValue,
@@ -507,16 +577,9 @@ pub fn at_risk(
     snap: &Snapshot,
     now: Time,
 ) -> bool {
-    let Some(svc) = snap.service(key.service) else { return false };
-    let p = key.packet_info();
-    let (value, idle_ms) = if value.epoch == SYNCED_EPOCH {
-        (local(value, svc), copy_idle(idle_ms, snap))
-    } else {
-        (*value, idle_ms)
-    };
-    match judge(&value, idle_ms, svc, snap, &p, now) {
-        Ok(backend) => select_new(&p, svc, snap).1 != Some(backend),
-        Err(_) => false,
+    match judge_entry(key, value, idle_ms, snap, now) {
+        EntryFate::Valid { backend } => pick_now(key, snap) != Some(backend),
+        EntryFate::Replaced(_) | EntryFate::Unreachable => false,
     }
 }
 

@@ -1,10 +1,10 @@
 //! "Why does this flow go there?": the decision for one flow, spelled out, without changing
 //! anything. The admin API's `explain` and `spillwayctl explain` use it. It calls the same
-//! pieces as [`crate::decide::decide`] (rule match, [`judge`], [`select`]), so it cannot
+//! pieces as [`crate::decide::decide`] (rule match, [`judge_found`], [`select`]), so it cannot
 //! disagree with the workers.
 
-use crate::conntrack::{key_hash, Entry, EntryValue};
-use crate::decide::{copy_idle, judge, select, ForwardReason, SYNCED_EPOCH};
+use crate::conntrack::{key_hash, Entry};
+use crate::decide::{judge_found, select, ForwardReason, SYNCED_EPOCH};
 use crate::eligible::EligibleKind;
 use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowKey, PacketInfo};
 use crate::model::Endpoint;
@@ -86,9 +86,7 @@ pub fn explain(p: &PacketInfo, snap: &Snapshot, entry: Option<&Entry>, now: Time
         x.entry_backend = endpoint(BackendRef::from_u32(e.value.backend).slot);
         // A peer's entry not used here yet is judged as this instance's (FS-3).
         let peers = e.value.epoch == SYNCED_EPOCH;
-        let value = if peers { EntryValue { epoch: svc.epoch, ..e.value } } else { e.value };
-        let idle = if peers { copy_idle(e.idle_ms, snap) } else { e.idle_ms };
-        let verdict = judge(&value, idle, svc, snap, p, now);
+        let verdict = judge_found(&e.value, e.idle_ms, svc, snap, p, now).1;
         x.entry_valid = Some(verdict.map(|_| ()));
         match verdict {
             Ok(slot) => {

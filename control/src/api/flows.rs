@@ -21,7 +21,7 @@ use axum::Json;
 use serde::Deserialize;
 use spillway_core::addr::{Addr, Prefix};
 use spillway_core::conntrack::Entry;
-use spillway_core::decide::{is_reclaimable, SYNCED_EPOCH};
+use spillway_core::decide::{judge_entry, EntryFate, SYNCED_EPOCH};
 use spillway_core::snapshot::{BackendRef, BackendStatus, BackendView, ServiceView, Snapshot};
 use spillway_core::time::Time;
 
@@ -141,7 +141,7 @@ pub(super) async fn flows(
     };
     reply.incomplete_workers = scan(&api, |w, e, snap, now| {
         reply.scanned += 1;
-        let Some(flow) = judge(w, e, snap, now, &filter) else { return };
+        let Some(flow) = flow_info(w, e, snap, now, &filter) else { return };
         reply.matched += 1;
         if let Some(counts) = reply.counts.as_mut() {
             let by = match count_by {
@@ -216,7 +216,7 @@ pub(super) fn pinned<'s>(
 }
 
 /// The entry as a flow of the dump, when it passes `f`.
-fn judge(worker: usize, e: &Entry, snap: &Snapshot, now: Time, f: &Filter) -> Option<FlowInfo> {
+fn flow_info(worker: usize, e: &Entry, snap: &Snapshot, now: Time, f: &Filter) -> Option<FlowInfo> {
     let k = &e.key;
     if f.vip.is_some_and(|v| v != k.dst)
         || f.proto.is_some_and(|p| p != k.proto)
@@ -235,11 +235,14 @@ fn judge(worker: usize, e: &Entry, snap: &Snapshot, now: Time, f: &Filter) -> Op
             return None;
         }
     }
-    let expired = is_reclaimable(k.service, &e.value, e.idle_ms, snap, now);
-    let state = match backend.map(|b| b.status) {
-        _ if expired => FlowState::Expired,
-        Some(BackendStatus::Draining { .. }) => FlowState::Draining,
-        _ => FlowState::Live,
+    // The judgement the packet path applies to an entry it finds: one whose next packet
+    // would replace it is expired, whatever the reason (idle, drained, flushed, unhealthy).
+    let state = match judge_entry(k, &e.value, e.idle_ms, snap, now) {
+        EntryFate::Valid { .. } => match backend.map(|b| b.status) {
+            Some(BackendStatus::Draining { .. }) => FlowState::Draining,
+            _ => FlowState::Live,
+        },
+        EntryFate::Replaced(_) | EntryFate::Unreachable => FlowState::Expired,
     };
     if f.state.is_some_and(|s| s != state) {
         return None;

@@ -6,16 +6,27 @@
 //! counted healthy). Against the running snapshot it reports, per service, the share of its
 //! consistent-hash table positions whose backend changes, and per backend its share of the
 //! table (of new connections) before and after; then every live connection in the workers'
-//! tables (read as `flows` reads them) is judged by what the candidate would do to it:
+//! tables (read as `flows` reads them) is judged by what the candidate would do to it, with the
+//! judgement the packet path applies to an entry it finds ([`judge_entry`]: the candidate
+//! keeps the running state's service ids and backend slots, so an entry reads the same in
+//! both):
 //!
-//! - **stays**: its backend is still configured and is still the one its table position names;
-//! - **moves**: its backend stays, but its table position now names another one: it keeps its
-//!   entry, and would change backend only if it lost it (idle timeout, an instance death
-//!   without fleet sync);
+//! - **stays**: its entry stays valid and its backend is still the one its table position
+//!   names;
+//! - **moves**: its entry stays valid, but its table position now names another backend: it
+//!   keeps its entry, and would change backend only if it lost it (idle timeout, an instance
+//!   death without fleet sync);
 //! - **drains**: its backend is removed with connection draining: it keeps its backend until
 //!   the draining deadline (CD-3);
-//! - **dropped**: its backend is removed without draining, or its service or forwarding rule
-//!   is gone (CD-5): its next packet is reset or dropped.
+//! - **dropped**: its next packet would not find its entry valid and would be handled as a new
+//!   connection (CT-12), with the reason the path would count: its backend removed without
+//!   draining (`replaced_drained`), an idle timeout now shorter than its idle time
+//!   (`replaced_expired`), a failover flush (`replaced_flushed`), its backend unhealthy while
+//!   the service no longer persists (`replaced_unhealthy`); or its service or forwarding rule is
+//!   gone (CD-5). A TCP connection's next packet is then reset or dropped.
+//!
+//! Connections whose entry is already invalid under the running snapshot (expired, not yet
+//! swept) are not counted: the candidate changes nothing for them.
 //!
 //! It also lists, per service and client zone, the zonal choices the candidate changes (a zone
 //! that would spill to every zone, lose its zonal match, or get another number of backends).
@@ -29,7 +40,7 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use spillway_core::conntrack::Entry;
-use spillway_core::decide::select_new;
+use spillway_core::decide::{judge_entry, pick_now, EntryFate, ForwardReason};
 use spillway_core::model::{Endpoint, ZoneId};
 use spillway_core::snapshot::{BackendStatus, ServiceView, Snapshot};
 use spillway_core::time::Time;
@@ -92,11 +103,17 @@ pub(super) async fn preview(
     };
     let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
     reply.incomplete_workers = scan(&api, |_, e, running, now| {
-        // An entry judged against the snapshot of its slice (a reload since the preview's
-        // start is the running state it leaves) and the candidate.
+        // An entry live under the snapshot of its slice (a reload since the preview's start is
+        // the running state it leaves), judged against the candidate.
+        if !matches!(
+            judge_entry(&e.key, &e.value, e.idle_ms, running, now),
+            EntryFate::Valid { .. }
+        ) {
+            return;
+        }
         let (Some(svc), Some(b)) = pinned(e, running) else { return };
         let (svc_name, endpoint) = (svc.name.to_string(), b.endpoint);
-        let f = fate(e, &svc_name, endpoint, &new, now);
+        let f = fate(e, &new, now);
         tally(&mut reply.connections, f);
         let backend = endpoint.to_string();
         tally(reply.by_backend.entry(format!("{svc_name}/{backend}")).or_default(), f);
@@ -149,28 +166,30 @@ fn tally(c: &mut ConnectionFates, f: Fate) {
     }
 }
 
-/// What the candidate snapshot `new` does to a connection of service `svc_name` pinned to
-/// `endpoint` (module doc).
-fn fate(e: &Entry, svc_name: &str, endpoint: Endpoint, new: &Snapshot, now: Time) -> Fate {
-    let Some(svc) = new.services().find(|s| &*s.name == svc_name) else {
-        return Fate::Dropped("its service is removed");
-    };
-    let p = e.key.packet_info();
-    if new.service_for(&p).is_none_or(|s| s.id != svc.id) {
-        return Fate::Dropped("its forwarding rule is removed");
-    }
-    let Some((slot, b)) = new
-        .backends()
-        .find(|(_, b)| b.service == svc.id && b.endpoint == endpoint && b.is_live(now))
-    else {
-        return Fate::Dropped("its backend is removed without draining");
-    };
-    if let BackendStatus::Draining { deadline } = b.status {
-        return Fate::Drains { remaining_ms: deadline.as_millis().saturating_sub(now.as_millis()) };
-    }
-    match select_new(&p, svc, new).1 {
-        Some(s) if s == slot => Fate::Stays,
-        _ => Fate::Moves,
+/// What the candidate snapshot `new` does to a connection live under the running one
+/// (module doc).
+fn fate(e: &Entry, new: &Snapshot, now: Time) -> Fate {
+    match judge_entry(&e.key, &e.value, e.idle_ms, new, now) {
+        EntryFate::Unreachable if new.service(e.key.service).is_none() => {
+            Fate::Dropped("its service is removed")
+        }
+        EntryFate::Unreachable => Fate::Dropped("its forwarding rule is removed"),
+        EntryFate::Replaced(reason) => Fate::Dropped(match reason {
+            ForwardReason::ReplacedExpired => "its idle time reaches the new idle timeout",
+            ForwardReason::ReplacedDrained => "its backend is removed without draining",
+            ForwardReason::ReplacedFlushed => "its service's failover flushes its entries",
+            ForwardReason::ReplacedUnhealthy => {
+                "its backend is unhealthy and the service no longer persists on it"
+            }
+            other => other.as_str(),
+        }),
+        EntryFate::Valid { backend } => match new.backend(backend).map(|b| b.status) {
+            Some(BackendStatus::Draining { deadline }) => {
+                Fate::Drains { remaining_ms: deadline.as_millis().saturating_sub(now.as_millis()) }
+            }
+            _ if pick_now(&e.key, new) == Some(backend) => Fate::Stays,
+            _ => Fate::Moves,
+        },
     }
 }
 
