@@ -992,3 +992,54 @@ def test_reload_preview_predicts_what_the_reload_then_does():
                 apply(cfg)
                 assert exchange(api, "no-api", timeout=2.0, vip=vip_api) == {}, "api's flows are gone"
                 assert exchange(web, "still") == pinned
+
+
+def test_reload_preview_judges_entries_as_the_path_does_persistence_turned_off():
+    """The preview judges each connection with the judgement the packet path applies to the entry
+    its next packet finds (``decide::judge_entry``), not by its backend's presence alone: 40 UDP
+    flows to ``web`` with ``ALWAYS_PERSIST``; b1 is set unhealthy, its flows stay on it. A
+    candidate that only turns persistence to ``NEVER_PERSIST`` keeps every backend configured,
+    yet the preview says b1's flows are dropped (their entries replaced: their backend is
+    unhealthy and the service no longer persists on it) and every other flow stays. Applied,
+    exactly b1's flows change backend, counted as ``replaced_unhealthy``."""
+    from test_hardening import exchange
+
+    with T.Topology(vips4=(T.VIP4,)) as t:
+        persist = {"connection_tracking_policy": {
+            "connection_persistence_on_unhealthy_backends": "ALWAYS_PERSIST"}}
+        cfg = make_config(t, [service(t, vips=(T.VIP4,), backend_service=persist)])
+        lb = Spillway(t, cfg)
+        with lb:
+            lb.wait_ready(t.clients[0])
+            lb.wait_neighbours()
+            c1 = t.client("c1")
+            b1 = t.backend("b1").ipv4
+            with udp_clients(c1, 40) as web:
+                pinned = exchange(web, "start")
+                on_b1 = {i for i, n in pinned.items() if n == "b1"}
+                assert len(pinned) == 40 and on_b1, pinned
+                lb.ctl("set-health", b1, "unhealthy", "--service", "web")
+                assert exchange(web, "unhealthy") == pinned, "ALWAYS_PERSIST keeps b1's flows on b1"
+
+                candidate = copy.deepcopy(cfg)
+                tracking = candidate["services"][0]["backend_service"]["connection_tracking_policy"]
+                tracking["connection_persistence_on_unhealthy_backends"] = "NEVER_PERSIST"
+                path = t.state_dir / "never-persist.yaml"
+                path.write_text(json.dumps(candidate))
+                r = lb.ctl_run("reload", "--dry-run", str(path))
+                assert r.returncode == 4, r
+                p = json.loads(r.stdout)
+                assert p["connections"]["dropped"] == len(on_b1) and p["would_drop"], (on_b1, p)
+                assert p["connections"]["stay"] + p["connections"]["moves"] == 40 - len(on_b1), p
+                assert p["by_backend"][f"web/{b1}"]["dropped"] == len(on_b1), p
+                why = {x["why"] for x in p["examples"] if x["fate"] == "dropped"}
+                assert why == {"its backend is unhealthy and the service no longer persists on it"}, p
+
+                before = lb.metrics().value("spillway_forwarded_packets_total", reason="replaced_unhealthy")
+                lb.write(candidate)
+                lb.ctl("reload")
+                after = exchange(web, "applied")
+                assert len(after) == 40, after
+                assert {i for i in range(40) if after[i] != pinned[i]} == on_b1, (pinned, after)
+                replaced = lb.metrics().value("spillway_forwarded_packets_total", reason="replaced_unhealthy")
+                assert replaced - before == len(on_b1), (before, replaced, on_b1)
