@@ -2,6 +2,8 @@
 # The Debian package: builds it with cargo-deb and, with --test, installs it into a throwaway
 # Debian 12 root (mmdebstrap) and runs it from there.
 #   scripts/package.sh [--test]          (root for --test; writes target/debian/spillway_*.deb)
+#   scripts/package.sh --test-built      (the test alone, of the .deb a run without --test made:
+#                                         scripts/test.sh builds it beside the e2e tests)
 #
 # The test proves the package is complete on a clean system: apt resolves its dependencies
 # (the DPDK 22.11 runtime libraries) from Debian alone; `spillway --version`, `spillwayctl
@@ -15,19 +17,22 @@ cd "$(dirname "$0")/.."
 CARGO_DEB_VERSION=3.8.0
 say() { printf 'package: %s\n' "$*"; }
 
-if ! cargo deb --version 2>/dev/null | grep -qx "cargo-deb $CARGO_DEB_VERSION"; then
-    say "installing cargo-deb $CARGO_DEB_VERSION (crates.io)"
-    cargo install --locked --quiet cargo-deb --version "$CARGO_DEB_VERSION"
-fi
-say "building the release binaries"
-cargo build --release --quiet -p spillway -p spillway-control -p spillway-gen
-rm -f target/debian/spillway_*.deb
-cargo deb -p spillway --no-build --quiet -o target/debian/
+build() {
+    if ! cargo deb --version 2>/dev/null | grep -qx "cargo-deb $CARGO_DEB_VERSION"; then
+        say "installing cargo-deb $CARGO_DEB_VERSION (crates.io)"
+        cargo install --locked --quiet cargo-deb --version "$CARGO_DEB_VERSION"
+    fi
+    say "building the release binaries"
+    cargo build --release --quiet -p spillway -p spillway-control -p spillway-gen
+    rm -f target/debian/spillway_*.deb
+    cargo deb -p spillway --no-build --quiet -o target/debian/
+}
+[ "${1:-}" = "--test-built" ] || build
 deb=$(ls target/debian/spillway_*.deb)
 say "built $deb ($(du -h "$deb" | cut -f1))"
 dpkg-deb --field "$deb" Depends
 
-[ "${1:-}" = "--test" ] || exit 0
+[ "${1:-}" = "--test" ] || [ "${1:-}" = "--test-built" ] || exit 0
 if [ "$(id -u)" -ne 0 ]; then
     echo "package: --test needs root (mmdebstrap, chroot, mounts)" >&2
     exit 1

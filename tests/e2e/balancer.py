@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from topo import LB_NODE_V4, LB_NODE_V6, REPO, VIP4, VIP6, Topology, wait_until
+from topo import LB_NODE_V4, LB_NODE_V6, REPO, VIP4, VIP6, WORKER_IDLE_SLEEP_US, Topology, wait_until
 
 BIN = Path(os.environ.get("SPILLWAY_BIN", REPO / "target" / "debug" / "spillway"))
 # spillwayctl: next to the daemon's binary unless given.
@@ -153,6 +153,8 @@ def make_config(topo: Topology, services: list[dict], mtu: int = 1500, workers: 
             "ports": ["net_tap0"],
             "workers": workers,
             "conntrack_capacity": 65536,
+            # Idle workers sleep: several balancers share this machine's two cores.
+            "idle_sleep_us": WORKER_IDLE_SLEEP_US,
             "node": {"ipv4": "198.18.0.2/16", "ipv6": "fd00::2/64", "mtu": mtu},
         },
         "admin": {"listen": admin or f"unix:{topo.state_dir}/admin.sock"},

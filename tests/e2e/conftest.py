@@ -17,7 +17,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # The hooks that turn skips into failures in CI, and list skips in the summary otherwise.
-from strict_skips import pytest_configure, pytest_runtest_makereport  # noqa: E402,F401
+from strict_skips import pytest_runtest_makereport  # noqa: E402,F401
+from strict_skips import pytest_configure as _strict_configure  # noqa: E402
+
+
+def pytest_configure(config):
+    _strict_configure(config)
+    config.addinivalue_line(
+        "markers", "long: takes a minute or more; runs first, so that the suite's processes "
+        "(scripts/test.sh runs it in two, pytest-xdist) finish together")
 
 
 def _skip_reason():
@@ -31,6 +39,9 @@ def _skip_reason():
 
 
 def pytest_collection_modifyitems(config, items):
+    # The long tests first (a stable sort keeps the order of the rest): with the suite split
+    # over processes, a long test started last would keep one of them busy alone at the end.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
     reason = _skip_reason()
     if reason is None:
         return

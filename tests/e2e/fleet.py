@@ -841,6 +841,7 @@ def spillway_config(fleet: "Fleet", k: int, hash_seed: int = 1234, quiet_sec: fl
             "ports": ["net_tap0"],
             "workers": 1,
             "conntrack_capacity": 65536,
+            "idle_sleep_us": T.WORKER_IDLE_SLEEP_US,
             "hash_seed": hash_seed,
             "node": {"ipv4": f"{inst.node}/{FABRIC_PLEN}", "gateway_ipv4": ROUTER_FABRIC_V4},
             "kernel_interface": {"name": KERNEL_IF},

@@ -29,6 +29,7 @@ and fail in CI (strict_skips.py).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -62,18 +63,18 @@ LL_PERIOD = 0.1
 def record(section: str, figures: dict) -> None:
     """Print the figures and merge them into target/reliability/fleet.json as ``section``."""
     FIGURES.parent.mkdir(parents=True, exist_ok=True)
-    data = {}
-    with suppress(OSError, ValueError):
-        data = json.loads(FIGURES.read_text())
-    data[section] = figures
-    FIGURES.write_text(json.dumps(data, indent=1, sort_keys=True))
+    # test_fleet.py and test_fleet_sync.py may run side by side (scripts/test.sh runs the suite
+    # in two processes): the file is read, merged and written under a lock.
+    with open(FIGURES.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = {}
+        with suppress(OSError, ValueError):
+            data = json.loads(FIGURES.read_text())
+        data[section] = figures
+        tmp = FIGURES.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(FIGURES)
     print(f"\nfleet/{section}: {json.dumps(figures)}")
-
-
-
-
-
-
 
 
 # The fleet-sync tests detect a dead instance by BFD at 100 ms x 10: a debug build on this

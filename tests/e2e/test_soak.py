@@ -28,6 +28,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import topo as T
 from balancer import BIN, Spillway, make_config, needs_built, service
 from test_hardening import api, exchange, record, rss_kib
@@ -102,6 +104,7 @@ def slow_admin_client(path: str, stop: threading.Event, stats: dict) -> None:
             s.close()
 
 
+@pytest.mark.long
 def test_soak_mixed_traffic_flaps_reloads_and_a_slow_admin_client():
     with T.Topology() as t:
         b4 = t.backend("b4")
