@@ -211,7 +211,8 @@ impl PcapngStream {
 
 /// A record's packet comment.
 pub fn comment(r: &Record, snap: &Snapshot) -> String {
-    let mut c = format!("spillway: point={} decision={}", r.point.as_str(), r.note.decision);
+    let mut c =
+        format!("spillway: point={} decision={}", r.point.as_str(), r.note.decision.as_str());
     if let Some(svc) = r.note.service {
         match snap.service(svc) {
             Some(s) => c.push_str(&format!(" service={}", s.name)),
@@ -311,7 +312,9 @@ fn ms(d: Duration) -> u64 {
 mod tests {
     use super::*;
     use pcap_file::pcapng::{Block, PcapNgParser};
-    use spillway_core::capture::Note;
+    use spillway_core::capture::{Decision, Note};
+    use spillway_core::counters::Reason;
+    use spillway_core::decide::{DropReason, ForwardReason};
     use spillway_core::model::Endpoint;
 
     fn record(point: Point, port: u16, len: usize, note: Note) -> Record {
@@ -344,10 +347,22 @@ mod tests {
         let mut s = PcapngStream::new(&ports, 96, bounds(10), CaptureSummary::default());
         let snap = Snapshot::empty();
         let backend = Endpoint { addr: "198.18.1.2".parse().unwrap(), port: 8080 };
-        let note = Note { decision: "new_connection", service: None, backend: Some(backend) };
+        let note = Note {
+            decision: Decision::Counted(Reason::Forward(ForwardReason::NewConnection)),
+            service: None,
+            backend: Some(backend),
+        };
         assert_eq!(s.write(&record(Point::Sent, 1, 200, note), &snap), None);
         assert_eq!(
-            s.write(&record(Point::Dropped, 0, 60, Note::of("no_matching_rule")), &snap),
+            s.write(
+                &record(
+                    Point::Dropped,
+                    0,
+                    60,
+                    Note::of(Decision::Counted(Reason::Decision(DropReason::NoMatchingRule)))
+                ),
+                &snap
+            ),
             None
         );
         let mut bytes = s.take_chunk();
@@ -394,7 +409,12 @@ mod tests {
         let ports = vec!["p0".to_string()];
         let mut s = PcapngStream::new(&ports, 96, bounds(2), CaptureSummary::default());
         let snap = Snapshot::empty();
-        let r = record(Point::Received, 0, 80, Note::of("conntrack_hit"));
+        let r = record(
+            Point::Received,
+            0,
+            80,
+            Note::of(Decision::Counted(Reason::Forward(ForwardReason::ConntrackHit))),
+        );
         assert_eq!(s.write(&r, &snap), None);
         assert_eq!(s.write(&r, &snap), Some(StoppedBy::Count));
         assert_eq!(s.write(&r, &snap), Some(StoppedBy::Count));
@@ -407,7 +427,12 @@ mod tests {
         let tiny = Bounds { count: 1000, duration: Duration::from_secs(5), bytes: 400 };
         let mut s = PcapngStream::new(&ports, 96, tiny, CaptureSummary::default());
         let snap = Snapshot::empty();
-        let r = record(Point::Received, 0, 80, Note::of("conntrack_hit"));
+        let r = record(
+            Point::Received,
+            0,
+            80,
+            Note::of(Decision::Counted(Reason::Forward(ForwardReason::ConntrackHit))),
+        );
         let mut written = 0;
         while s.write(&r, &snap).is_none() {
             written += 1;
@@ -427,7 +452,12 @@ mod tests {
         let mut taps: Vec<_> = slots.iter().map(|s| s.take().unwrap()).collect();
         for (w, tap) in taps.iter_mut().enumerate() {
             for _ in 0..3 {
-                let mut r = record(Point::Received, 0, 64, Note::of("conntrack_hit"));
+                let mut r = record(
+                    Point::Received,
+                    0,
+                    64,
+                    Note::of(Decision::Counted(Reason::Forward(ForwardReason::ConntrackHit))),
+                );
                 r.worker = w as u16;
                 tap.ring.push(r).unwrap();
             }

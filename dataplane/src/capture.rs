@@ -1,12 +1,13 @@
 //! A worker's end of packet capture (`spillwayctl capture`, [`spillway_core::capture`]).
 //!
 //! A worker holds a [`WorkerTap`]. Between bursts it polls its slot ([`WorkerTap::poll`]): it
-//! takes the tap of a capture that starts and drops the tap of one that ended. For each burst
-//! [`WorkerTap::process_burst`] tests whether a tap is held; without one the burst goes to
-//! [`path::process_burst`] as always (one test per burst is the whole cost when nobody
-//! captures). With one, the burst's frames go through the path one at a time, each as a burst of
-//! one (the same decisions: a burst's frames are decided in order, each as alone), and for each frame
-//! that passes the filter the worker keeps:
+//! takes the tap of a capture that starts and drops the tap of one that ended. The worker hands
+//! a burst to [`WorkerTap::process_burst`] only while a tap is held ([`WorkerTap::is_active`],
+//! one test per burst); otherwise it calls [`path::process_burst`] itself. With a tap, the
+//! burst's frames go through the path one at a time, each as a burst of one (the same
+//! decisions: a burst's frames are decided in order, each as alone), and the path tells the
+//! decision of each as it makes it ([`path::Noter`]). For each frame that passes the filter
+//! the worker keeps:
 //!
 //! - `received`: the frame's first bytes before the path touches them;
 //! - `sent`: the frame as the path left it for the driver (after encapsulation: the outer header
@@ -14,26 +15,21 @@
 //!   sent, nor are frames the driver then refuses;
 //! - `dropped`: the frame as it arrived, when the path dropped it;
 //!
-//! each with a [`Note`]: the reason the worker counted (read from its own forward counters
-//! around the frame, or the drop reason), the service, and the backend of its connection-table
-//! entry (or of the table's choice for a packet that makes none). The records of a burst go
-//! into the tap's ring with one store; what does not fit is counted as lost. Nothing here
-//! allocates after the tap is taken, locks or logs.
+//! each with a [`Note`]: what the path decided ([`Decision`]: the forward reason it counted,
+//! or the drop reason, or an answer), the service, and the backend the packet was sent to, as
+//! the path told them. The records of a burst go into the tap's ring with one store; what does
+//! not fit is counted as lost. Nothing here allocates after the tap is taken, locks or logs.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use spillway_core::capture::{Note, Point, Record, Tap, TapSlot};
-use spillway_core::conntrack::key_hash;
+use spillway_core::capture::{Decision, Note, Point, Record, Tap, TapSlot};
 use spillway_core::counters::Reason;
-use spillway_core::decide::{select, ForwardReason};
-use spillway_core::flow::{tracking_key, PacketInfo};
-use spillway_core::model::Endpoint;
-use spillway_core::snapshot::BackendRef;
+use spillway_core::decide::ForwardReason;
 use spillway_core::wire;
 
-use crate::path::{self, Outcome, PacketBuf, PathCtx, MAX_BURST};
+use crate::path::{self, Noter, Outcome, PacketBuf, PathCtx, MAX_BURST};
 
 /// A worker's capture state: its slot, and the tap of the capture under way.
 #[derive(Debug, Default)]
@@ -70,9 +66,10 @@ impl WorkerTap {
         self.tap.is_some()
     }
 
-    /// [`path::process_burst`], capturing what the tap asks for when one is held; `worker`
-    /// and `port` name the frames' worker and port index in the records.
-    #[inline]
+    /// [`path::process_burst`] under the capture: only while one is under way
+    /// ([`WorkerTap::is_active`]); frames of another port than the filter's go through the
+    /// path as they would without it. `worker` and `port` name the frames' worker and port
+    /// index in the records.
     pub fn process_burst<B: PacketBuf>(
         &mut self,
         bufs: &mut [B],
@@ -118,11 +115,11 @@ fn capture_one<B: PacketBuf>(
 ) -> Outcome {
     let info = wire::classify(buf.data()).ok().and_then(|f| f.kind.packet_info().copied());
     if !tap.filter.flow_matches(info.as_ref()) {
-        return process_one(buf, ctx);
+        return process_one(buf, ctx, &mut Told::default());
     }
     let first = pending.len();
     let record = |point, frame: &[u8]| {
-        let mut r = Record::new(point, frame, tap.snaplen, Note::of(""));
+        let mut r = Record::new(point, frame, tap.snaplen, Note::of(Decision::Answered));
         (r.ts_ns, r.worker, r.port) = (at.ts_ns, at.worker, at.port);
         r
     };
@@ -131,23 +128,25 @@ fn capture_one<B: PacketBuf>(
     if staged {
         pending.push(record(Point::Received, buf.data()));
     }
-    let before = forward_counts(ctx);
-    let outcome = process_one(buf, ctx);
-    let forwarded = forward_counts(ctx)
-        .iter()
-        .zip(&before)
-        .position(|(after, before)| after != before)
-        .map(|i| ForwardReason::ALL[i]);
-    let mut note = Note::of(match (outcome, forwarded) {
-        (Outcome::Drop(r), _) => r.labels().1,
-        (Outcome::ToKernel, _) => "to_kernel",
-        (Outcome::Consumed, _) => "consumed",
-        (_, Some(f)) => f.as_str(),
-        (Outcome::Transmit | Outcome::Wait, None) => "answered",
-    });
-    if let Some(p) = info.as_ref() {
-        (note.service, note.backend) = decided(p, ctx, forwarded.is_some());
-    }
+    let mut told = Told::default();
+    let outcome = process_one(buf, ctx, &mut told);
+    let forwarded = told.forwarded.map(|(reason, _)| reason);
+    let decision = match (outcome, forwarded) {
+        (Outcome::Drop(r), _) => Decision::Counted(r),
+        (Outcome::ToKernel, _) => Decision::ToKernel,
+        (Outcome::Consumed, _) => Decision::Consumed,
+        (_, Some(f)) => Decision::Counted(Reason::Forward(f)),
+        (Outcome::Transmit | Outcome::Wait, None) => Decision::Answered,
+    };
+    let note = Note {
+        decision,
+        // A frame the path dropped before its decision: the service its rule names, for the
+        // filter and the comment.
+        service: told
+            .service
+            .or_else(|| info.as_ref().and_then(|p| ctx.snap.service_for(p)).map(|s| s.id)),
+        backend: told.forwarded.and_then(|(_, slot)| ctx.snap.backend(slot)).map(|b| b.endpoint),
+    };
     if !tap.filter.decision_matches(note.service, note.backend) {
         pending.truncate(first);
         return outcome;
@@ -174,33 +173,28 @@ fn capture_one<B: PacketBuf>(
     outcome
 }
 
-/// One frame as a burst of one: the staged path keeps its callers to one, so that the
-/// compiler lays out the common burst as it would without capture (a second caller of its
-/// stages through [`path::process`] cost every established packet 18 instructions).
-fn process_one<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
-    let mut out = [Outcome::Consumed; MAX_BURST];
-    path::process_burst(std::slice::from_mut(buf), ctx, &mut out);
-    out[0]
+/// What the path told of one frame's decision ([`Noter`]).
+#[derive(Default)]
+struct Told {
+    service: Option<u16>,
+    forwarded: Option<(ForwardReason, u16)>,
 }
 
-/// The worker's forward-reason counters (it alone writes them).
-fn forward_counts(ctx: &PathCtx<'_>) -> [u64; ForwardReason::ALL.len()] {
-    ForwardReason::ALL.map(|r| ctx.counters.reason(Reason::Forward(r)).get())
-}
-
-/// The service of `p` and, when it was `forwarded`, the backend it went to: its
-/// connection-table entry's, or the table's choice for a packet that has none.
-fn decided(p: &PacketInfo, ctx: &PathCtx<'_>, forwarded: bool) -> (Option<u16>, Option<Endpoint>) {
-    let Some(svc) = ctx.snap.service_for(p) else { return (None, None) };
-    if !forwarded {
-        return (Some(svc.id), None);
+impl Noter for Told {
+    fn decided(&mut self, service: u16, forwarded: Option<(ForwardReason, u16)>) {
+        self.service = Some(service);
+        self.forwarded = forwarded;
     }
-    let key = tracking_key(p, svc.tracking, svc.affinity, svc.symmetric_hashing, svc.id);
-    let slot = match ctx.shard.lookup(&key, key_hash(&key), ctx.now) {
-        Some((_, e)) => Some(BackendRef::from_u32(e.value.backend).slot),
-        None => select(p, svc, ctx.snap),
-    };
-    (Some(svc.id), slot.and_then(|s| ctx.snap.backend(s)).map(|b| b.endpoint))
+}
+
+/// One frame as a burst of one, through the staged path with the decision told: the same
+/// decisions as in a burst (a burst's frames are decided in order, each as alone). The
+/// ordinary bursts' path is another instance of the same code ([`path::Unnoted`]), so this
+/// one changes nothing of how the compiler lays the common burst out.
+fn process_one<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, told: &mut Told) -> Outcome {
+    let mut out = [Outcome::Consumed; MAX_BURST];
+    path::process_burst_noted(std::slice::from_mut(buf), ctx, &mut out, told);
+    out[0]
 }
 
 /// The burst's records into the ring, with one store; what does not fit is lost and counted.

@@ -183,7 +183,26 @@ pub const MAX_BURST: usize = 64;
 pub fn process<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
     let (mut staged, mut last_rule) = (Staged::EMPTY, RuleCache::EMPTY);
     stage(buf, ctx, OwnMac::of(ctx.node), &mut last_rule, &mut staged);
-    finish(buf, ctx, &staged)
+    finish(buf, ctx, &staged, &mut Unnoted)
+}
+
+/// What the path tells, as it decides, about a packet's decision: the packet capture's note
+/// of a frame it captures. A worker's ordinary bursts tell nothing ([`Unnoted`], whose calls
+/// compile to nothing: [`process_burst`] is [`process_burst_noted`] with it).
+pub trait Noter {
+    /// The packet's forwarding rule leads to service `service`; `forwarded`: the reason it was
+    /// sent for and the backend slot it was sent to, `None` while it is not (the last call for
+    /// a packet is what happened to it).
+    fn decided(&mut self, service: u16, forwarded: Option<(ForwardReason, u16)>);
+}
+
+/// The [`Noter`] of a worker's ordinary bursts: nothing is noted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unnoted;
+
+impl Noter for Unnoted {
+    #[inline(always)]
+    fn decided(&mut self, _: u16, _: Option<(ForwardReason, u16)>) {}
 }
 
 /// Process a burst of received frames (at most [`MAX_BURST`]); `out[i]` is what [`process`]
@@ -204,6 +223,17 @@ pub fn process_burst<B: PacketBuf>(
     bufs: &mut [B],
     ctx: &mut PathCtx<'_>,
     out: &mut [Outcome; MAX_BURST],
+) {
+    process_burst_noted(bufs, ctx, out, &mut Unnoted);
+}
+
+/// [`process_burst`], telling `notes` each packet's decision as it is made (a capture runs
+/// its frames through it one at a time).
+pub fn process_burst_noted<B: PacketBuf, N: Noter>(
+    bufs: &mut [B],
+    ctx: &mut PathCtx<'_>,
+    out: &mut [Outcome; MAX_BURST],
+    notes: &mut N,
 ) {
     let n = bufs.len().min(MAX_BURST);
     let bufs = &mut bufs[..n];
@@ -235,7 +265,7 @@ pub fn process_burst<B: PacketBuf>(
     table.finish(ctx.shard, &mut staged[..n], dpdk::prefetch);
     let t2 = phase_clock::tick();
     for ((b, st), o) in bufs.iter_mut().zip(&staged).zip(out.iter_mut()) {
-        *o = finish(b, ctx, st);
+        *o = finish(b, ctx, st, notes);
     }
     phase_clock::add([t0, t1, t2, phase_clock::tick()], n);
 }
@@ -351,7 +381,12 @@ impl<'s> Lane<'s> {
     /// (the frame is as received), then decided as [`stage`] and [`finish`] would have.
     #[cold]
     #[inline(never)]
-    fn decide_in_full<B: PacketBuf>(&self, buf: &mut B, ctx: &mut PathCtx<'_>) -> Outcome {
+    fn decide_in_full<B: PacketBuf, N: Noter>(
+        &self,
+        buf: &mut B,
+        ctx: &mut PathCtx<'_>,
+        notes: &mut N,
+    ) -> Outcome {
         let data = buf.data();
         let frame = wire::classify_ip_fast(data).or_else(|| wire::classify_ip6_fast(data));
         let Some(IpFrame { info, ip, .. }) = frame else {
@@ -360,7 +395,7 @@ impl<'s> Lane<'s> {
         };
         let mut prep = prepare_for(&info, Some(self.svc));
         prep.hint = self.hint;
-        forward(buf, ctx, &info, &ip, &prep, false)
+        forward(buf, ctx, &info, &ip, &prep, false, notes)
     }
 }
 
@@ -553,7 +588,12 @@ fn stage_ip<'s>(
 
 /// The last pass: answer, or decide and rewrite; count drops.
 #[inline]
-fn finish<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, staged: &Staged<'_>) -> Outcome {
+fn finish<B: PacketBuf, N: Noter>(
+    buf: &mut B,
+    ctx: &mut PathCtx<'_>,
+    staged: &Staged<'_>,
+    notes: &mut N,
+) -> Outcome {
     let out = match staged {
         Staged::Done(o) => *o,
         Staged::Local => match wire::classify(buf.data()) {
@@ -568,15 +608,16 @@ fn finish<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, staged: &Staged<'_>)
                 (lane.svc, &lane.key, lane.key_hash, lane.hint),
                 &lane.info(),
                 (ethernet::HEADER_LEN, usize::from(lane.l3_len)),
+                notes,
             );
             match tracked {
                 Some(o) => o,
-                None => lane.decide_in_full(buf, ctx),
+                None => lane.decide_in_full(buf, ctx, notes),
             }
         }
-        Staged::NewLane(lane) => match forward_new(buf, ctx, lane) {
+        Staged::NewLane(lane) => match forward_new(buf, ctx, lane, notes) {
             Some(o) => o,
-            None => lane.decide_in_full(buf, ctx),
+            None => lane.decide_in_full(buf, ctx, notes),
         },
         Staged::Decide { info, ip, prep, icmp_error } => {
             let tracked = match (icmp_error, prep.service, prep.lookup) {
@@ -586,12 +627,13 @@ fn finish<B: PacketBuf>(buf: &mut B, ctx: &mut PathCtx<'_>, staged: &Staged<'_>)
                     (svc, &prep.key, prep.key_hash, prep.hint),
                     info,
                     (usize::from(ip.l3_offset), ip.l3_len as usize),
+                    notes,
                 ),
                 _ => None,
             };
             match tracked {
                 Some(o) => o,
-                None => forward(buf, ctx, info, ip, prep, *icmp_error),
+                None => forward(buf, ctx, info, ip, prep, *icmp_error, notes),
             }
         }
     };
@@ -694,12 +736,13 @@ const ICMP_ERROR_FRAME_ROOM: usize = 64;
 /// slot; `info`: its flow fields; `(l3_offset, inner_len)`: where the IP packet is in the
 /// frame, and its length.
 #[inline(always)]
-fn forward_tracked<B: PacketBuf>(
+fn forward_tracked<B: PacketBuf, N: Noter>(
     buf: &mut B,
     ctx: &mut PathCtx<'_>,
     (svc, key, key_hash, hint): (&ServiceView, &FlowKey, u64, Hint),
     info: &PacketInfo,
     (l3_offset, inner_len): (usize, usize),
+    notes: &mut N,
 ) -> Option<Outcome> {
     let (kind, gue_dport) = encap_kind(svc.encap)?;
     let hit = ctx.shard.hinted_hit(key, key_hash, hint, ctx.now)?;
@@ -728,6 +771,7 @@ fn forward_tracked<B: PacketBuf>(
         t.packets.inc();
         t.bytes.add(inner_len as u64);
     }
+    notes.decided(svc.id, Some((ForwardReason::ConntrackHit, backend)));
     Some(Outcome::Transmit)
 }
 
@@ -738,10 +782,11 @@ fn forward_tracked<B: PacketBuf>(
 /// outer headers, too big for the MTU once encapsulated; [`forward`] then decides it in full
 /// (and drops or answers it the same way).
 #[inline(always)]
-fn forward_new<B: PacketBuf>(
+fn forward_new<B: PacketBuf, N: Noter>(
     buf: &mut B,
     ctx: &mut PathCtx<'_>,
     lane: &Lane<'_>,
+    notes: &mut N,
 ) -> Option<Outcome> {
     let svc = lane.svc;
     let (kind, gue_dport) = encap_kind(svc.encap)?;
@@ -765,6 +810,7 @@ fn forward_new<B: PacketBuf>(
     }
     let reason = ForwardReason::NewConnection;
     count_forwarded(c, (svc.id, slot), reason, Some(client_zone), inner_len);
+    notes.decided(svc.id, Some((reason, slot)));
     Some(Outcome::Transmit)
 }
 
@@ -816,15 +862,19 @@ fn count_forwarded(
 
 /// Decide and send on to the backend.
 #[inline(always)]
-fn forward<B: PacketBuf>(
+fn forward<B: PacketBuf, N: Noter>(
     buf: &mut B,
     ctx: &mut PathCtx<'_>,
     info: &PacketInfo,
     ip: &IpMeta,
     prep: &Prepared<'_>,
     icmp_error: bool,
+    notes: &mut N,
 ) -> Outcome {
     let d = decide_prepared(info, prep, ctx.snap, ctx.shard, ctx.now);
+    if let Some(svc) = prep.service {
+        notes.decided(svc.id, None);
+    }
     // Per-backend tracked-entry gauges follow the table, whatever happens to this packet.
     let c = ctx.counters;
     count_tracked(c, d.backend().filter(|_| d.tracked), d.released);
@@ -903,6 +953,7 @@ fn forward<B: PacketBuf>(
     // An ICMP error is routed to its flow's backend: never a new connection of its own.
     let new = reason.is_new() && !icmp_error;
     count_forwarded(c, (d.service, slot), reason, new.then_some(d.client_zone), inner_len);
+    notes.decided(d.service, Some((reason, slot)));
     if waits && sent == Outcome::Transmit {
         ctx.waiting.push(slot);
         return Outcome::Wait;

@@ -380,8 +380,12 @@ impl<'p, 'c> Worker<'p, 'c> {
             waiting: path::WaitingSlots::default(),
         };
         let mut outcomes = [Outcome::Consumed; path::MAX_BURST];
-        // Without a capture under way, one test and the staged burst path.
-        tap.process_burst(burst.as_mut_slice(), &mut ctx, &mut outcomes, index, port);
+        // The staged burst path; through the capture only while one is under way (one test).
+        if tap.is_active() {
+            tap.process_burst(burst.as_mut_slice(), &mut ctx, &mut outcomes, index, port);
+        } else {
+            path::process_burst(burst.as_mut_slice(), &mut ctx, &mut outcomes);
+        }
         // A full burst with every packet to transmit goes to the driver as it is when nothing
         // is buffered: what pushing its packets one by one would do (the buffer holds a full
         // burst and flushes when full), without moving each into the buffer. Alternate slices:

@@ -1181,7 +1181,7 @@ mod capture {
         let r = records(&mut ring);
         let seen: Vec<_> = r
             .iter()
-            .map(|r| (r.point, r.note.decision, r.note.service, r.note.backend, r.worker))
+            .map(|r| (r.point, r.note.decision.as_str(), r.note.service, r.note.backend, r.worker))
             .collect();
         assert_eq!(
             seen,
@@ -1221,7 +1221,7 @@ mod capture {
         captured(&mut rig, &mut worker, &frames);
         let r = records(&mut ring);
         assert_eq!(r.len(), 1, "only web6's datagram, only as sent");
-        assert_eq!((r[0].point, r[0].note.decision), (Point::Sent, "new_connection"));
+        assert_eq!((r[0].point, r[0].note.decision.as_str()), (Point::Sent, "new_connection"));
         assert_eq!(&r[0].bytes()[0..6], &B6_MAC);
 
         let mut rig = Rig::new(Encap::Ipip);
@@ -1230,7 +1230,7 @@ mod capture {
         captured(&mut rig, &mut worker, &frames);
         let r = records(&mut ring);
         assert_eq!(r.len(), 1, "only the malformed frame");
-        assert_eq!((r[0].point, r[0].note.decision), (Point::Dropped, "bad_ihl"));
+        assert_eq!((r[0].point, r[0].note.decision.as_str()), (Point::Dropped, "bad_ihl"));
         assert_eq!(r[0].bytes(), &frames[3][..]);
 
         let mut rig = Rig::new(Encap::Ipip);

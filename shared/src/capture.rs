@@ -20,6 +20,7 @@ use std::sync::Arc;
 use crossbeam_queue::ArrayQueue;
 
 use crate::addr::{Addr, Prefix};
+use crate::counters::Reason;
 use crate::flow::PacketInfo;
 use crate::model::Endpoint;
 
@@ -153,14 +154,38 @@ impl Filter {
     }
 }
 
+/// What the worker did with a captured packet, named as its counters name it
+/// ([`Decision::as_str`]: the captured packet's comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Counted under this reason: forwarded (`conntrack_hit`, `new_connection`, `replaced_*`,
+    /// `sync_takeover`) or dropped (the drop reasons).
+    Counted(Reason),
+    /// Answered by the node itself (ARP, neighbour discovery, echo, an ICMP error).
+    Answered,
+    /// Handed to the kernel interface.
+    ToKernel,
+    /// Used by the node (an answer to one of its requests).
+    Consumed,
+}
+
+impl Decision {
+    /// The name: the counter's reason label, or `answered`, `to_kernel`, `consumed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Counted(r) => r.labels().1,
+            Decision::Answered => "answered",
+            Decision::ToKernel => "to_kernel",
+            Decision::Consumed => "consumed",
+        }
+    }
+}
+
 /// What the worker decided for a captured packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Note {
-    /// The reason the worker counted for the packet: a forward reason (`conntrack_hit`,
-    /// `new_connection`, `replaced_*`, `sync_takeover`) or a drop reason; `answered` for a
-    /// packet the node answered itself (ARP, neighbour discovery, echo, an ICMP error),
-    /// `to_kernel` for one handed to the kernel interface, `consumed` for one the node used.
-    pub decision: &'static str,
+    /// What it did with the packet.
+    pub decision: Decision,
     /// The service whose rule matched, by id.
     pub service: Option<u16>,
     /// The backend the packet was sent to.
@@ -169,7 +194,7 @@ pub struct Note {
 
 impl Note {
     /// A note of `decision` alone.
-    pub const fn of(decision: &'static str) -> Note {
+    pub const fn of(decision: Decision) -> Note {
         Note { decision, service: None, backend: None }
     }
 }
@@ -327,6 +352,7 @@ pub fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decide::ForwardReason;
 
     fn info(src: &str, sport: u16, dst: &str, dport: u16, proto: u8) -> PacketInfo {
         PacketInfo {
@@ -389,12 +415,17 @@ mod tests {
     #[test]
     fn a_record_keeps_at_most_the_snap_length() {
         let frame: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
-        let r = Record::new(Point::Received, &frame, 100, Note::of("conntrack_hit"));
+        let r = Record::new(
+            Point::Received,
+            &frame,
+            100,
+            Note::of(Decision::Counted(Reason::Forward(ForwardReason::ConntrackHit))),
+        );
         assert_eq!(r.bytes(), &frame[..100]);
         assert_eq!(r.orig_len, 3000);
-        let whole = Record::new(Point::Sent, &frame, usize::MAX, Note::of("x"));
+        let whole = Record::new(Point::Sent, &frame, usize::MAX, Note::of(Decision::Answered));
         assert_eq!(whole.bytes().len(), SNAP_MAX);
-        let short = Record::new(Point::Sent, &frame[..60], 128, Note::of("x"));
+        let short = Record::new(Point::Sent, &frame[..60], 128, Note::of(Decision::Answered));
         assert_eq!(short.bytes(), &frame[..60]);
     }
 
