@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use super::error::HttpError;
 use super::query;
-use super::routes::{lock, Api};
+use super::{lock, Api};
 use crate::capture::{self, points_str, Bounds, CaptureSummary, PcapngStream};
 
 /// Packets written when `count` is not given.

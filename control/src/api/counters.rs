@@ -9,8 +9,8 @@ use axum::extract::State;
 use axum::Json;
 use spillway_core::counters::Reason;
 
-use super::routes::{lock, Api};
 use super::types::{CountersReply, ServiceCounters, SlotCounters, WorkerCountersInfo};
+use super::{lock, Api};
 use crate::view::traffic;
 
 pub(super) async fn counters(State(api): State<Api>) -> Json<CountersReply> {

@@ -15,15 +15,19 @@
 //! `.await`), a reload parses and validates the file on the blocking pool before taking the
 //! lock, and conntrack queries wait for the workers' replies at most [`LOOKUP_TIMEOUT`].
 //!
-//! Where things are: the route table in `routes.rs`, the handlers in `handlers.rs`, request
-//! parsing (flows from query strings, JSON bodies) in `query.rs`, the replies filled from the
-//! controller's state in `replies.rs`, values as text in `format.rs`, error replies in
-//! `error.rs`.
+//! Where things are: the state every handler shares (`Api`) and the controller's lock here, the
+//! route table in `routes.rs`, the handlers in `handlers.rs`, request parsing (flows from query
+//! strings, JSON bodies) in `query.rs`, the replies filled from the controller's state in
+//! `replies.rs`, values as text in `format.rs`, error replies in `error.rs`.
 
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+
+use crate::controller::Controller;
+use crate::view::DataplaneView;
 
 mod capture;
 pub mod client;
@@ -46,6 +50,22 @@ pub use server::{read_token, serve, spawn, ApiOptions, ApiServer, Limits, MIN_TO
 /// The longest an API request waits for the workers' conntrack replies (a worker answers
 /// between two bursts; one that does not answer in time is reported as `no_answer`).
 pub const LOOKUP_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// What every handler shares. It lives here, above the handlers' modules and the route table,
+/// so that they all use it without importing each other.
+#[derive(Clone)]
+struct Api {
+    controller: Arc<Mutex<Controller>>,
+    view: Arc<dyn DataplaneView>,
+    /// The capture under way or the last one (`/v1/capture`).
+    captures: Arc<Mutex<capture::Captures>>,
+}
+
+/// Lock the controller. Sections under the lock never await and never panic on their own, so
+/// a poisoned lock (a panic elsewhere, in tests) still holds consistent state.
+fn lock(c: &Mutex<Controller>) -> MutexGuard<'_, Controller> {
+    c.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Why the API server could not start or stopped.
 #[derive(Debug, thiserror::Error)]

@@ -37,11 +37,11 @@ use spillway_core::time::Time;
 use super::error::{config_error, HttpError};
 use super::flows::{pinned, scan};
 use super::format::sock;
-use super::routes::{lock, Api};
 use super::types::{
     BackendPreview, ConnectionFates, PreviewFlow, PreviewReply, ServicePreview, ZoneChoice,
     ZonePreview,
 };
+use super::{lock, Api};
 use crate::config::Config;
 
 /// Flows of each fate listed as examples (`--verbose`).
