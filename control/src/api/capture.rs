@@ -22,7 +22,8 @@ use tokio::sync::mpsc;
 use super::error::HttpError;
 use super::query;
 use super::{lock, Api};
-use crate::capture::{self, points_str, Bounds, CaptureSummary, PcapngStream};
+use crate::capture::{self, points_str, Bounds, PcapngStream};
+use spillway_api::types::CaptureSummary;
 
 /// Packets written when `count` is not given.
 pub const DEFAULT_COUNT: u64 = 1_000;

@@ -3,12 +3,11 @@
 //! of it ([`client`]); `docs/operations.md` is the reference of every endpoint. Who may connect
 //! and the bounds on every connection: [`server`].
 //!
-//! It owns the HTTP server (axum on the control plane's tokio current-thread runtime), the
-//! request and reply shapes ([`types`]) and the translation of controller and data-plane state
-//! into them. It changes state only through the
-//! [`Controller`](crate::controller::Controller) (health overrides, HC-2; drains;
-//! reloads, NX-3) and reads the data plane only through
-//! [`DataplaneView`](crate::view::DataplaneView).
+//! It owns the HTTP server (axum on the control plane's tokio current-thread runtime) and the
+//! translation of controller and data-plane state into the request and reply shapes, which
+//! live in [`spillway_api::types`] (the client reads the same definitions). It changes state
+//! only through the [`Controller`] (health overrides, HC-2; drains; reloads, NX-3) and reads
+//! the data plane only through [`DataplaneView`].
 //!
 //! It must never block the runtime it shares with the health checks and the daemon's main
 //! loop: the controller's mutex is held only for short, non-awaiting sections (never across an
@@ -41,7 +40,6 @@ mod query;
 mod replies;
 mod routes;
 mod server;
-pub mod types;
 
 pub use capture::CAPTURE_HEADER;
 pub use routes::router;
