@@ -4,8 +4,8 @@
 //! `spillwayctl` run as a process against the same server.
 
 use hyper::Method;
+use spillway_api::client::{Client, ClientError};
 use spillway_api::types::*;
-use spillway_control::api::client::{Client, ClientError};
 use spillway_control::api::{self, ApiOptions, ApiServer, Listen};
 use spillway_control::config;
 use spillway_control::controller::Controller;

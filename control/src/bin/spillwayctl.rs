@@ -9,8 +9,8 @@
 
 use clap::{Args, Parser, Subcommand};
 use hyper::Method;
+use spillway_api::client::{Client, ClientError};
 use spillway_api::types::*;
-use spillway_control::api::client::{Client, ClientError};
 use spillway_control::ctl::{render, top};
 use std::fmt::Write as _;
 use std::process::ExitCode;
