@@ -1,7 +1,7 @@
 //! The API's replies as the tables and lines `spillwayctl` prints (without `--json`), one
 //! function per command. `docs/operations.md` shows their output.
 
-use super::text::{duration_ms, num, opt, percent, table, yes};
+use crate::text::{duration_ms, num, opt, percent, table, yes};
 use spillway_api::types::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

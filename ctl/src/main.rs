@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use hyper::Method;
 use spillway_api::client::{Client, ClientError};
 use spillway_api::types::*;
-use spillway_control::ctl::{render, top};
+use spillway_ctl::{render, top};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
