@@ -29,7 +29,7 @@ bash scripts/install-deps.sh
 bash scripts/hugepages.sh 1024
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 echo "demo: building spillway (release; the first build takes a few minutes)"
-cargo build --release -q -p spillway -p spillway-control
+cargo build --release -q -p spillway -p spillway-ctl
 export SPILLWAY_BIN="$target/release/spillway"
 export SPILLWAYCTL_BIN="$target/release/spillwayctl"
 

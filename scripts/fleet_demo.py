@@ -54,7 +54,7 @@ def fib(f: Fleet) -> None:
 def main() -> int:
     for b in (os.environ["SPILLWAY_BIN"], os.environ["SPILLWAYCTL_BIN"]):
         if not Path(b).exists():
-            say(f"fleet demo: {b} is not built (cargo build --release -p spillway -p spillway-control)")
+            say(f"fleet demo: {b} is not built (cargo build --release -p spillway -p spillway-ctl)")
             return 1
     banner("A router (BIRD, ECMP, BFD), two Spillway instances with their own BIRD, six backends")
     with Fleet(instances=2, bfd=True, backends_per_zone=3) as f:

@@ -23,7 +23,7 @@ build() {
         cargo install --locked --quiet cargo-deb --version "$CARGO_DEB_VERSION"
     fi
     say "building the release binaries"
-    cargo build --release --quiet -p spillway -p spillway-control -p spillway-gen
+    cargo build --release --quiet -p spillway -p spillway-ctl -p spillway-gen
     rm -f target/debian/spillway_*.deb
     cargo deb -p spillway --no-build --quiet -o target/debian/
 }

@@ -14,9 +14,10 @@ use spillway_core::addr::Addr;
 use spillway_core::counters::Reason;
 
 use crate::controller::Controller;
-use crate::instance::{wanted, BirdStatus, Phase};
+use crate::instance::{wanted, Phase};
 use crate::netlink::RouteTable;
 use crate::view::DataplaneView;
+use spillway_api::types::BirdStatus;
 
 /// How often the loop looks at the instance.
 pub const PERIOD: Duration = Duration::from_millis(100);

@@ -26,7 +26,7 @@ use pcap_file::pcapng::blocks::interface_statistics::{
 };
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::DataLink;
-use serde::{Deserialize, Serialize};
+use spillway_api::types::{CaptureSummary, StoppedBy};
 use spillway_core::capture::{Point, Points, Record, TapShared};
 use spillway_core::snapshot::Snapshot;
 
@@ -49,51 +49,6 @@ pub struct Bounds {
     pub duration: Duration,
     /// Bytes of pcapng written (headers included).
     pub bytes: u64,
-}
-
-/// Why a capture ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StoppedBy {
-    /// It wrote its count of packets.
-    Count,
-    /// Its duration passed.
-    Duration,
-    /// It wrote its size in bytes.
-    Bytes,
-    /// The stream's reader went away.
-    ClientGone,
-    /// The workers stopped (the daemon is stopping).
-    WorkersGone,
-}
-
-/// What a capture did, running or ended (`GET /v1/capture`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CaptureSummary {
-    /// The capture's number (counts from 1 in each daemon).
-    pub id: u64,
-    /// Still under way.
-    pub running: bool,
-    /// Its filter and points, as given.
-    pub filter: String,
-    /// Packets written, in all.
-    pub packets: u64,
-    /// Packets written at `received`.
-    pub received: u64,
-    /// Packets written at `sent`.
-    pub sent: u64,
-    /// Packets written at `dropped`.
-    pub dropped: u64,
-    /// Records the workers could not keep (their ring was full).
-    pub lost: u64,
-    /// Records taken from the rings after a bound was reached, not written.
-    pub discarded: u64,
-    /// Bytes of pcapng written.
-    pub bytes: u64,
-    /// Milliseconds it ran.
-    pub duration_ms: u64,
-    /// Why it ended (when it has).
-    pub stopped_by: Option<StoppedBy>,
 }
 
 impl std::fmt::Debug for PcapngStream {

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use spillway_api::types::BirdStatus;
 use spillway_core::addr::Addr;
 use spillway_core::eligible::EligibleKind;
 use spillway_core::snapshot::Snapshot;
@@ -298,13 +299,4 @@ impl Instance {
             && self.quiet_for(now) >= quiet_after
             && self.withdrawn_for(now).is_some_and(|w| w >= quiet_after)
     }
-}
-
-/// What BIRD's control socket said last.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct BirdStatus {
-    /// It answered with its greeting.
-    pub up: bool,
-    /// Its greeting (`BIRD 2.0.12 ready.`), or why it did not answer.
-    pub detail: String,
 }

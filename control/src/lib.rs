@@ -7,7 +7,6 @@ pub mod api;
 pub mod capture;
 pub mod config;
 pub mod controller;
-pub mod ctl;
 pub mod health;
 pub mod instance;
 pub mod metrics;

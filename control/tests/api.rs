@@ -1,242 +1,31 @@
 //! The operator API and `/metrics` over real HTTP (hyper client, axum server) on a Unix socket
-//! and on loopback TCP, against a real [`Controller`] started from a YAML file and a fake
-//! data plane (hand-set counters, a fake mailbox answering conntrack lookups); and
-//! `spillwayctl` run as a process against the same server.
+//! and on loopback TCP, against a real
+//! [`Controller`](spillway_control::controller::Controller) started from a YAML file and a fake
+//! data plane (hand-set counters, a fake mailbox answering conntrack lookups): the rig in
+//! `api_rig/`. spillway-ctl's `tests/cli.rs` runs `spillwayctl` against the same rig.
 
-use hyper::Method;
-use spillway_control::api::client::{Client, ClientError};
-use spillway_control::api::types::*;
-use spillway_control::api::{self, ApiOptions, ApiServer, Listen};
-use spillway_control::config;
-use spillway_control::controller::Controller;
-use spillway_control::view::{DataplaneView, LookupReply};
+mod api_rig;
+
+use api_rig::*;
+use spillway_api::client::Client;
+use spillway_api::types::*;
+use spillway_control::api::{self, ApiOptions, Listen};
 use spillway_core::addr::Addr;
 use spillway_core::conntrack::{Entry, EntryValue};
-use spillway_core::counters::{Reason, WorkerCounters};
+use spillway_core::counters::Reason;
 use spillway_core::decide::{DropReason, ForwardReason};
 use spillway_core::flow::FlowKey;
-use spillway_core::mailbox::{reply_channel, ReplySender};
 use spillway_core::snapshot::BackendRef;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::Output;
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tempfile::TempDir;
-
-/// A test configuration. `web`: PER_SESSION with CLIENT_IP affinity (2-tuple tracking keys,
-/// CT-1d), primaries in zone-a and zone-b, a failover group in zone-c, SPILL_CROSS_ZONE at
-/// 0.6, no health checks (healthy). `dns`: one backend probed by TCP on a closed loopback port.
-fn yaml(closed_port: u16) -> String {
-    format!(
-        r#"dataplane:
-  ports: [net_null0]
-  workers: 3
-  node:
-    ipv4: 10.0.0.2/8
-    gateway_ipv4: 10.0.0.1
-admin:
-  listen: unix:/run/spillway-api-test/unused.sock
-topology:
-  region: r1
-  zones:
-    - name: zone-a
-    - name: zone-b
-    - name: zone-c
-  client_subnets:
-    - prefix: 192.0.2.0/25
-      zone: zone-a
-    - prefix: 192.0.2.128/25
-      zone: zone-b
-health_checks:
-  tcp-closed:
-    type: TCP
-    check_interval_sec: 0.05
-    timeout_sec: 0.04
-    initial: healthy
-services:
-  - name: web
-    forwarding_rules:
-      - vip: 198.51.100.10
-        protocol: TCP
-        ports: [80]
-    backend_service:
-      session_affinity: CLIENT_IP
-      connection_tracking_policy:
-        tracking_mode: PER_SESSION
-      zonal_affinity:
-        spillover: ZONAL_AFFINITY_SPILL_CROSS_ZONE
-        spillover_ratio: 0.6
-      backends:
-        - group: web-a
-          zone: zone-a
-          endpoints: [10.0.1.1, 10.0.1.2]
-        - group: web-b
-          zone: zone-b
-          weight: 3
-          endpoints: [10.0.2.1, 10.0.2.2]
-        - group: web-c
-          zone: zone-c
-          failover: true
-          endpoints: [10.0.3.1]
-  - name: dns
-    forwarding_rules:
-      - vip: 198.51.100.53
-        protocol: UDP
-        ports: [53]
-    backend_service:
-      backends:
-        - group: dns-a
-          zone: zone-a
-          health_check: tcp-closed
-          endpoints: ["127.0.0.1:{closed_port}"]
-"#
-    )
-}
-
-/// The data plane, faked: counters set by hand; worker `silent` never answers lookups, the
-/// others answer from `entries` (from a task, like a worker between two bursts).
-#[derive(Debug)]
-struct FakeView {
-    counters: Vec<WorkerCounters>,
-    entries: Mutex<HashMap<(usize, FlowKey), Entry>>,
-    silent: usize,
-    parked: Mutex<Vec<ReplySender>>,
-    queries: Mutex<Vec<(FlowKey, u64)>>,
-    /// Backends a reload asked to resolve ahead (each on-link: its own next hop).
-    asked: Mutex<Vec<Addr>>,
-    /// Next hops with a MAC.
-    resolved: Mutex<Vec<Addr>>,
-}
-
-impl DataplaneView for FakeView {
-    fn workers(&self) -> usize {
-        self.counters.len()
-    }
-
-    fn counters(&self, worker: usize) -> &WorkerCounters {
-        &self.counters[worker]
-    }
-
-    fn lookup(&self, key: FlowKey, hash: u64) -> Vec<LookupReply> {
-        self.queries.lock().unwrap().push((key, hash));
-        (0..self.counters.len())
-            .map(|w| {
-                let (tx, rx) = reply_channel();
-                if w == self.silent {
-                    self.parked.lock().unwrap().push(tx);
-                } else {
-                    let found = self.entries.lock().unwrap().get(&(w, key)).copied();
-                    tokio::spawn(async move {
-                        let _ = tx.send(found);
-                    });
-                }
-                rx
-            })
-            .collect()
-    }
-
-    fn resolve_ahead(&self, backends: &[Addr]) -> Vec<Addr> {
-        self.asked.lock().unwrap().extend_from_slice(backends);
-        self.unresolved(backends)
-    }
-
-    fn neighbours(&self) -> Vec<(Addr, [u8; 6])> {
-        self.resolved.lock().unwrap().iter().map(|a| (*a, [2, 0, 0, 0, 0, 1])).collect()
-    }
-}
-
-struct Fixture {
-    dir: TempDir,
-    path: PathBuf,
-    closed_port: u16,
-    controller: Arc<Mutex<Controller>>,
-    view: Arc<FakeView>,
-    server: ApiServer,
-    client: Client,
-}
-
-/// A port nothing listens on.
-fn closed_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-async fn fixture(unix: bool) -> Fixture {
-    fixture_with(unix, yaml).await
-}
-
-/// A fixture on the configuration `config(closed_port)`.
-async fn fixture_with(unix: bool, config: fn(u16) -> String) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("api.yaml");
-    let closed_port = closed_port();
-    std::fs::write(&path, config(closed_port)).unwrap();
-    let cfg = config::load(&path).expect("test config is valid");
-    let controller =
-        Arc::new(Mutex::new(Controller::start(&path, cfg, Instant::now()).expect("controller")));
-    let view = Arc::new(FakeView {
-        counters: (0..3).map(|_| WorkerCounters::new()).collect(),
-        entries: Mutex::new(HashMap::new()),
-        silent: 2,
-        parked: Mutex::new(Vec::new()),
-        queries: Mutex::new(Vec::new()),
-        asked: Mutex::new(Vec::new()),
-        resolved: Mutex::new(Vec::new()),
-    });
-    let listen = if unix {
-        format!("unix:{}", dir.path().join("api.sock").display())
-    } else {
-        "127.0.0.1:0".to_owned()
-    };
-    let server =
-        api::spawn(&ApiOptions::new(&listen), Arc::clone(&controller), view.clone()).expect("bind");
-    let client = Client::new(&server.local_addr().to_string(), Duration::from_secs(5)).unwrap();
-    Fixture { dir, path, closed_port, controller, view, server, client }
-}
 
 impl Fixture {
-    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
-        let body = self.client.call(Method::GET, path, None).await.unwrap();
-        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
-    }
-
-    async fn post<T: serde::de::DeserializeOwned>(&self, path: &str, body: serde_json::Value) -> T {
-        let body = self.client.call(Method::POST, path, Some(&body)).await.unwrap();
-        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
-    }
-
-    async fn set_health(&self, addr: &str, health: &str) -> ActionReply {
-        self.post(&format!("/v1/backends/{addr}/health"), serde_json::json!({ "health": health }))
-            .await
-    }
-
-    async fn backend(&self, addr: &str) -> BackendInfo {
-        let r: BackendsReply = self.get("/v1/backends").await;
-        r.backends.into_iter().find(|b| b.address == addr).expect("backend listed")
-    }
-
-    async fn service(&self, name: &str) -> ServiceInfo {
-        let r: ServicesReply = self.get("/v1/services").await;
-        r.services.into_iter().find(|s| s.name == name).expect("service listed")
-    }
-
     async fn metrics(&self) -> prometheus_parse::Scrape {
         let (status, text) = self.client.get("/metrics").await.unwrap();
         assert_eq!(status, 200, "{text}");
         prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap()
     }
-
-    /// Run spillwayctl against this server (off the runtime thread, which serves it).
-    async fn ctl(&self, args: &[&str]) -> Output {
-        ctl(&self.server.local_addr().to_string(), args).await
-    }
-}
-
-async fn ctl(admin: &str, args: &[&str]) -> Output {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_spillwayctl"));
-    cmd.env_remove("SPILLWAY_ADMIN").arg("--admin").arg(admin).args(args);
-    tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap()
 }
 
 /// The value of the one sample of `name` whose labels include `labels`.
@@ -511,11 +300,6 @@ async fn a_reload_preview_lists_the_zonal_choices_a_candidate_changes() {
     assert_eq!(a.after.map(|c| c.eligible), Some(2), "zone-b's two: {a:?}");
     assert!(zone("zone-b").is_none(), "zone-b keeps its choice: {:?}", r.zones);
     assert!(r.zones.iter().all(|z| z.service == "web"), "dns has no zonal affinity: {:?}", r.zones);
-    let text = spillway_control::ctl::render::preview(&r, false);
-    assert!(
-        text.contains("client zone        web zone-a: its own zone (2) -> no zonal match (2)"),
-        "{text}"
-    );
     assert_eq!(f.controller.lock().unwrap().snapshot().generation, generation, "nothing applied");
 }
 
@@ -864,100 +648,6 @@ async fn metrics_parse_and_carry_the_counters_and_decision_gauges() {
 }
 
 #[tokio::test]
-async fn spillwayctl_talks_to_the_server() {
-    let f = fixture(true).await;
-    let out = f.ctl(&["status"]).await;
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("backends") && text.contains("6/6 healthy"), "{text}");
-    let generation = f.controller.lock().unwrap().snapshot().generation;
-    assert!(
-        text.lines().any(|l| l.split_whitespace().eq(["generation", &generation.to_string()])),
-        "{text}"
-    );
-
-    let out = f.ctl(&["backends", "--json"]).await;
-    assert!(out.status.success(), "{out:?}");
-    let r: BackendsReply = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(r.backends.len(), 6);
-
-    let out = f.ctl(&["set-health", "10.0.1.2", "unhealthy", "--service", "web"]).await;
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout).unwrap();
-    let row = text.lines().find(|l| l.contains("10.0.1.2")).expect("row for the backend");
-    let cells: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(
-        &cells[..8],
-        ["web", "10.0.1.2", "web-a", "zone-a", "primary", "healthy", "unhealthy", "unhealthy"]
-    );
-    let b = f.backend("10.0.1.2").await;
-    assert_eq!((b.health_override.as_str(), b.healthy), ("unhealthy", false));
-
-    // The table: one header, aligned columns.
-    let out = f.ctl(&["backends"]).await;
-    let text = String::from_utf8(out.stdout).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("SERVICE  BACKEND"), "{text}");
-    assert_eq!(lines.len(), 7);
-    let col = lines[0].find("GROUP").unwrap();
-    assert!(lines[1..].iter().all(|l| l[col - 2..col].trim().is_empty()), "{text}");
-
-    // An error reply: non-zero, the daemon's message.
-    let out = f.ctl(&["drain", "10.9.9.9"]).await;
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("no backend 10.9.9.9") && err.contains("404"), "{err}");
-
-    let out = f
-        .ctl(&[
-            "explain",
-            "--src",
-            "192.0.2.7",
-            "--dst",
-            "198.51.100.10",
-            "--sport",
-            "1",
-            "--dport",
-            "80",
-        ])
-        .await;
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("zone-a") && text.contains("new_connection"), "{text}");
-
-    let out = f.ctl(&["metrics"]).await;
-    assert!(out.status.success());
-    assert!(String::from_utf8(out.stdout)
-        .unwrap()
-        .contains("spillway_service_packets_total{service=\"web\"} 0"));
-    drop(f.dir);
-}
-
-#[tokio::test]
-async fn spillwayctl_reports_an_unreachable_daemon() {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = format!("unix:{}", dir.path().join("none.sock").display());
-    let out = ctl(&sock, &["status"]).await;
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert!(
-        err.contains("cannot reach the spillway daemon at unix:") && err.contains("SPILLWAY_ADMIN"),
-        "{err}"
-    );
-
-    let out = ctl(&format!("127.0.0.1:{}", closed_port()), &["backends"]).await;
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
-    assert!(String::from_utf8(out.stderr).unwrap().contains("Connection refused"));
-
-    let out = ctl("not an address", &["status"]).await;
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-
-    // A client error from the library too.
-    let c = Client::new(&sock, Duration::from_secs(1)).unwrap();
-    assert!(matches!(c.get("/v1/status").await, Err(ClientError::Unreachable { .. })));
-}
-
-#[tokio::test]
 async fn bind_errors_name_admin_listen_and_a_stale_socket_is_replaced() {
     let f = fixture(true).await;
     let Listen::Unix(path) = f.server.local_addr().clone() else { panic!() };
@@ -990,51 +680,6 @@ async fn bind_errors_name_admin_listen_and_a_stale_socket_is_replaced() {
     assert!(!stale.exists());
 }
 
-/// Section 7: one advanced service (`WATERFALL_BY_ZONE`), capacity 10 new connections/s per
-/// endpoint, three endpoints in zone-a and two in zone-b, no health checks (healthy).
-fn advanced_yaml(_: u16) -> String {
-    r#"dataplane:
-  ports: [net_null0]
-  workers: 3
-  node:
-    ipv4: 10.0.0.2/8
-    gateway_ipv4: 10.0.0.1
-admin:
-  listen: unix:/run/spillway-api-test/unused.sock
-topology:
-  region: r1
-  zones:
-    - name: zone-a
-    - name: zone-b
-  client_subnets:
-    - prefix: 192.0.2.0/25
-      zone: zone-a
-    - prefix: 192.0.2.128/25
-      zone: zone-b
-services:
-  - name: mesh
-    forwarding_rules:
-      - vip: 198.51.100.20
-        protocol: TCP
-        ports: [443]
-    backend_service:
-      advanced:
-        algorithm: WATERFALL_BY_ZONE
-      backends:
-        - group: mesh-a
-          zone: zone-a
-          capacity:
-            max_rate_per_endpoint: 10
-          endpoints: [10.0.5.1, 10.0.5.2, 10.0.5.3]
-        - group: mesh-b
-          zone: zone-b
-          capacity:
-            max_rate_per_endpoint: 10
-          endpoints: [10.0.6.1, 10.0.6.2]
-"#
-    .to_owned()
-}
-
 fn assert_shares_sum_to_one(c: &AdvancedClientInfo) {
     let sum: f64 = c.shares.values().sum();
     assert!((sum - 1.0).abs() < 1e-6, "{c:?}");
@@ -1042,8 +687,8 @@ fn assert_shares_sum_to_one(c: &AdvancedClientInfo) {
 }
 
 /// Section 7 in the API: groups with capacity (per endpoint x healthy endpoints), loads,
-/// client-zone splits; the status counts; explain's split and backend group; spillwayctl's
-/// group table.
+/// client-zone splits; the status counts; explain's split and backend group (spillway-ctl's
+/// tests/cli.rs: spillwayctl's group table).
 #[tokio::test]
 async fn advanced_services_show_groups_capacity_and_client_splits() {
     let f = fixture_with(true, advanced_yaml).await;
@@ -1101,57 +746,4 @@ async fn advanced_services_show_groups_capacity_and_client_splits() {
     let backend = x.backend.clone().unwrap();
     let prefix = if group == "mesh-a" { "10.0.5." } else { "10.0.6." };
     assert!(backend.starts_with(prefix), "{x:?}");
-
-    // spillwayctl: the group table and the split per client zone.
-    let out = f.ctl(&["services"]).await;
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("mesh: advanced WATERFALL_BY_ZONE"), "{text}");
-    let header = text.lines().find(|l| l.starts_with("GROUP")).expect("group table");
-    assert!(
-        header.split_whitespace().eq([
-            "GROUP",
-            "ZONE",
-            "HEALTHY",
-            "CAPACITY",
-            "MEASURED",
-            "EXPECTED",
-            "UTILISATION",
-            "DRAINED",
-            "RETAINED"
-        ]),
-        "{text}"
-    );
-    let row = |name: &str| -> Vec<String> {
-        let l = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{text}"));
-        l.split_whitespace().map(str::to_owned).collect()
-    };
-    assert_eq!(row("mesh-a"), ["mesh-a", "zone-a", "2/3", "20", "0", "0", "0.0%", "no", "95.2%"]);
-    assert_eq!(row("mesh-b")[..4], ["mesh-b", "zone-b", "2/2", "20"]);
-    assert!(text.lines().any(|l| l.starts_with("CLIENT ZONE  DEMAND")), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("(no zone)")), "{text}");
-    let out = f
-        .ctl(&[
-            "explain",
-            "--src",
-            "192.0.2.7",
-            "--dst",
-            "198.51.100.20",
-            "--sport",
-            "1000",
-            "--dport",
-            "443",
-            "--syn",
-        ])
-        .await;
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        text.contains("advanced split") && text.contains(&format!("backend group   {group}")),
-        "{text}"
-    );
-    // --json is the API's reply.
-    let out = f.ctl(&["services", "--json"]).await;
-    let r: ServicesReply = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(r.services[0].advanced.as_ref().unwrap().groups.len(), 2);
 }

@@ -7,7 +7,7 @@ mod common;
 
 use common::{eventually, one_service, OneWorker};
 use hyper::Method;
-use spillway_control::api::client::Client;
+use spillway_api::client::Client;
 use spillway_control::api::{self, ApiOptions, ApiServer, Limits};
 use spillway_control::config;
 use spillway_control::controller::Controller;

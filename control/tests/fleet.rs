@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use common::{eventually, OneWorker};
 use hyper::Method;
+use spillway_api::client::Client;
+use spillway_api::types::InstanceReply;
 use spillway_control::announcer::{self, FleetOptions};
-use spillway_control::api::client::Client;
-use spillway_control::api::types::InstanceReply;
 use spillway_control::api::{self, ApiOptions};
 use spillway_control::config::Config;
 use spillway_control::controller::{Controller, Override};

@@ -12,6 +12,9 @@
 //! - `"$N"`: the same backend as the output line of step N (not null);
 //! - `"a|b|c"`: one of these backends (for new connections over a set of several, where the
 //!   hash decides and only the set can be written down by hand).
+//!
+//! `spillwayctl simulate` itself, the binary on these files, is tested by spillway-ctl's
+//! `tests/simulate.rs`.
 
 use std::path::{Path, PathBuf};
 
@@ -399,36 +402,6 @@ fn compare_rejects_a_wrong_expectation() {
         let r = std::panic::catch_unwind(|| compare("wrong", got, &wrong));
         assert!(r.is_err(), "accepted {wrong}");
     }
-}
-
-// ---- the spillwayctl binary ----
-
-#[test]
-fn spillwayctl_simulate_prints_the_expected_lines() {
-    let d = dir();
-    let run = |config: &str, scenario: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_spillwayctl"))
-            .arg("simulate")
-            .arg("--config")
-            .arg(d.join("configs").join(config))
-            .arg("--scenario")
-            .arg(d.join(scenario))
-            .output()
-            .unwrap()
-    };
-    let ok = run("ct13.yaml", "ct_13.yaml");
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
-    let stdout = String::from_utf8(ok.stdout).unwrap();
-    let expected = std::fs::read_to_string(d.join("ct_13.expected")).unwrap();
-    // Byte for byte: the expected file's JSON lines are the exact output format.
-    let want: Vec<&str> = expected.lines().filter(|l| !l.starts_with('#')).collect();
-    assert_eq!(stdout.lines().collect::<Vec<_>>(), want);
-    // A bad config: non-zero exit, every validation error on stderr, nothing on stdout.
-    let bad = run("bad.yaml", "ct_13.yaml");
-    assert!(!bad.status.success());
-    assert!(bad.stdout.is_empty());
-    let stderr = String::from_utf8(bad.stderr).unwrap();
-    assert!(stderr.contains("bad.yaml:19:") && stderr.contains("bad.yaml:22:"), "{stderr}");
 }
 
 // ---- traffic steps (SPEC section 7) ----

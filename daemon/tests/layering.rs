@@ -1,5 +1,6 @@
 //! The architecture as ARCHITECTURE.md draws it, checked: the data plane links no part of the
-//! control plane's runtime, and no crate's modules import each other in a cycle.
+//! control plane's runtime, the daemon links nothing of spillwayctl's terminal view, and no
+//! crate's modules (nor the admin API's) import each other in a cycle.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -58,10 +59,33 @@ fn the_data_plane_links_nothing_of_the_control_planes_runtime() {
     assert!(closure(&graph, "spillway-control").contains("tokio"));
 }
 
+#[test]
+fn the_daemon_links_nothing_of_spillwayctls_terminal_view() {
+    let graph = lock_graph();
+    for krate in ["spillway", "spillway-control", "spillway-api"] {
+        let deps = closure(&graph, krate);
+        assert!(deps.len() > 3, "{krate} is in Cargo.lock with its dependencies");
+        for forbidden in ["spillway-ctl", "ratatui", "crossterm"] {
+            assert!(!deps.contains(forbidden), "{krate} depends on {forbidden}");
+        }
+    }
+    // The check itself sees a dependency that is there.
+    let ctl = closure(&graph, "spillway-ctl");
+    assert!(ctl.contains("ratatui") && ctl.contains("crossterm"));
+}
+
 /// The modules of one crate (top-level names under `src/`) and which others they use.
 fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    submodule_graph(src, "crate")
+}
+
+/// The submodules of the module whose directory is `dir` and whose path is `path` (`crate`,
+/// `crate::api`), and which others they use: by `path::name`, or by `super::name` in the files
+/// directly in `dir` (`super` is the module itself there); `use super::{a, b}` names both.
+fn submodule_graph(dir: &Path, path: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let prefix = format!("{path}::");
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut files = vec![src.to_path_buf()];
+    let mut files = vec![dir.to_path_buf()];
     while let Some(p) = files.pop() {
         if p.is_dir() {
             files.extend(fs::read_dir(&p).expect("read_dir").map(|e| e.expect("entry").path()));
@@ -70,28 +94,38 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         if p.extension().is_none_or(|e| e != "rs") {
             continue;
         }
-        let rel = p.strip_prefix(src).expect("under src");
+        let rel = p.strip_prefix(dir).expect("under dir");
         let first = rel.components().next().expect("a file").as_os_str().to_string_lossy();
         let module = first.trim_end_matches(".rs").to_owned();
-        if matches!(module.as_str(), "lib" | "main" | "bin") {
+        if matches!(module.as_str(), "lib" | "main" | "bin" | "mod") {
             continue;
         }
         let text = fs::read_to_string(&p).expect("source");
         let code = text.split("#[cfg(test)]").next().unwrap_or("");
         let uses = graph.entry(module.clone()).or_default();
-        // In a file directly under src/, `super::` is the crate root too.
+        // In a file directly in `dir`, `super::` is the module of `dir` too.
         let top_level = rel.components().count() == 1;
         for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
             let mut rest = line;
             loop {
-                let at = rest.find("crate::").map(|i| (i, "crate::".len()));
+                let at = rest.find(prefix.as_str()).map(|i| (i, prefix.len()));
                 let at = at.or(rest.find("super::").filter(|_| top_level).map(|i| (i, 7)));
                 let Some((i, n)) = at else { break };
                 rest = &rest[i + n..];
-                let name: String =
-                    rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                if name != module && !name.is_empty() {
-                    uses.insert(name);
+                let names = match rest.strip_prefix('{') {
+                    // The first name of each item of the group.
+                    Some(group) => group.split('}').next().unwrap_or("").split(',').collect(),
+                    None => vec![rest],
+                };
+                for item in names {
+                    let name: String = item
+                        .trim_start()
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if name != module && !name.is_empty() {
+                        uses.insert(name);
+                    }
                 }
             }
         }
@@ -130,7 +164,9 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 fn no_crate_has_an_import_cycle_between_its_modules() {
     for src in [
         "shared/src",
+        "api/src",
         "control/src",
+        "ctl/src",
         "dataplane/src",
         "dataplane/dpdk/src",
         "daemon/src",
@@ -140,6 +176,11 @@ fn no_crate_has_an_import_cycle_between_its_modules() {
         assert_eq!(find_cycle(&graph), None, "{src}: modules that import each other in a cycle");
     }
     assert!(module_graph(&workspace().join("dataplane/dpdk/src"))["lcore"].contains("eal"));
+    // The admin API's handlers, routes and server share their state through the api module
+    // itself, not through one another.
+    let api = submodule_graph(&workspace().join("control/src/api"), "crate::api");
+    assert_eq!(find_cycle(&api), None, "control/src/api: submodules in a cycle");
+    assert!(api["routes"].contains("handlers") && api["server"].contains("routes"));
     // The detector finds a cycle that is there.
     let g: BTreeMap<String, BTreeSet<String>> = [
         ("a".to_owned(), BTreeSet::from(["b".to_owned()])),

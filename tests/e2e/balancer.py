@@ -37,7 +37,7 @@ def needs_built(*binaries: Path):
     missing = [str(b) for b in binaries if not Path(b).exists()]
     return pytest.mark.skipif(
         bool(missing),
-        reason=f"not built: {', '.join(missing)} (cargo build -p spillway -p spillway-control -p spillway-gen)")
+        reason=f"not built: {', '.join(missing)} (cargo build -p spillway -p spillway-ctl -p spillway-gen)")
 
 
 class CtlError(RuntimeError):

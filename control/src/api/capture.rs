@@ -21,8 +21,9 @@ use tokio::sync::mpsc;
 
 use super::error::HttpError;
 use super::query;
-use super::routes::{lock, Api};
-use crate::capture::{self, points_str, Bounds, CaptureSummary, PcapngStream};
+use super::{lock, Api};
+use crate::capture::{self, points_str, Bounds, PcapngStream};
+use spillway_api::types::CaptureSummary;
 
 /// Packets written when `count` is not given.
 pub const DEFAULT_COUNT: u64 = 1_000;

@@ -9,9 +9,9 @@ use axum::extract::State;
 use axum::Json;
 use spillway_core::counters::Reason;
 
-use super::routes::{lock, Api};
-use super::types::{CountersReply, ServiceCounters, SlotCounters, WorkerCountersInfo};
+use super::{lock, Api};
 use crate::view::traffic;
+use spillway_api::types::{CountersReply, ServiceCounters, SlotCounters, WorkerCountersInfo};
 
 pub(super) async fn counters(State(api): State<Api>) -> Json<CountersReply> {
     let view = &*api.view;

@@ -1,12 +1,12 @@
 //! Error replies: `{"error": "...", "errors": [...]}` with a status code, and how controller
 //! and configuration errors map to them.
 
-use super::types::{ConfigProblem, ErrorReply};
 use crate::config::ConfigError;
 use crate::controller::ControlError;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use spillway_api::types::{ConfigProblem, ErrorReply};
 
 /// An error reply: `{"error": "...", "errors": [...]}` with a status code.
 #[derive(Debug)]

@@ -28,8 +28,8 @@ use spillway_core::time::Time;
 use super::error::HttpError;
 use super::format::{protocol_name, sock};
 use super::query;
-use super::routes::{lock, Api};
-use super::types::{FlowInfo, FlowsReply};
+use super::{lock, Api};
+use spillway_api::types::{FlowInfo, FlowsReply};
 
 /// The most flows one reply lists (`limit`); every match is counted all the same.
 pub const MAX_LIMIT: usize = 100_000;

@@ -1,32 +1,32 @@
 //! The operator API: JSON over HTTP/1.1 on `admin.listen` (a Unix socket by default, or TCP
 //! with a token), plus `GET /metrics` (see [`crate::metrics`]). `spillwayctl` is a thin client
-//! of it ([`client`]); `docs/operations.md` is the reference of every endpoint. Who may connect
-//! and the bounds on every connection: [`server`].
+//! of it (`spillway_api::client`); `docs/operations.md` is the reference of every endpoint. Who
+//! may connect and the bounds on every connection: [`server`].
 //!
-//! It owns the HTTP server (axum on the control plane's tokio current-thread runtime), the
-//! request and reply shapes ([`types`]) and the translation of controller and data-plane state
-//! into them. It changes state only through the
-//! [`Controller`](crate::controller::Controller) (health overrides, HC-2; drains;
-//! reloads, NX-3) and reads the data plane only through
-//! [`DataplaneView`](crate::view::DataplaneView).
+//! It owns the HTTP server (axum on the control plane's tokio current-thread runtime) and the
+//! translation of controller and data-plane state into the request and reply shapes, which
+//! live in [`spillway_api::types`] (the client reads the same definitions). It changes state
+//! only through the [`Controller`] (health overrides, HC-2; drains; reloads, NX-3) and reads
+//! the data plane only through [`DataplaneView`].
 //!
 //! It must never block the runtime it shares with the health checks and the daemon's main
 //! loop: the controller's mutex is held only for short, non-awaiting sections (never across an
 //! `.await`), a reload parses and validates the file on the blocking pool before taking the
 //! lock, and conntrack queries wait for the workers' replies at most [`LOOKUP_TIMEOUT`].
 //!
-//! Where things are: the route table in `routes.rs`, the handlers in `handlers.rs`, request
-//! parsing (flows from query strings, JSON bodies) in `query.rs`, the replies filled from the
-//! controller's state in `replies.rs`, values as text in `format.rs`, error replies in
-//! `error.rs`.
+//! Where things are: the state every handler shares (`Api`) and the controller's lock here, the
+//! route table in `routes.rs`, the handlers in `handlers.rs`, request parsing (flows from query
+//! strings, JSON bodies) in `query.rs`, the replies filled from the controller's state in
+//! `replies.rs`, values as text in `format.rs`, error replies in `error.rs`.
 
-use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use crate::controller::Controller;
+use crate::view::DataplaneView;
+
 mod capture;
-pub mod client;
 mod counters;
 mod error;
 mod flows;
@@ -37,15 +37,32 @@ mod query;
 mod replies;
 mod routes;
 mod server;
-pub mod types;
 
 pub use capture::CAPTURE_HEADER;
 pub use routes::router;
 pub use server::{read_token, serve, spawn, ApiOptions, ApiServer, Limits, MIN_TOKEN_LEN};
+/// Where the server listens (`admin.listen`); defined with the client, which connects there.
+pub use spillway_api::Listen;
 
 /// The longest an API request waits for the workers' conntrack replies (a worker answers
 /// between two bursts; one that does not answer in time is reported as `no_answer`).
 pub const LOOKUP_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// What every handler shares. It lives here, above the handlers' modules and the route table,
+/// so that they all use it without importing each other.
+#[derive(Clone)]
+struct Api {
+    controller: Arc<Mutex<Controller>>,
+    view: Arc<dyn DataplaneView>,
+    /// The capture under way or the last one (`/v1/capture`).
+    captures: Arc<Mutex<capture::Captures>>,
+}
+
+/// Lock the controller. Sections under the lock never await and never panic on their own, so
+/// a poisoned lock (a panic elsewhere, in tests) still holds consistent state.
+fn lock(c: &Mutex<Controller>) -> MutexGuard<'_, Controller> {
+    c.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Why the API server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -80,39 +97,4 @@ pub enum ApiError {
         /// The OS error.
         source: io::Error,
     },
-}
-
-/// Where the API listens (server) or where a client connects: `ip:port` or `unix:/path`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Listen {
-    /// TCP, `host:port` (the server only accepts a literal `ip:port`).
-    Tcp(String),
-    /// A Unix stream socket at this absolute path.
-    Unix(PathBuf),
-}
-
-impl Listen {
-    /// Parse `ip:port`, `host:port` or `unix:/absolute/path`.
-    pub fn parse(s: &str) -> Option<Listen> {
-        match s.strip_prefix("unix:") {
-            Some(p) if p.starts_with('/') => Some(Listen::Unix(PathBuf::from(p))),
-            Some(_) => None,
-            None if s
-                .rsplit_once(':')
-                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) =>
-            {
-                Some(Listen::Tcp(s.to_owned()))
-            }
-            None => None,
-        }
-    }
-}
-
-impl fmt::Display for Listen {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Listen::Tcp(a) => f.write_str(a),
-            Listen::Unix(p) => write!(f, "unix:{}", p.display()),
-        }
-    }
 }

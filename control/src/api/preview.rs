@@ -48,12 +48,12 @@ use spillway_core::time::Time;
 use super::error::{config_error, HttpError};
 use super::flows::{pinned, scan};
 use super::format::sock;
-use super::routes::{lock, Api};
-use super::types::{
+use super::{lock, Api};
+use crate::config::Config;
+use spillway_api::types::{
     BackendPreview, ConnectionFates, PreviewFlow, PreviewReply, ServicePreview, ZoneChoice,
     ZonePreview,
 };
-use crate::config::Config;
 
 /// Flows of each fate listed as examples (`--verbose`).
 const EXAMPLES: usize = 20;

@@ -3,10 +3,10 @@
 //! pass what they read under the lock.
 
 use super::format::*;
-use super::types::*;
 use crate::controller::{Controller, ReloadReport};
 use crate::health::TargetStatus;
 use hashbrown::HashMap;
+use spillway_api::types::*;
 use spillway_core::conntrack::Entry;
 use spillway_core::decide::FLAG_CREATED_UNHEALTHY;
 use spillway_core::explain::Explanation;

@@ -1,22 +1,14 @@
-//! The route table: which handler answers which method and path, and the state they share.
+//! The route table: which handler answers which method and path.
 
 use super::error::HttpError;
 use super::handlers::*;
+use super::Api;
 use crate::controller::Controller;
 use crate::view::DataplaneView;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-
-/// What every handler shares.
-#[derive(Clone)]
-pub(super) struct Api {
-    pub(super) controller: Arc<Mutex<Controller>>,
-    pub(super) view: Arc<dyn DataplaneView>,
-    /// The capture under way or the last one (`/v1/capture`).
-    pub(super) captures: Arc<Mutex<super::capture::Captures>>,
-}
+use std::sync::{Arc, Mutex};
 
 /// The API's routes (without a listener: tests and the daemon bind it).
 pub fn router(controller: Arc<Mutex<Controller>>, view: Arc<dyn DataplaneView>) -> Router {
@@ -45,10 +37,4 @@ pub fn router(controller: Arc<Mutex<Controller>>, view: Arc<dyn DataplaneView>) 
             HttpError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
         })
         .with_state(Api { controller, view, captures: Arc::default() })
-}
-
-/// Lock the controller. Sections under the lock never await and never panic on their own, so
-/// a poisoned lock (a panic elsewhere, in tests) still holds consistent state.
-pub(super) fn lock(c: &Mutex<Controller>) -> MutexGuard<'_, Controller> {
-    c.lock().unwrap_or_else(PoisonError::into_inner)
 }

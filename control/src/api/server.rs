@@ -20,8 +20,8 @@
 
 use super::error::HttpError;
 use super::handlers::metrics;
-use super::routes::{router, Api};
-use super::{ApiError, Listen};
+use super::routes::router;
+use super::{Api, ApiError, Listen};
 use crate::config::AdminConfig;
 use crate::controller::Controller;
 use crate::view::DataplaneView;

@@ -113,7 +113,7 @@ pub(super) fn sync(s: &mut Scrape, shared: &SyncShared, view: &dyn DataplaneView
         }
     }
     let status = shared.status.lock().map(|s| s.clone()).unwrap_or_default();
-    let peer = |p: &crate::sync::PeerStatus| {
+    let peer = |p: &spillway_api::types::PeerStatus| {
         vec![("peer", p.id.to_string()), ("address", p.address.clone())]
     };
     let up = s.family(

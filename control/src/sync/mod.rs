@@ -123,7 +123,6 @@ mod bulk;
 mod entry;
 pub mod epoch;
 mod key;
-mod reply;
 mod session;
 mod socket;
 pub(crate) mod thread;
@@ -139,7 +138,6 @@ pub use entry::{
 };
 pub use epoch::{next_epoch, EpochError};
 pub use key::{Key, KeyFileError, KeyProblem, KeyRing, KEY_BYTES, KEY_FILE_HOWTO};
-pub use reply::{PeerStatus, SyncLosses, SyncReply, SyncStatus};
 pub use session::{Accepted, HelloProof, Sessions, REPLAY_WINDOW};
 pub use socket::BUFFER_BYTES;
 pub use thread::{spawn, Limited, SyncSettings, SyncShared, SyncStats, DISAGREE_AFTER};

@@ -46,7 +46,6 @@ use spillway_core::sync::{
 use super::bulk::{Answering, Asked, Asking, Request};
 use super::entry::{EntryRecords, SyncedEntry};
 use super::key::KeyRing;
-use super::reply::{PeerStatus, SyncLosses, SyncReply, SyncStatus};
 use super::session::{Accepted, Sessions};
 use super::socket::{self, SyncSocket};
 use super::wire::{
@@ -54,6 +53,7 @@ use super::wire::{
     ANSWER_ENTRIES_PER_DATAGRAM, ENTRIES_PER_DATAGRAM, MAX_DATAGRAM,
 };
 use crate::instance::Phase;
+use spillway_api::types::{PeerStatus, SyncLosses, SyncReply, SyncStatus};
 
 /// How often the thread says hello to a peer with which both sides have sessions, and
 /// publishes its status.

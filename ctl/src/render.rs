@@ -1,8 +1,8 @@
 //! The API's replies as the tables and lines `spillwayctl` prints (without `--json`), one
 //! function per command. `docs/operations.md` shows their output.
 
-use super::text::{duration_ms, num, opt, percent, table, yes};
-use crate::api::types::*;
+use crate::text::{duration_ms, num, opt, percent, table, yes};
+use spillway_api::types::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
@@ -370,7 +370,7 @@ pub fn flows_json_lines(r: &FlowsReply) -> String {
 }
 
 /// `spillwayctl capture`'s summary (to stderr, beside the pcapng).
-pub fn capture(s: &crate::capture::CaptureSummary) -> String {
+pub fn capture(s: &CaptureSummary) -> String {
     let stopped = match s.stopped_by {
         Some(by) => serde_json::to_value(by)
             .ok()
@@ -1158,7 +1158,7 @@ mod tests {
 
     #[test]
     fn a_capture_summary_says_what_was_written_lost_and_why_it_stopped() {
-        let s = crate::capture::CaptureSummary {
+        let s = CaptureSummary {
             id: 3,
             running: false,
             filter: "vip=198.18.0.10 point=received,sent".into(),
@@ -1170,7 +1170,7 @@ mod tests {
             discarded: 0,
             bytes: 20480,
             duration_ms: 1500,
-            stopped_by: Some(crate::capture::StoppedBy::ClientGone),
+            stopped_by: Some(StoppedBy::ClientGone),
         };
         assert_eq!(
             capture(&s),
@@ -1179,7 +1179,7 @@ mod tests {
              filter: vip=198.18.0.10 point=received,sent\n\
              lost: 4 packets the workers' capture rings had no room for (narrow the filter)\n"
         );
-        let quiet = crate::capture::CaptureSummary { lost: 0, stopped_by: None, ..s };
+        let quiet = CaptureSummary { lost: 0, stopped_by: None, ..s };
         assert!(capture(&quiet).contains("stopped by still running"));
         assert!(!capture(&quiet).contains("lost"));
     }

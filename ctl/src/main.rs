@@ -9,9 +9,9 @@
 
 use clap::{Args, Parser, Subcommand};
 use hyper::Method;
-use spillway_control::api::client::{Client, ClientError};
-use spillway_control::api::types::*;
-use spillway_control::ctl::{render, top};
+use spillway_api::client::{Client, ClientError};
+use spillway_api::types::*;
+use spillway_ctl::{render, top};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -413,7 +413,7 @@ async fn capture(client: &Client, args: &CaptureArgs, json: bool) -> Result<Stri
     };
     // The reader writes the summary just before it ends the stream.
     let reply = client.call(Method::GET, "/v1/capture", None).await?;
-    let summary: spillway_control::capture::CaptureSummary = serde_json::from_str(&reply)?;
+    let summary: CaptureSummary = serde_json::from_str(&reply)?;
     if id.as_deref().is_some_and(|id| id != summary.id.to_string()) {
         return Err(ClientError::Input(format!(
             "the daemon's last capture is {}, not this one ({})",

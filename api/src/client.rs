@@ -1,8 +1,8 @@
 //! A client of the API over TCP or a Unix socket (hyper's HTTP/1.1 client connection, one
 //! connection per request), used by `spillwayctl` and the tests.
 
-use super::types::ErrorReply;
-use super::Listen;
+use crate::types::ErrorReply;
+use crate::Listen;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Method, Request};

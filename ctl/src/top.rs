@@ -16,7 +16,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use crate::api::types::{BackendInfo, ConntrackReply, CountersReply, InstanceReply};
+use spillway_api::types::{BackendInfo, ConntrackReply, CountersReply, InstanceReply};
 
 /// What one refresh reads.
 #[derive(Debug, Clone)]
@@ -256,9 +256,9 @@ pub fn draw(f: &mut Frame<'_>, r: &Rates) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::types::{ServiceCounters, SlotCounters, WorkerConntrack, WorkerCountersInfo};
     use ratatui::backend::TestBackend;
     use ratatui::Terminal;
+    use spillway_api::types::{ServiceCounters, SlotCounters, WorkerConntrack, WorkerCountersInfo};
 
     fn sample(ms: u64, rx: u64, drops: u64, new: u64, tracked: u64) -> Sample {
         let backend: BackendInfo = serde_json::from_value(serde_json::json!({
