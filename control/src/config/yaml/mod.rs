@@ -67,8 +67,10 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<(T, Locations), Error
     }
 }
 
-/// The positions of the field paths of `text`, reading as far as it is valid YAML.
-pub(super) fn locations(text: &str) -> Locations {
+/// The positions of the field paths of `text`, for a caller that has only the text
+/// ([`from_str`] returns them with the values). Never fails: on a syntax error the map holds
+/// what was read before it.
+pub fn locations(text: &str) -> Locations {
     tree::parse(text).1
 }
 
@@ -223,6 +225,60 @@ mod tests {
         assert!(e.message.contains("aliases expand"), "{e}");
         let e = read::<serde_json::Value>("a: &r [*r]\n").unwrap_err();
         assert!(e.message.contains("its own anchor"), "{e}");
+    }
+
+    const POSITIONS: &str = "\
+dataplane:
+  ports: [net_tap0, net_null0]
+  node:
+    ipv4: 198.18.0.2/16
+health_checks:
+  web-http:
+    type: HTTP
+services:
+  - name: web
+    forwarding_rules:
+      - vip: 198.18.0.10
+        ports: [80, \"8000-8080\"]
+    backend_service:
+      failover_policy: {failover_ratio: 0.5}
+      backends:
+        - group: a
+          endpoints:
+            - 198.18.1.1
+            - 198.18.1.2
+";
+
+    #[test]
+    fn scalars_are_located_at_their_value() {
+        let l = locations(POSITIONS);
+        assert_eq!(l.exact("dataplane.node.ipv4"), Some((4, 11)));
+        assert_eq!(l.exact("dataplane.ports[1]"), Some((2, 21)));
+        assert_eq!(l.exact("health_checks.web-http.type"), Some((7, 11)));
+        assert_eq!(l.exact("services[0].name"), Some((9, 11)));
+        assert_eq!(l.exact("services[0].forwarding_rules[0].ports[1]"), Some((12, 21)));
+        assert_eq!(
+            l.exact("services[0].backend_service.failover_policy.failover_ratio"),
+            Some((14, 41))
+        );
+        assert_eq!(l.exact("services[0].backend_service.backends[0].endpoints[1]"), Some((19, 15)));
+    }
+
+    #[test]
+    fn blocks_are_located_at_their_key_and_items_at_their_start() {
+        let l = locations(POSITIONS);
+        assert_eq!(l.exact("dataplane.node"), Some((3, 3)));
+        assert_eq!(l.exact("services"), Some((8, 1)));
+        assert_eq!(l.exact("services[0]"), Some((9, 5)));
+        assert_eq!(l.exact("services[0].backend_service.backends[0]"), Some((16, 11)));
+        assert_eq!(l.get("services[0].backend_service.zonal_affinity.spillover"), Some((13, 5)));
+        assert_eq!(l.get("topology.region"), None);
+    }
+
+    #[test]
+    fn broken_text_keeps_what_was_read() {
+        let l = locations("dataplane:\n  ports: [a]\n  burst: [\n");
+        assert_eq!(l.exact("dataplane.ports[0]"), Some((2, 11)));
     }
 
     #[test]
