@@ -752,8 +752,7 @@ impl Checker {
         if let Some(a) = &b.advanced {
             let ap = format!("{path}.advanced");
             if let Some(alg) = &a.algorithm {
-                if let Err(e) =
-                    parse_enum(alg, Algorithm::parse, &Algorithm::ALL, Algorithm::as_str)
+                if let Err(e) = parse_enum(alg, Algorithm::parse, Algorithm::ALL, Algorithm::as_str)
                 {
                     self.err(format!("{ap}.algorithm"), e);
                 }
