@@ -30,6 +30,7 @@ use spillway_core::policy::{
     idle_timeout_bounds, Affinity, FailoverPolicy, Persistence, TrackingMode, ZonalAffinity,
 };
 
+use super::choice::not_one_of;
 use super::{
     BackendServiceConfig, Config, ForwardingRuleConfig, HealthCheckConfig, PortItem, PortsConfig,
     ServiceConfig,
@@ -369,12 +370,6 @@ fn compile_check(name: &str, c: &HealthCheckConfig) -> Option<CheckSpec> {
 }
 
 // ---- string parsers shared with validation ----
-
-/// "`X` is not one of `A`, `B`, `C`".
-pub(crate) fn not_one_of(value: &str, allowed: &[&str]) -> String {
-    let list: Vec<String> = allowed.iter().map(|a| format!("`{a}`")).collect();
-    format!("`{value}` is not one of {}", list.join(", "))
-}
 
 /// An enum value by its API name, or a message naming the allowed values.
 pub(crate) fn parse_enum<T: Copy>(

@@ -29,12 +29,14 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub mod choice;
 pub mod compile;
 pub mod fleet;
 pub mod locate;
 pub mod services;
 pub mod validate;
 pub mod yaml;
+pub use choice::Choice;
 pub use compile::NodeAddrs;
 pub use fleet::{FleetConfig, FleetSyncConfig, SyncConfig, SyncPeer, SyncPeerConfig};
 pub use services::*;
@@ -181,7 +183,7 @@ impl DataplaneConfig {
     pub(crate) fn check(&self, errors: &mut Vec<FieldError>) {
         let mut err = |field: String, message: String| errors.push(FieldError { field, message });
         if !HUGEPAGES.contains(&self.hugepages.as_str()) {
-            err("dataplane.hugepages".into(), compile::not_one_of(&self.hugepages, HUGEPAGES));
+            err("dataplane.hugepages".into(), choice::not_one_of(&self.hugepages, HUGEPAGES));
         }
         if self.eal_args.iter().any(|a| a == "--no-huge") {
             err(

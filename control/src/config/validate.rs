@@ -18,8 +18,9 @@ use spillway_core::maglev::TABLE_SIZES;
 use spillway_core::model::{Algorithm, Encap, Endpoint, Ports, RuleDest, RuleProtocol};
 use spillway_core::policy::{idle_timeout_bounds, Affinity, Persistence, TrackingMode};
 
+use super::choice::not_one_of;
 use super::compile::{
-    self, not_one_of, parse_endpoint, parse_enum, parse_iface_addr, parse_port_item, parse_prefix,
+    self, parse_endpoint, parse_enum, parse_iface_addr, parse_port_item, parse_prefix,
     parse_protocol, parse_unicast, NodeAddrs, CHECK_TYPES, DEFAULT_CHECK_INTERVAL_SEC,
     DEFAULT_CHECK_TIMEOUT_SEC, ENCAPSULATIONS, INITIAL_VERDICTS, SPILLOVERS,
 };
