@@ -371,7 +371,7 @@ fn memory_options_belong_to_dataplane_hugepages() {
                 "  eal_args: [\"{extra}\", \"300\"]\n  hugepages: {policy}\n  ports: [net_null0]\n"
             ),
         ));
-        assert_eq!(c.dataplane.hugepages, policy);
+        assert_eq!(c.dataplane.hugepages.to_string(), policy);
     }
 }
 

@@ -8,20 +8,23 @@
 //!
 //! When the loader reads a file ([`super::yaml::from_str_with_refusals`]), a refused name does
 //! not stop the reading: the reader notes it (field path and message) and reads on with the
-//! type's first value standing in, so that the loader can report it together with every other
-//! problem of the file; the stand-in must never be used. Any other
-//! reader ([`super::yaml::from_str`], serde_json) stops at a refused name as at any serde
-//! error, with the same message.
+//! type's first value standing in, so that the loader reports it together with every other
+//! problem of the file. The stand-in is never used: validation skips the checks of a refused
+//! field ([`Refused`]), and a file with a refusal is never applied. Any other reader
+//! ([`super::yaml::from_str`], serde_json) stops at a refused name as at any serde error, with
+//! the same message.
 //!
 //! The YAML reader and these types meet through serde's `deserialize_enum`, under a name of
 //! their own ([`TOKEN`], as serde_json's `RawValue` meets its reader): the reader then reads
 //! the value exactly as it reads a string (any scalar, as written), and checks it against the
 //! names serde passes along with the token.
 //!
-//! The decision core's enums ([`Affinity`], [`TrackingMode`], [`Persistence`], [`Algorithm`],
-//! [`RuleProtocol`]) are choices by their API names, read with [`deserialize`] /
-//! [`deserialize_option`] (the core has no serde).
+//! Where the decision core has the enum already ([`Affinity`], [`TrackingMode`],
+//! [`Persistence`], [`Algorithm`], [`RuleProtocol`]), the configuration holds the core's type
+//! (read with [`deserialize`] / [`deserialize_option`], as the core has no serde); the others
+//! are declared with `choice!`.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -50,6 +53,22 @@ pub trait Choice: Copy + PartialEq + 'static {
 pub(crate) fn not_one_of(value: &str, allowed: &[&str]) -> String {
     let list: Vec<String> = allowed.iter().map(|a| format!("`{a}`")).collect();
     format!("`{value}` is not one of {}", list.join(", "))
+}
+
+/// The fields whose name the reader refused: they hold a stand-in, which no check may read.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Refused(HashSet<String>);
+
+impl Refused {
+    /// The refused fields, by path.
+    pub(crate) fn new(fields: impl IntoIterator<Item = String>) -> Refused {
+        Refused(fields.into_iter().collect())
+    }
+
+    /// `value`, read from `field`, unless the reader refused what the file says there.
+    pub(crate) fn known<T>(&self, field: &str, value: T) -> Option<T> {
+        (!self.0.contains(field)).then_some(value)
+    }
 }
 
 /// The enum name a [`Choice`] passes to `deserialize_enum`, by which the YAML reader knows it.
@@ -99,6 +118,48 @@ impl<'de, T: Choice> Visitor<'de> for Named<T> {
     }
 }
 
+/// Declares an enum whose values are named in the file: the enum, [`Choice`], `Display` (the
+/// name) and `Deserialize` (by [`deserialize`]). Give `#[derive(Default)]` and `#[default]`
+/// where the field has a default.
+macro_rules! choice {
+    (
+        $(#[$meta:meta])*
+        pub enum $ty:ident {
+            $($(#[$vmeta:meta])* $variant:ident => $name:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $ty {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $crate::config::choice::Choice for $ty {
+            const ALL: &'static [$ty] = &[$($ty::$variant),+];
+            const NAMES: &'static [&'static str] = &[$($name),+];
+
+            fn name(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name,)+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str($crate::config::choice::Choice::name(*self))
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                $crate::config::choice::deserialize(d)
+            }
+        }
+    };
+}
+pub(crate) use choice;
+
 /// The core's enums, by their API names.
 macro_rules! core_choices {
     ($($ty:ty),+) => {$(
@@ -118,6 +179,10 @@ core_choices!(Affinity, TrackingMode, Persistence, Algorithm, RuleProtocol);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{
+        AnnounceMode, EncapsulationType, HealthCheckType, HugepagePolicy, InitialVerdict,
+        KernelDriver, Spillover,
+    };
 
     fn names_match<T: Choice + fmt::Debug>() {
         assert_eq!(T::ALL.len(), T::NAMES.len());
@@ -138,6 +203,13 @@ mod tests {
         names_match::<Persistence>();
         names_match::<Algorithm>();
         names_match::<RuleProtocol>();
+        names_match::<HugepagePolicy>();
+        names_match::<KernelDriver>();
+        names_match::<AnnounceMode>();
+        names_match::<HealthCheckType>();
+        names_match::<InitialVerdict>();
+        names_match::<EncapsulationType>();
+        names_match::<Spillover>();
     }
 
     #[test]
@@ -147,12 +219,17 @@ mod tests {
         };
         assert_eq!(read("\"NEVER_PERSIST\"").unwrap(), Persistence::NeverPersist);
         let e = read("\"SOMETIMES\"").unwrap_err();
+        let refused = "`SOMETIMES` is not one of `DEFAULT_FOR_PROTOCOL`, `NEVER_PERSIST`, \
+                       `ALWAYS_PERSIST`";
+        assert!(e.to_string().starts_with(refused), "{e}");
+        // A type declared with `choice!` reads itself.
+        assert_eq!(serde_json::from_str::<HugepagePolicy>("\"off\"").unwrap(), HugepagePolicy::Off);
+        let e = serde_json::from_str::<HugepagePolicy>("\"maybe\"").unwrap_err();
         assert!(
-            e.to_string().starts_with(
-                "`SOMETIMES` is not one of `DEFAULT_FOR_PROTOCOL`, `NEVER_PERSIST`, `ALWAYS_PERSIST`"
-            ),
+            e.to_string().starts_with("`maybe` is not one of `required`, `preferred`, `off`"),
             "{e}"
         );
+        assert_eq!(HugepagePolicy::Preferred.to_string(), "preferred");
         assert_eq!(not_one_of("x", &["a", "b"]), "`x` is not one of `a`, `b`");
     }
 }

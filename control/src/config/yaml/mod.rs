@@ -114,7 +114,6 @@ mod tests {
     use serde::Deserialize;
 
     use super::*;
-    use crate::config::choice::Choice;
 
     fn read<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
         from_str(text).map(|(v, _)| v)
@@ -235,24 +234,10 @@ mod tests {
         assert!(e.message.contains("invalid type: map"), "{e}");
     }
 
-    #[derive(Debug, Clone, Copy, PartialEq)]
-    enum Colour {
-        Red,
-        Blue,
-    }
-
-    impl Choice for Colour {
-        const ALL: &'static [Colour] = &[Colour::Red, Colour::Blue];
-        const NAMES: &'static [&'static str] = &["red", "BLUE"];
-
-        fn name(self) -> &'static str {
-            Self::NAMES[self as usize]
-        }
-    }
-
-    impl<'de> Deserialize<'de> for Colour {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            crate::config::choice::deserialize(d)
+    crate::config::choice::choice! {
+        pub enum Colour {
+            Red => "red",
+            Blue => "BLUE",
         }
     }
 
