@@ -32,29 +32,7 @@ use spillway_core::addr::Addr;
 use spillway_core::eligible::EligibleKind;
 use spillway_core::snapshot::Snapshot;
 
-use crate::config::Config;
-
-/// `services[].announce`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AnnounceMode {
-    /// While the service has a healthy backend in its eligible set.
-    WhenHealthy,
-    /// Whenever the instance serves.
-    Always,
-    /// Never.
-    Never,
-}
-
-impl AnnounceMode {
-    /// The configured mode (validated); `when_healthy` when not set.
-    pub fn of(s: Option<&str>) -> AnnounceMode {
-        match s {
-            Some("always") => AnnounceMode::Always,
-            Some("never") => AnnounceMode::Never,
-            _ => AnnounceMode::WhenHealthy,
-        }
-    }
-}
+use crate::config::{AnnounceMode, Config};
 
 /// Where the instance is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +72,7 @@ pub fn wanted(config: &Config, snap: &Snapshot, serving: bool) -> BTreeMap<Addr,
         return out;
     }
     for s in &config.services {
-        let want = match AnnounceMode::of(s.announce.as_deref()) {
+        let want = match s.announce_mode() {
             AnnounceMode::Never => false,
             AnnounceMode::Always => true,
             AnnounceMode::WhenHealthy => snap
@@ -130,7 +108,7 @@ pub fn announceable(config: &Config) -> BTreeSet<Addr> {
     config
         .services
         .iter()
-        .filter(|s| AnnounceMode::of(s.announce.as_deref()) != AnnounceMode::Never)
+        .filter(|s| s.announce_mode() != AnnounceMode::Never)
         .flat_map(|s| s.forwarding_rules.iter().filter_map(|r| r.vip.as_deref()))
         .filter_map(|v| v.parse::<IpAddr>().ok().map(Addr::from))
         .collect()

@@ -74,7 +74,7 @@ fn an_empty_advanced_block_gets_every_default() {
 
 #[test]
 fn every_algorithm_and_group_setting_compiles() {
-    for alg in Algorithm::ALL {
+    for &alg in Algorithm::ALL {
         let c = parse(&config(
             &format!(
                 "      advanced:\n        algorithm: {}\n        failover_health_threshold: 85\n        \

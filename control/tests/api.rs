@@ -230,6 +230,53 @@ async fn nx_3_reload_rejects_an_invalid_file_and_reports_a_valid_change() {
     assert!(text.contains("spillway_reloads_total{result=\"rejected\"} 1"), "{text}");
 }
 
+/// NX-3: a file with enum values the reader does not know (two of them, and a range error) is
+/// rejected with every problem located, the accepted names listed, and changes nothing.
+#[tokio::test]
+async fn a_reload_with_unknown_enum_values_is_rejected_and_keeps_the_running_config() {
+    let f = fixture(true).await;
+    let before: StatusReply = f.get("/v1/status").await;
+    let bad = yaml(f.closed_port)
+        .replace("tracking_mode: PER_SESSION", "tracking_mode: PER_FLOW")
+        .replace("spillover: ZONAL_AFFINITY_SPILL_CROSS_ZONE", "spillover: SPILL")
+        .replace("weight: 3", "weight: 0");
+    std::fs::write(&f.path, &bad).unwrap();
+    let (st, body) = f.client.post("/v1/reload", None).await.unwrap();
+    assert_eq!(st, 400, "{body}");
+    let e: ErrorReply = serde_json::from_str(&body).unwrap();
+    let problems: Vec<(&str, Option<usize>, Option<usize>)> =
+        e.errors.iter().map(|p| (p.field.as_str(), p.line, p.column)).collect();
+    let web = "services[0].backend_service";
+    let mode = format!("{web}.connection_tracking_policy.tracking_mode");
+    let spill = format!("{web}.zonal_affinity.spillover");
+    let weight = format!("{web}.backends[1].weight");
+    assert_eq!(
+        problems,
+        [
+            (mode.as_str(), Some(line_of(&bad, "PER_FLOW")), Some(24)),
+            (spill.as_str(), Some(line_of(&bad, "spillover: SPILL")), Some(20)),
+            (weight.as_str(), Some(line_of(&bad, "weight: 0")), Some(19)),
+        ],
+        "{}",
+        e.error
+    );
+    assert_eq!(e.errors[0].message, "`PER_FLOW` is not one of `PER_CONNECTION`, `PER_SESSION`");
+    assert!(e.errors[1].message.contains("`ZONAL_AFFINITY_SPILL_CROSS_ZONE`"), "{}", e.error);
+    let line = line_of(&bad, "PER_FLOW");
+    assert!(
+        e.error.contains(&format!("api.yaml:{line}:24: field `{mode}`: `PER_FLOW`")),
+        "{}",
+        e.error
+    );
+    let after: StatusReply = f.get("/v1/status").await;
+    assert_eq!(after.generation, before.generation, "a rejected file publishes nothing");
+    let policy = f.service("web").await.policy;
+    assert_eq!(policy.tracking_mode, "PER_SESSION");
+    assert_eq!(policy.spillover_ratio, Some(0.6));
+    let (_, text) = f.client.get("/metrics").await.unwrap();
+    assert!(text.contains("spillway_reloads_total{result=\"rejected\"} 1"), "{text}");
+}
+
 /// A reload that adds a backend asks for its next hop and publishes only once it has a MAC;
 /// one whose next hop never answers is applied all the same after `RESOLVE_AHEAD`. Backends
 /// the running configuration already has are not waited for.

@@ -17,6 +17,10 @@
 //!    reference table row of the doc.
 //! 3. **Every documented field path is used by the example** (no stale doc rows), and the doc's
 //!    complete example is `configs/example.yaml` verbatim.
+//! 4. **Every enum-like field's row lists exactly the values it accepts**, in order. The values
+//!    come from the loader too: for each string value of the example we load the example with
+//!    a probe in its place, and a field that refuses it with "`probe` is not one of `a`, `b`"
+//!    is enum-like; its row's "allowed" cell must begin with "`a`, `b`".
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -110,11 +114,43 @@ fn struct_fields(example: &Value, path: &str) -> Option<Vec<String>> {
     Some(expected.split('`').skip(1).step_by(2).map(str::to_owned).collect())
 }
 
+/// The values the field at `path` accepts, when it is enum-like (it refuses the probe with
+/// the list of the values it accepts).
+fn enum_values(example: &Value, path: &str) -> Option<Vec<String>> {
+    let mut probed = example.clone();
+    *at_mut(&mut probed, path) = Value::from(PROBE);
+    let text = serde_json::to_string_pretty(&probed).unwrap();
+    let e = Config::from_yaml(Path::new("probe.yaml"), &text).err()?;
+    let refused = e.invalid_fields().iter().find(|f| f.field == path)?;
+    let names = refused.message.strip_prefix(&format!("`{PROBE}` is not one of "))?;
+    Some(names.split('`').skip(1).step_by(2).map(str::to_owned).collect())
+}
+
+/// Every string value of `v`: its concrete and normalized paths.
+fn strings(v: &Value, concrete: &str, normalized: &str, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                strings(child, &join(concrete, k), &join(normalized, k), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                strings(item, &format!("{concrete}[{i}]"), &format!("{normalized}[]"), out);
+            }
+        }
+        Value::String(_) => out.push((concrete.to_owned(), normalized.to_owned())),
+        _ => {}
+    }
+}
+
 struct Example {
     /// Every normalized field path the example sets.
     paths: BTreeSet<String>,
     /// Per normalized struct path: the fields serde accepts and the union of those set.
     structs: BTreeMap<String, (Vec<String>, BTreeSet<String>)>,
+    /// Per normalized path of an enum-like field: the values it accepts, in order.
+    enums: BTreeMap<String, Vec<String>>,
 }
 
 fn example() -> Example {
@@ -145,7 +181,15 @@ fn example() -> Example {
             paths.insert(join(&parent, if is_map { "<name>" } else { k }));
         }
     }
-    Example { paths, structs }
+    let mut leaves = Vec::new();
+    strings(&value, "", "", &mut leaves);
+    let mut enums = BTreeMap::new();
+    for (concrete, normalized) in leaves {
+        if let Some(values) = enum_values(&value, &concrete) {
+            enums.insert(rename(&normalized, &maps), values);
+        }
+    }
+    Example { paths, structs, enums }
 }
 
 /// `normalized` with the key under each map of `maps` replaced by `<name>`. Nodes come
@@ -205,6 +249,47 @@ fn every_documented_field_is_in_the_example() {
     let paths = example().paths;
     let stale: Vec<_> = documented().into_iter().filter(|p| !paths.contains(p)).collect();
     assert!(stale.is_empty(), "documented but not in configs/example.yaml: {stale:?}");
+}
+
+#[test]
+fn every_enum_field_lists_exactly_its_values() {
+    let enums = example().enums;
+    // The probe found the enum-like fields we know are there, and took no other for one.
+    for f in [
+        "dataplane.hugepages",
+        "dataplane.kernel_interface.driver",
+        "health_checks.<name>.type",
+        "health_checks.<name>.initial",
+        "services[].announce",
+        "services[].forwarding_rules[].protocol",
+        "services[].encapsulation.type",
+        "services[].backend_service.session_affinity",
+        "services[].backend_service.connection_tracking_policy.tracking_mode",
+        "services[].backend_service.connection_tracking_policy.\
+         connection_persistence_on_unhealthy_backends",
+        "services[].backend_service.zonal_affinity.spillover",
+        "services[].backend_service.advanced.algorithm",
+    ] {
+        assert!(enums.contains_key(f), "{f} not probed as enum-like: {:?}", enums.keys());
+    }
+    assert!(!enums.contains_key("services[].name"));
+    let doc = read("docs/configuration.md");
+    let mut wrong = Vec::new();
+    for (path, values) in &enums {
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{path}` |")))
+            .unwrap_or_else(|| panic!("no row for {path}"));
+        // | field | type | default | allowed / checks | meaning |
+        let allowed = row.split(" | ").nth(3).unwrap_or("");
+        let list: Vec<String> = values.iter().map(|v| format!("`{v}`")).collect();
+        let list = list.join(", ");
+        let rest = allowed.strip_prefix(&list);
+        if !rest.is_some_and(|r| r.is_empty() || r.starts_with(';')) {
+            wrong.push(format!("{path}: `{allowed}` should begin with `{list}`"));
+        }
+    }
+    assert!(wrong.is_empty(), "docs/configuration.md lists other values:\n{}", wrong.join("\n"));
 }
 
 #[test]

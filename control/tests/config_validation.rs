@@ -344,6 +344,242 @@ fn unknown_enum_values_name_the_allowed_ones() {
     );
 }
 
+/// Every enum-like field, with a file that sets it to `bad`: (field path, text, the accepted
+/// names in order). Each file is `HEAD` + `WEB` with one line changed or added.
+fn enum_fields(bad: &str) -> Vec<(&'static str, String, &'static [&'static str])> {
+    let bs =
+        |line: &str| web_with("    backend_service:\n", &format!("    backend_service:\n{line}"));
+    let ct =
+        |field: &str| bs(&format!("      connection_tracking_policy:\n        {field}: {bad}\n"));
+    let dp = |line: &str| {
+        format!(
+            "{}{WEB}",
+            HEAD.replacen("  ports: [net_null0]\n", &format!("  ports: [net_null0]\n{line}"), 1)
+        )
+    };
+    let hc = |from: &str, to: &str| format!("{}{WEB}", HEAD.replace(from, to));
+    vec![
+        (
+            "dataplane.hugepages",
+            dp(&format!("  hugepages: {bad}\n")),
+            &["required", "preferred", "off"],
+        ),
+        (
+            "dataplane.kernel_interface.driver",
+            dp(&format!("  kernel_interface: {{name: spl0, driver: {bad}}}\n")),
+            &["auto", "tap", "virtio_user"],
+        ),
+        (
+            "health_checks.hc.type",
+            hc("type: TCP", &format!("type: {bad}")),
+            &["TCP", "HTTP", "UDP"],
+        ),
+        (
+            "health_checks.hc.initial",
+            hc("    port: 80\n", &format!("    port: 80\n    initial: {bad}\n")),
+            &["unhealthy", "healthy"],
+        ),
+        (
+            "services[0].announce",
+            format!(
+                "{HEAD}{}announce:\n  table: 100\n",
+                WEB.replacen(
+                    "    forwarding_rules:",
+                    &format!("    announce: {bad}\n    forwarding_rules:"),
+                    1
+                )
+            ),
+            &["when_healthy", "always", "never"],
+        ),
+        (
+            "services[0].forwarding_rules[0].protocol",
+            web_with("protocol: TCP", &format!("protocol: {bad}")),
+            &["TCP", "UDP", "L3_DEFAULT"],
+        ),
+        (
+            "services[0].encapsulation.type",
+            web_with(
+                "    backend_service:\n",
+                &format!("    encapsulation: {{type: {bad}}}\n    backend_service:\n"),
+            ),
+            &["IPIP", "GUE", "L2"],
+        ),
+        (
+            "services[0].backend_service.session_affinity",
+            bs(&format!("      session_affinity: {bad}\n")),
+            &[
+                "NONE",
+                "CLIENT_IP_PORT_PROTO",
+                "CLIENT_IP_PROTO",
+                "CLIENT_IP",
+                "CLIENT_IP_NO_DESTINATION",
+            ],
+        ),
+        (
+            "services[0].backend_service.connection_tracking_policy.tracking_mode",
+            ct("tracking_mode"),
+            &["PER_CONNECTION", "PER_SESSION"],
+        ),
+        (
+            "services[0].backend_service.connection_tracking_policy.\
+             connection_persistence_on_unhealthy_backends",
+            ct("connection_persistence_on_unhealthy_backends"),
+            &["DEFAULT_FOR_PROTOCOL", "NEVER_PERSIST", "ALWAYS_PERSIST"],
+        ),
+        (
+            "services[0].backend_service.zonal_affinity.spillover",
+            bs(&format!("      zonal_affinity:\n        spillover: {bad}\n")),
+            &[
+                "ZONAL_AFFINITY_DISABLED",
+                "ZONAL_AFFINITY_STAY_WITHIN_ZONE",
+                "ZONAL_AFFINITY_SPILL_CROSS_ZONE",
+            ],
+        ),
+        (
+            "services[0].backend_service.advanced.algorithm",
+            bs(&format!("      advanced:\n        algorithm: {bad}\n")),
+            &["WATERFALL_BY_REGION", "SPRAY_TO_REGION", "SPRAY_TO_WORLD", "WATERFALL_BY_ZONE"],
+        ),
+    ]
+}
+
+/// The 1-based line and column of the first `: VALUE` (or `: {..., key: VALUE`) in `text`:
+/// where a value starts.
+fn value_at(text: &str, value: &str) -> (usize, usize) {
+    text.lines()
+        .enumerate()
+        .find_map(|(i, l)| {
+            let col = l.find(&format!(": {value}")).map(|c| c + 3)?;
+            Some((i + 1, col))
+        })
+        .unwrap_or_else(|| panic!("no `: {value}` in\n{text}"))
+}
+
+#[test]
+fn every_enum_field_refuses_an_unknown_value_at_its_position_with_the_accepted_ones() {
+    for (field, text, names) in enum_fields("SOMETIMES") {
+        let e = parse(&text).expect_err(field);
+        let (line, col) = value_at(&text, "SOMETIMES");
+        let list: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "t.yaml:{line}:{col}: field `{field}`: `SOMETIMES` is not one of {}",
+                list.join(", ")
+            ),
+            "{text}"
+        );
+        // Reported with validation's problems, at the value.
+        assert_eq!(e.invalid_fields().len(), 1, "{e}");
+        assert_eq!(e.invalid_fields()[0].location, Some((line, col)));
+        // Every name is accepted, and only as written.
+        for name in names {
+            let ok = text.replacen("SOMETIMES", name, 1);
+            // An L3_DEFAULT rule takes every port.
+            let ok =
+                if *name == "L3_DEFAULT" { ok.replace("ports: [80]", "ports: ALL") } else { ok };
+            let accepted = parse(&ok);
+            assert!(accepted.is_ok(), "{field}: {name}: {}", accepted.unwrap_err());
+            let other = if *name == name.to_uppercase() {
+                name.to_lowercase()
+            } else {
+                name.to_uppercase()
+            };
+            let e = parse(&text.replacen("SOMETIMES", &other, 1)).expect_err(&other);
+            assert_eq!(e.field(), Some(field), "{e}");
+        }
+    }
+}
+
+#[test]
+fn unknown_enum_values_are_reported_with_every_other_problem_in_file_order() {
+    // Two unknown names and two problems validation finds, in one file.
+    let text = web_with("protocol: TCP", "protocol: SCTP")
+        .replacen("type: TCP", "type: ICMP", 1)
+        .replacen("    port: 80\n", "    port: 0\n", 1)
+        .replacen("endpoints: [198.18.1.1]", "weight: 0\n          endpoints: [198.18.1.1]", 1);
+    let e = parse(&text).unwrap_err();
+    let fields: Vec<&str> = e.invalid_fields().iter().map(|f| f.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "health_checks.hc.type",
+            "health_checks.hc.port",
+            "services[0].forwarding_rules[0].protocol",
+            "services[0].backend_service.backends[0].weight",
+        ],
+        "{e}"
+    );
+    rejects(&text, "health_checks.hc.type", "type: ICMP");
+    rejects(&text, "services[0].forwarding_rules[0].protocol", "SCTP");
+    // A syntax or schema error still stops the load at once, alone.
+    let e = parse(&text.replacen("      backends:\n", "      backendz: []\n      backends:\n", 1))
+        .unwrap_err();
+    assert!(matches!(e, ConfigError::Parse { .. }), "{e}");
+    assert_eq!(e.field(), Some("services[0].backend_service.backendz"));
+}
+
+#[test]
+fn checks_that_depend_on_an_unknown_enum_value_are_skipped() {
+    // Each file has an unknown name and a setting that would be wrong under some value of it:
+    // only the name is reported.
+    let bs =
+        |lines: &str| web_with("    backend_service:\n", &format!("    backend_service:\n{lines}"));
+    let check = HEAD.replace("    port: 80\n", "    port: 80\n    path: /healthz\n");
+    let announce = "    announce: sometimes\n    forwarding_rules:";
+    let api = WEB.replace("name: web", "name: api").replace("protocol: TCP", "protocol: SCTP");
+    let cases = [
+        // `path` only applies to HTTP.
+        (check.replace("type: TCP", "type: ICMP") + WEB, "health_checks.hc.type"),
+        // `port` only applies to GUE.
+        (
+            web_with(
+                "    backend_service:\n",
+                "    encapsulation: {type: VXLAN, port: 6080}\n    backend_service:\n",
+            ),
+            "services[0].encapsulation.type",
+        ),
+        // A ratio only applies to SPILL_CROSS_ZONE; a spillover cannot be used with `advanced`.
+        (
+            bs(concat!(
+                "      zonal_affinity: {spillover: SPILL, spillover_ratio: 0.5}\n",
+                "      advanced: {}\n",
+            )),
+            "services[0].backend_service.zonal_affinity.spillover",
+        ),
+        // The idle timeout's range depends on the affinity and the mode.
+        (
+            bs(concat!(
+                "      session_affinity: CLIENT_PORT\n",
+                "      connection_tracking_policy:\n",
+                "        tracking_mode: PER_SESSION\n",
+                "        idle_timeout_sec: 6000\n",
+            )),
+            "services[0].backend_service.session_affinity",
+        ),
+        (
+            bs(concat!(
+                "      connection_tracking_policy:\n",
+                "        tracking_mode: PER_FLOW\n",
+                "        idle_timeout_sec: 6000\n",
+            )),
+            "services[0].backend_service.connection_tracking_policy.tracking_mode",
+        ),
+        // A mode needs the `announce:` section.
+        (
+            format!("{HEAD}{}", WEB.replacen("    forwarding_rules:", announce, 1)),
+            "services[0].announce",
+        ),
+        // A rule of a known protocol would overlap the first service's (FR-1).
+        (format!("{HEAD}{WEB}{api}"), "services[1].forwarding_rules[0].protocol"),
+    ];
+    for (text, field) in cases {
+        let e = parse(&text).expect_err(field);
+        let fields: Vec<&str> = e.invalid_fields().iter().map(|f| f.field.as_str()).collect();
+        assert_eq!(fields, [field], "{e}");
+    }
+}
+
 #[test]
 fn memory_options_belong_to_dataplane_hugepages() {
     let m = rejects(
@@ -371,7 +607,7 @@ fn memory_options_belong_to_dataplane_hugepages() {
                 "  eal_args: [\"{extra}\", \"300\"]\n  hugepages: {policy}\n  ports: [net_null0]\n"
             ),
         ));
-        assert_eq!(c.dataplane.hugepages, policy);
+        assert_eq!(c.dataplane.hugepages.to_string(), policy);
     }
 }
 

@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use spillway_control::config::KernelInterfaceConfig;
+use spillway_control::config::{KernelDriver, KernelInterfaceConfig};
 use spillway_control::netlink::Netlink;
 use spillway_dataplane::node::Node;
 
@@ -44,11 +44,11 @@ pub fn plan_on(
             k.name
         ));
     }
-    let driver = match k.driver.as_str() {
-        "tap" => "tap",
-        "virtio_user" => "virtio_user",
-        _ if vhost_net => "virtio_user",
-        _ => "tap",
+    let driver = match k.driver {
+        KernelDriver::Tap => "tap",
+        KernelDriver::VirtioUser => "virtio_user",
+        KernelDriver::Auto if vhost_net => "virtio_user",
+        KernelDriver::Auto => "tap",
     };
     let (port, vdev) = match driver {
         "virtio_user" => {
@@ -117,17 +117,17 @@ fn announce_on_up(name: &str) {
 mod tests {
     use super::*;
 
-    fn config(name: &str, driver: &str) -> KernelInterfaceConfig {
-        KernelInterfaceConfig { name: name.into(), driver: driver.into(), queue_size: 1024 }
+    fn config(name: &str, driver: KernelDriver) -> KernelInterfaceConfig {
+        KernelInterfaceConfig { name: name.into(), driver, queue_size: 1024 }
     }
 
     #[test]
     fn an_interface_that_exists_already_is_refused_by_name() {
         let dir = std::env::temp_dir().join(format!("spw-kernel-test-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("spl0")).expect("fake /sys/class/net");
-        let e = plan_on(&config("spl0", "auto"), &dir, false).expect_err("exists");
+        let e = plan_on(&config("spl0", KernelDriver::Auto), &dir, false).expect_err("exists");
         assert!(e.contains("`spl0` exists already"), "{e}");
-        let ok = plan_on(&config("spl1", "auto"), &dir, false).expect("free name");
+        let ok = plan_on(&config("spl1", KernelDriver::Auto), &dir, false).expect("free name");
         assert_eq!(ok.vdev, "net_tap_kernel,iface=spl1");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -135,13 +135,19 @@ mod tests {
     #[test]
     fn auto_picks_virtio_user_only_where_vhost_net_exists() {
         let none = Path::new("/nonexistent-sys-class-net");
-        assert_eq!(plan_on(&config("k0", "auto"), none, false).expect("plan").driver, "tap");
-        let v = plan_on(&config("k0", "auto"), none, true).expect("plan");
+        assert_eq!(
+            plan_on(&config("k0", KernelDriver::Auto), none, false).expect("plan").driver,
+            "tap"
+        );
+        let v = plan_on(&config("k0", KernelDriver::Auto), none, true).expect("plan");
         assert_eq!(v.driver, "virtio_user");
         assert_eq!(
             v.vdev,
             "net_virtio_user_kernel,path=/dev/vhost-net,iface=k0,queues=1,queue_size=1024"
         );
-        assert_eq!(plan_on(&config("k0", "tap"), none, true).expect("plan").driver, "tap");
+        assert_eq!(
+            plan_on(&config("k0", KernelDriver::Tap), none, true).expect("plan").driver,
+            "tap"
+        );
     }
 }

@@ -132,7 +132,7 @@ fn run_config(
     // 1. The data plane's resources: EAL (on hugepages, memory sized from the configuration),
     //    the worker lcores, the mbuf pool, the ports.
     let need = check::memory::Need::of(dp);
-    let policy = HugepagePolicy::from_name(&dp.hugepages).expect("validated hugepages policy");
+    let policy = hugepage_policy(dp.hugepages);
     let kernel_if = match &dp.kernel_interface {
         Some(k) if balance => {
             Some(kernel::plan(k).map_err(|m| setting("dataplane.kernel_interface.name", m))?)
@@ -585,6 +585,17 @@ fn test_epoch() -> Option<u64> {
 /// Socket addresses as `a, b`.
 fn addrs(a: &[std::net::SocketAddr]) -> String {
     a.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// `dataplane.hugepages` as the memory planner's policy: the same three values, in two
+/// crates because the control plane does not link DPDK and DPDK's layer knows no
+/// configuration.
+fn hugepage_policy(p: config::HugepagePolicy) -> HugepagePolicy {
+    match p {
+        config::HugepagePolicy::Required => HugepagePolicy::Required,
+        config::HugepagePolicy::Preferred => HugepagePolicy::Preferred,
+        config::HugepagePolicy::Off => HugepagePolicy::Off,
+    }
 }
 
 /// A worker's connection table, sized and guarded as configured, on huge pages when the

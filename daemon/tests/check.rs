@@ -654,6 +654,33 @@ fn an_invalid_config_exits_2_with_the_located_errors() {
 }
 
 #[test]
+fn unknown_enum_values_are_located_config_errors_naming_the_accepted_values() {
+    let f = Fake::clean();
+    let config = CLEAN
+        .replace("  ports: [", "  hugepages: maybe\n  ports: [")
+        .replace("protocol: TCP", "protocol: SCTP");
+    let out = f.check(&config);
+    assert_eq!(out.status, 2);
+    assert_eq!(out.count("FAIL"), 2, "{}", out.stdout);
+    out.has(
+        "FAIL",
+        "config",
+        ":3:14: field `dataplane.hugepages`: `maybe` is not one of `required`, `preferred`, `off`",
+    );
+    out.has(
+        "FAIL",
+        "config",
+        ":15:53: field `services[0].forwarding_rules[0].protocol`: `SCTP` is not one of `TCP`, \
+         `UDP`, `L3_DEFAULT`",
+    );
+    // The daemon refuses the file alike, before it touches DPDK.
+    let daemon = spillway().arg("--config").arg(f.path("spillway.yaml")).output().expect("run");
+    assert!(!daemon.status.success());
+    let daemon_err = String::from_utf8_lossy(&daemon.stderr);
+    assert!(out.stderr.starts_with(daemon_err.trim_end()), "{}\nvs\n{daemon_err}", out.stderr);
+}
+
+#[test]
 fn the_daemon_command_line_is_unchanged() {
     // No subcommand still needs --config; a subcommand does not mix with the daemon's options.
     let out = spillway().output().expect("run");

@@ -7,7 +7,9 @@
 //! policy state (`state`) turns these into the dense, stable ids the data path indexes.
 
 use crate::addr::{Addr, Prefix};
-use crate::policy::{Affinity, FailoverPolicy, Persistence, TrackingMode, ZonalAffinity};
+use crate::policy::{
+    api_names, Affinity, FailoverPolicy, Persistence, TrackingMode, ZonalAffinity,
+};
 use std::fmt;
 
 /// Index of a zone in [`Model::zones`].
@@ -119,30 +121,13 @@ pub enum Algorithm {
     WaterfallByZone,
 }
 
-impl Algorithm {
-    /// Every value.
-    pub const ALL: [Algorithm; 4] = [
-        Algorithm::WaterfallByRegion,
-        Algorithm::SprayToRegion,
-        Algorithm::SprayToWorld,
-        Algorithm::WaterfallByZone,
-    ];
-
-    /// The API name (`WATERFALL_BY_REGION`, ...), used in YAML and metrics labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Algorithm::WaterfallByRegion => "WATERFALL_BY_REGION",
-            Algorithm::SprayToRegion => "SPRAY_TO_REGION",
-            Algorithm::SprayToWorld => "SPRAY_TO_WORLD",
-            Algorithm::WaterfallByZone => "WATERFALL_BY_ZONE",
-        }
-    }
-
-    /// Parse an API name.
-    pub fn parse(s: &str) -> Option<Algorithm> {
-        Algorithm::ALL.into_iter().find(|a| a.as_str() == s)
-    }
-}
+// The API name (`WATERFALL_BY_REGION`, ...), used in YAML and metrics labels.
+api_names!(Algorithm {
+    WaterfallByRegion => "WATERFALL_BY_REGION",
+    SprayToRegion => "SPRAY_TO_REGION",
+    SprayToWorld => "SPRAY_TO_WORLD",
+    WaterfallByZone => "WATERFALL_BY_ZONE",
+});
 
 /// The capacity of one endpoint of a group (section 7 "Capacity").
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
@@ -271,6 +256,13 @@ pub enum RuleProtocol {
     /// Every IP protocol (`L3_DEFAULT`).
     L3Default,
 }
+
+// The API names (the GCP forwarding rule's `IPProtocol`), used in YAML.
+api_names!(RuleProtocol {
+    Tcp => "TCP",
+    Udp => "UDP",
+    L3Default => "L3_DEFAULT",
+});
 
 /// The destination ports of a forwarding rule.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -84,6 +84,8 @@ macro_rules! api_names {
         impl $ty {
             /// Every value, in declaration order.
             pub const ALL: &'static [$ty] = &[$(<$ty>::$variant),+];
+            /// The API names of [`Self::ALL`], in the same order.
+            pub const NAMES: &'static [&'static str] = &[$($name),+];
             /// The API name of this value.
             pub fn as_str(self) -> &'static str {
                 match self { $(<$ty>::$variant => $name),+ }
@@ -95,6 +97,7 @@ macro_rules! api_names {
         }
     };
 }
+pub(crate) use api_names;
 
 api_names!(Affinity {
     None => "NONE",

@@ -10,8 +10,9 @@
 //! The functions are meant for configurations that passed validation; given anything else they
 //! still never panic: an entry that does not parse is left out.
 //!
-//! The string parsers at the bottom (endpoints, ports, node addresses, enum names) are shared
-//! with validation, so the two can never disagree on what a value means.
+//! The string parsers at the bottom (endpoints, ports, node addresses) are shared with
+//! validation, so the two can never disagree on what a value means. Enum-like fields need no
+//! parser: the reader made them enums ([`super::choice`]).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -22,17 +23,15 @@ use spillway_core::addr::{Addr, Prefix};
 use spillway_core::advanced::{Latency, Topology};
 use spillway_core::flow::DEFAULT_HASH_SEED;
 use spillway_core::model::{
-    AdvancedPolicy, Algorithm, BackendKey, Capacity, ClientSubnet, Damping, Encap, Endpoint, Group,
+    AdvancedPolicy, BackendKey, Capacity, ClientSubnet, Damping, Encap, Endpoint, Group,
     GroupAdvanced, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
     DEFAULT_FAILOVER_HEALTH_THRESHOLD,
 };
-use spillway_core::policy::{
-    idle_timeout_bounds, Affinity, FailoverPolicy, Persistence, TrackingMode, ZonalAffinity,
-};
+use spillway_core::policy::{idle_timeout_bounds, FailoverPolicy, ZonalAffinity};
 
 use super::{
-    BackendServiceConfig, Config, ForwardingRuleConfig, HealthCheckConfig, PortItem, PortsConfig,
-    ServiceConfig,
+    BackendServiceConfig, Config, EncapsulationType, ForwardingRuleConfig, HealthCheckConfig,
+    HealthCheckType, InitialVerdict, PortItem, PortsConfig, ServiceConfig, Spillover,
 };
 use crate::health::{CheckKind, CheckSpec, Target};
 
@@ -56,21 +55,6 @@ pub const DEFAULT_UDP_REQUEST: &str = "ping";
 pub const DEFAULT_WEIGHT: u32 = 1;
 /// `capacity_scaler` when absent (section 7).
 pub const DEFAULT_CAPACITY_SCALER: f64 = 1.0;
-
-/// `health_checks.*.type` values.
-pub const CHECK_TYPES: &[&str] = &["TCP", "HTTP", "UDP"];
-/// `health_checks.*.initial` values.
-pub const INITIAL_VERDICTS: &[&str] = &["unhealthy", "healthy"];
-/// `forwarding_rules[].protocol` values.
-pub const PROTOCOLS: &[&str] = &["TCP", "UDP", "L3_DEFAULT"];
-/// `encapsulation.type` values.
-pub const ENCAPSULATIONS: &[&str] = &["IPIP", "GUE", "L2"];
-/// `zonal_affinity.spillover` values.
-pub const SPILLOVERS: &[&str] = &[
-    "ZONAL_AFFINITY_DISABLED",
-    "ZONAL_AFFINITY_STAY_WITHIN_ZONE",
-    "ZONAL_AFFINITY_SPILL_CROSS_ZONE",
-];
 
 /// The node's own addresses on its ports, compiled from `dataplane.node`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,7 +159,7 @@ impl Config {
     pub fn check_specs(&self) -> BTreeMap<String, Arc<CheckSpec>> {
         self.health_checks
             .iter()
-            .filter_map(|(name, c)| Some((name.clone(), Arc::new(compile_check(name, c)?))))
+            .map(|(name, c)| (name.clone(), Arc::new(compile_check(name, c))))
             .collect()
     }
 
@@ -236,12 +220,11 @@ fn compile_service(s: &ServiceConfig, zone_id: &dyn Fn(&str) -> Option<u16>) -> 
     let b = &s.backend_service;
     let mut out = Service::new(&s.name);
     out.rules = s.forwarding_rules.iter().filter_map(|r| compile_rule(r).ok()).collect();
-    out.affinity = Affinity::parse(&b.session_affinity).unwrap_or_default();
+    out.affinity = b.session_affinity;
     out.symmetric_hashing = b.symmetric_hashing;
     let ct = &b.connection_tracking_policy;
-    out.tracking = TrackingMode::parse(&ct.tracking_mode).unwrap_or_default();
-    out.persistence =
-        Persistence::parse(&ct.connection_persistence_on_unhealthy_backends).unwrap_or_default();
+    out.tracking = ct.tracking_mode;
+    out.persistence = ct.connection_persistence_on_unhealthy_backends;
     out.idle_timeout_secs =
         ct.idle_timeout_sec.unwrap_or(idle_timeout_bounds(out.tracking, out.affinity).0);
     out.draining_timeout_secs = b.connection_draining.draining_timeout_sec;
@@ -256,7 +239,7 @@ fn compile_service(s: &ServiceConfig, zone_id: &dyn Fn(&str) -> Option<u16>) -> 
         .unwrap_or_default();
     out.zonal = compile_zonal(b);
     out.advanced = b.advanced.as_ref().map(|a| AdvancedPolicy {
-        algorithm: a.algorithm.as_deref().and_then(Algorithm::parse).unwrap_or_default(),
+        algorithm: a.algorithm.unwrap_or_default(),
         failover_health_threshold: a
             .failover_health_threshold
             .and_then(|t| u8::try_from(t).ok())
@@ -281,10 +264,12 @@ fn compile_service(s: &ServiceConfig, zone_id: &dyn Fn(&str) -> Option<u16>) -> 
             .collect(),
         damping: Damping::default(),
     });
-    out.encap = match s.encapsulation.kind.as_str() {
-        "GUE" => Encap::Gue { port: s.encapsulation.port.unwrap_or(DEFAULT_GUE_PORT) },
-        "L2" => Encap::L2,
-        _ => Encap::Ipip,
+    out.encap = match s.encapsulation.kind {
+        EncapsulationType::Ipip => Encap::Ipip,
+        EncapsulationType::Gue => {
+            Encap::Gue { port: s.encapsulation.port.unwrap_or(DEFAULT_GUE_PORT) }
+        }
+        EncapsulationType::L2 => Encap::L2,
     };
     out.groups = b
         .backends
@@ -316,47 +301,46 @@ fn latency_us(ms: f64) -> u32 {
 }
 
 fn compile_zonal(b: &BackendServiceConfig) -> ZonalAffinity {
-    match b.zonal_affinity.spillover.as_str() {
-        "ZONAL_AFFINITY_STAY_WITHIN_ZONE" => ZonalAffinity::StayWithinZone,
-        "ZONAL_AFFINITY_SPILL_CROSS_ZONE" => {
+    match b.zonal_affinity.spillover {
+        Spillover::Disabled => ZonalAffinity::Disabled,
+        Spillover::StayWithinZone => ZonalAffinity::StayWithinZone,
+        Spillover::SpillCrossZone => {
             ZonalAffinity::SpillCrossZone { ratio: b.zonal_affinity.spillover_ratio }
         }
-        _ => ZonalAffinity::Disabled,
     }
 }
 
-/// A forwarding rule, or why its destination, protocol or ports do not parse (the first
-/// problem only; validation reports each with its own field).
+/// A forwarding rule, or why its destination or ports do not parse (the first problem only;
+/// validation reports each with its own field).
 pub(crate) fn compile_rule(r: &ForwardingRuleConfig) -> Result<Rule, String> {
     let dest = match (&r.vip, &r.destination_prefix) {
         (Some(v), None) => RuleDest::Vip(parse_unicast(v)?),
         (None, Some(p)) => RuleDest::Prefix(parse_prefix(p)?),
         _ => return Err("needs exactly one of `vip` and `destination_prefix`".to_owned()),
     };
-    let protocol = parse_protocol(&r.protocol)?;
+    let protocol = r.protocol;
     let ports =
         if protocol == RuleProtocol::L3Default { Ports::All } else { parse_ports(&r.ports)? };
     Ok(Rule { dest, protocol, ports })
 }
 
-fn compile_check(name: &str, c: &HealthCheckConfig) -> Option<CheckSpec> {
-    let kind = match c.kind.as_str() {
-        "TCP" => CheckKind::Tcp,
-        "HTTP" => CheckKind::Http {
+fn compile_check(name: &str, c: &HealthCheckConfig) -> CheckSpec {
+    let kind = match c.kind {
+        HealthCheckType::Tcp => CheckKind::Tcp,
+        HealthCheckType::Http => CheckKind::Http {
             path: c.path.clone().unwrap_or_else(|| DEFAULT_HTTP_PATH.to_owned()),
             expected_status: c.expected_status.unwrap_or(DEFAULT_HTTP_STATUS),
             host: c.host.clone(),
         },
-        "UDP" => CheckKind::Udp {
+        HealthCheckType::Udp => CheckKind::Udp {
             request: c.request.as_deref().unwrap_or(DEFAULT_UDP_REQUEST).as_bytes().to_vec(),
             expect: c.response.as_ref().map(|r| r.as_bytes().to_vec()),
         },
-        _ => return None,
     };
     let secs = |v: Option<f64>, d: f64| {
         Duration::try_from_secs_f64(v.unwrap_or(d)).unwrap_or(Duration::from_secs_f64(d))
     };
-    Some(CheckSpec {
+    CheckSpec {
         name: name.to_owned(),
         kind,
         port: c.port,
@@ -364,40 +348,11 @@ fn compile_check(name: &str, c: &HealthCheckConfig) -> Option<CheckSpec> {
         timeout: secs(c.timeout_sec, DEFAULT_CHECK_TIMEOUT_SEC),
         healthy_threshold: c.healthy_threshold.unwrap_or(DEFAULT_THRESHOLD),
         unhealthy_threshold: c.unhealthy_threshold.unwrap_or(DEFAULT_THRESHOLD),
-        initial_healthy: c.initial.as_deref() == Some("healthy"),
-    })
+        initial_healthy: c.initial.unwrap_or_default() == InitialVerdict::Healthy,
+    }
 }
 
 // ---- string parsers shared with validation ----
-
-/// "`X` is not one of `A`, `B`, `C`".
-pub(crate) fn not_one_of(value: &str, allowed: &[&str]) -> String {
-    let list: Vec<String> = allowed.iter().map(|a| format!("`{a}`")).collect();
-    format!("`{value}` is not one of {}", list.join(", "))
-}
-
-/// An enum value by its API name, or a message naming the allowed values.
-pub(crate) fn parse_enum<T: Copy>(
-    value: &str,
-    parse: fn(&str) -> Option<T>,
-    all: &[T],
-    name: fn(T) -> &'static str,
-) -> Result<T, String> {
-    parse(value).ok_or_else(|| {
-        let names: Vec<&str> = all.iter().map(|&v| name(v)).collect();
-        not_one_of(value, &names)
-    })
-}
-
-/// `TCP`, `UDP` or `L3_DEFAULT`.
-pub(crate) fn parse_protocol(s: &str) -> Result<RuleProtocol, String> {
-    match s {
-        "TCP" => Ok(RuleProtocol::Tcp),
-        "UDP" => Ok(RuleProtocol::Udp),
-        "L3_DEFAULT" => Ok(RuleProtocol::L3Default),
-        _ => Err(not_one_of(s, PROTOCOLS)),
-    }
-}
 
 /// A unicast address (not unspecified, not multicast).
 pub(crate) fn parse_unicast(s: &str) -> Result<Addr, String> {

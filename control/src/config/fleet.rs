@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use spillway_core::addr::Addr;
-use spillway_core::policy::{idle_timeout_bounds, Affinity, TrackingMode};
+use spillway_core::policy::idle_timeout_bounds;
 
+use super::choice::Refused;
 use super::compile::parse_unicast;
 use super::{Config, FieldError};
 
@@ -243,7 +244,7 @@ impl Config {
 }
 
 /// The checks of the `fleet:` section; pushes every problem onto `errors`.
-pub(crate) fn check(c: &Config, errors: &mut Vec<FieldError>) {
+pub(crate) fn check(c: &Config, refused: &Refused, errors: &mut Vec<FieldError>) {
     let mut err = |field: String, message: String| errors.push(FieldError { field, message });
     if let Some(f) = &c.fleet.table_file {
         if !f.starts_with('/') {
@@ -308,7 +309,7 @@ pub(crate) fn check(c: &Config, errors: &mut Vec<FieldError>) {
             "fleet.sync.refresh_sec".into(),
             format!("{} is out of range 1..=300 (seconds)", s.refresh_sec),
         );
-    } else if let Some((i, name, idle)) = shortest_idle_timeout(c) {
+    } else if let Some((i, name, idle)) = shortest_idle_timeout(c, refused) {
         // A peer's copy expires by the idle timeout it had when sent (FS-2), so an entry
         // refreshed less often than that lapses on the peers while the connection lives.
         if s.refresh_sec >= f64::from(idle) {
@@ -393,16 +394,21 @@ pub(crate) fn check(c: &Config, errors: &mut Vec<FieldError>) {
 }
 
 /// The service with the shortest idle timeout, its index, name and timeout in seconds, among
-/// the services whose timeout is valid (one out of range is reported on its own field).
-fn shortest_idle_timeout(c: &Config) -> Option<(usize, &str, u32)> {
+/// the services whose timeout is valid (one out of range, or under a refused mode or affinity,
+/// is reported on its own field).
+fn shortest_idle_timeout<'c>(c: &'c Config, refused: &Refused) -> Option<(usize, &'c str, u32)> {
     c.services
         .iter()
         .enumerate()
         .filter_map(|(i, s)| {
             let b = &s.backend_service;
             let ct = &b.connection_tracking_policy;
-            let mode = TrackingMode::parse(&ct.tracking_mode)?;
-            let affinity = Affinity::parse(&b.session_affinity)?;
+            let bp = format!("services[{i}].backend_service");
+            let mode = refused.known(
+                &format!("{bp}.connection_tracking_policy.tracking_mode"),
+                ct.tracking_mode,
+            )?;
+            let affinity = refused.known(&format!("{bp}.session_affinity"), b.session_affinity)?;
             let (default, min, max) = idle_timeout_bounds(mode, affinity);
             let t = ct.idle_timeout_sec.unwrap_or(default);
             (min..=max).contains(&t).then_some((i, s.name.as_str(), t))

@@ -12,12 +12,14 @@
 //! Loading is two steps. [`yaml`] parses the text once into the types of this module and
 //! [`services`], and records where every field is ([`locate`]); a syntax error, an unknown
 //! field or a wrong type stops there and only the first one is reported, with its line and
-//! column ([`ConfigError::Parse`]). Then [`validate`] checks everything serde cannot see and
-//! collects **every** problem, each placed at its field's recorded position, and
-//! [`ConfigError::Invalid`] prints one line per problem (NX-3: a file that fails either step is
-//! never applied). [`compile`] turns a valid file into the decision core's model, the health
-//! checker's targets and the node's addresses. The reference of every field is
-//! `docs/configuration.md`.
+//! column ([`ConfigError::Parse`]). An enum-like field is read into its enum there too
+//! ([`choice`]), but a name that is none of its values does not stop the reading: it is noted
+//! and reported with the problems of the second step. Then [`validate`] checks everything serde
+//! cannot see and collects **every** problem, each placed at its field's recorded position,
+//! and [`ConfigError::Invalid`] prints one line per problem, the refused names among them
+//! (NX-3: a file that fails either step is never applied). [`compile`] turns a valid file into
+//! the decision core's model, the health checker's targets and the node's addresses. The
+//! reference of every field is `docs/configuration.md`.
 //!
 //! To add a top-level section (`topology:`, `services:`, ...): add a field to [`Config`] with
 //! its own `#[serde(deny_unknown_fields)]` struct, check it in [`validate`], compile it in
@@ -29,19 +31,37 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub mod choice;
 pub mod compile;
 pub mod fleet;
 pub mod locate;
 pub mod services;
 pub mod validate;
 pub mod yaml;
+pub use choice::Choice;
+use choice::Refused;
 pub use compile::NodeAddrs;
 pub use fleet::{FleetConfig, FleetSyncConfig, SyncConfig, SyncPeer, SyncPeerConfig};
 pub use services::*;
 pub use validate::FieldError;
 
-/// The values of `dataplane.hugepages`.
-pub const HUGEPAGES: &[&str] = &["required", "preferred", "off"];
+choice::choice! {
+    /// `dataplane.hugepages`: whether DPDK runs on hugepages. The daemon hands it to the memory
+    /// planner as `spillway_dpdk::HugepagePolicy`, the same three values (this crate does not
+    /// link DPDK).
+    #[derive(Default)]
+    pub enum HugepagePolicy {
+        /// `required` (the default): not enough free hugepages is an error at start, with the
+        /// fix.
+        #[default]
+        Required => "required",
+        /// `preferred`: hugepages when enough are free and mounted, otherwise ordinary memory,
+        /// said in the log.
+        Preferred => "preferred",
+        /// `off`: ordinary memory.
+        Off => "off",
+    }
+}
 
 /// Largest RX/TX burst a worker handles at once (the size of its on-stack mbuf array).
 pub const MAX_BURST: u16 = 64;
@@ -83,12 +103,10 @@ pub struct DataplaneConfig {
     /// Arguments for `rte_eal_init`, without the program name, e.g.
     /// `["--no-pci", "-l", "0-1", "--vdev", "net_tap0,iface=spw0"]`.
     pub eal_args: Vec<String>,
-    /// Whether DPDK runs on hugepages: `required` (the default: not enough free hugepages is
-    /// an error at start, with the fix), `preferred` (hugepages when enough are free and
-    /// mounted, otherwise ordinary memory, said in the log) or `off` (ordinary memory). The
-    /// memory options (`--no-huge`, `-m` sized from this section, `--huge-unlink`) are added
-    /// to `eal_args` by Spillway; `-m` or `--socket-mem` given there override the size.
-    pub hugepages: String,
+    /// Whether DPDK runs on hugepages. The memory options (`--no-huge`, `-m` sized from this
+    /// section, `--huge-unlink`) are added to `eal_args` by Spillway; `-m` or `--socket-mem`
+    /// given there override the size.
+    pub hugepages: HugepagePolicy,
     /// DPDK ports to forward on, by device name (`net_tap0`, `net_null0`, a PCI address).
     pub ports: Vec<String>,
     /// Number of workers. Each runs on its own EAL worker lcore (not the main lcore) and owns
@@ -134,7 +152,7 @@ impl Default for DataplaneConfig {
     fn default() -> Self {
         Self {
             eal_args: Vec::new(),
-            hugepages: "required".into(),
+            hugepages: HugepagePolicy::default(),
             ports: Vec::new(),
             workers: None,
             lcores: None,
@@ -185,11 +203,9 @@ impl DataplaneConfig {
     }
 
     /// The checks of the DPDK settings; pushes every problem onto `errors`.
-    pub(crate) fn check(&self, errors: &mut Vec<FieldError>) {
+    pub(crate) fn check(&self, refused: &Refused, errors: &mut Vec<FieldError>) {
+        let hugepages = refused.known("dataplane.hugepages", self.hugepages);
         let mut err = |field: String, message: String| errors.push(FieldError { field, message });
-        if !HUGEPAGES.contains(&self.hugepages.as_str()) {
-            err("dataplane.hugepages".into(), compile::not_one_of(&self.hugepages, HUGEPAGES));
-        }
         if self.eal_args.iter().any(|a| a == "--no-huge") {
             err(
                 "dataplane.eal_args".into(),
@@ -198,7 +214,7 @@ impl DataplaneConfig {
                     .into(),
             );
         }
-        if self.hugepages == "off"
+        if hugepages == Some(HugepagePolicy::Off)
             && self.eal_args.iter().any(|a| a.starts_with("--huge-unlink") || a == "--huge-dir")
         {
             err(
@@ -302,14 +318,21 @@ impl Config {
 
     /// Parses and validates YAML text. `path` only labels errors.
     pub fn from_yaml(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let (config, locations) =
-            yaml::from_str::<Config>(text).map_err(|e| ConfigError::Parse {
+        let (config, locations, refusals) =
+            yaml::from_str_with_refusals::<Config>(text).map_err(|e| ConfigError::Parse {
                 path: path.to_owned(),
                 field: e.field,
                 location: Some(e.location),
                 message: e.message,
             })?;
-        let problems = config.validate();
+        // A refused name is a problem like the ones validation finds; validation skips the
+        // checks that would read the stand-in the reader put in its place.
+        let refused = Refused::new(refusals.iter().map(|r| r.field.clone()));
+        let problems: Vec<FieldError> = refusals
+            .into_iter()
+            .map(|r| FieldError { field: r.field, message: r.message })
+            .chain(validate::validate_refused(&config, &refused))
+            .collect();
         if problems.is_empty() {
             return Ok(config);
         }
@@ -458,7 +481,7 @@ mod tests {
         assert_eq!(c.dataplane.burst_size, 64);
         assert_eq!(c.dataplane.rx_queue_size, 1024);
         assert!(c.dataplane.eal_args.is_empty());
-        assert_eq!(c.dataplane.hugepages, "required");
+        assert_eq!(c.dataplane.hugepages, HugepagePolicy::Required);
     }
 
     #[test]
@@ -471,7 +494,7 @@ mod tests {
         .unwrap();
         let d = &c.dataplane;
         assert_eq!(d.eal_args, ["-m", "512", "-l", "0-2"]);
-        assert_eq!(d.hugepages, "preferred");
+        assert_eq!(d.hugepages, HugepagePolicy::Preferred);
         assert_eq!(d.worker_count(), 2);
         assert_eq!(d.lcores.as_deref(), Some(&[2, 1][..]));
         assert_eq!((d.rx_queue_size, d.tx_queue_size, d.burst_size), (512, 256, 16));

@@ -1,11 +1,16 @@
 //! The YAML shapes of the `node:`, `admin:`, `topology:`, `health_checks:` and `services:`
 //! sections. Field names follow the GCP API in snake_case; enum values are exactly the API's
-//! (`PER_SESSION`, `ZONAL_AFFINITY_SPILL_CROSS_ZONE`, ...). Every struct denies unknown
-//! fields. Semantic checks live in `validate`, the translation to the decision core's model in
-//! `compile`.
+//! (`PER_SESSION`, `ZONAL_AFFINITY_SPILL_CROSS_ZONE`, ...), read into enums ([`super::choice`]):
+//! the decision core's where it has one, else the ones declared here. Every struct denies
+//! unknown fields. Semantic checks live in `validate`, the translation to the decision core's
+//! model in `compile`.
 
 use serde::Deserialize;
+use spillway_core::model::{Algorithm, RuleProtocol};
+use spillway_core::policy::{Affinity, Persistence, TrackingMode};
 use std::collections::BTreeMap;
+
+use super::choice::{self, choice};
 
 /// `node:` — the balancer's own addresses on its ports.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
@@ -35,18 +40,27 @@ pub struct NodeConfig {
 pub struct KernelInterfaceConfig {
     /// The interface's name in the kernel (e.g. `spl0`); it must not exist yet.
     pub name: String,
-    /// `auto` (the default: `virtio_user` over `/dev/vhost-net` where it exists, else `tap`),
-    /// `tap` (DPDK's `net_tap`) or `virtio_user` (DPDK's `net_virtio_user` over vhost-net).
-    #[serde(default = "default_kernel_driver")]
-    pub driver: String,
+    /// The DPDK driver behind the interface.
+    #[serde(default)]
+    pub driver: KernelDriver,
     /// Frames buffered each way between the workers and the kernel (a power of two,
     /// 64..=16384; default 1024). Beyond it frames are dropped and counted, never waited for.
     #[serde(default = "default_kernel_queue")]
     pub queue_size: u32,
 }
 
-fn default_kernel_driver() -> String {
-    "auto".into()
+choice! {
+    /// `dataplane.kernel_interface.driver`.
+    #[derive(Default)]
+    pub enum KernelDriver {
+        /// `auto` (the default): `virtio_user` where `/dev/vhost-net` exists, else `tap`.
+        #[default]
+        Auto => "auto",
+        /// `tap`: DPDK's `net_tap`.
+        Tap => "tap",
+        /// `virtio_user`: DPDK's `net_virtio_user` over vhost-net.
+        VirtioUser => "virtio_user",
+    }
 }
 
 fn default_kernel_queue() -> u32 {
@@ -77,11 +91,20 @@ impl Default for AnnounceConfig {
     }
 }
 
-/// The values of `dataplane.kernel_interface.driver`.
-pub const KERNEL_DRIVERS: &[&str] = &["auto", "tap", "virtio_user"];
-
-/// The values of `services[].announce`.
-pub const ANNOUNCE_MODES: &[&str] = &["when_healthy", "always", "never"];
+choice! {
+    /// `services[].announce`: whether this instance announces the service's VIPs.
+    #[derive(Default)]
+    pub enum AnnounceMode {
+        /// `when_healthy` (the default): while the service has a healthy backend in its
+        /// eligible set.
+        #[default]
+        WhenHealthy => "when_healthy",
+        /// `always`: whenever the instance serves.
+        Always => "always",
+        /// `never`.
+        Never => "never",
+    }
+}
 
 /// `admin:` — the operator API and metrics endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -173,9 +196,9 @@ pub struct ClientSubnetConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HealthCheckConfig {
-    /// `TCP`, `HTTP` or `UDP`.
+    /// What a probe does.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: HealthCheckType,
     /// Port to probe; defaults to the endpoint's port.
     #[serde(default)]
     pub port: Option<u16>,
@@ -206,9 +229,33 @@ pub struct HealthCheckConfig {
     /// Consecutive failures to turn unhealthy (default 2).
     #[serde(default)]
     pub unhealthy_threshold: Option<u32>,
-    /// `unhealthy` (default, HC-3) or `healthy`: the verdict before the first probes.
+    /// The verdict before the first probes (default `unhealthy`, HC-3).
     #[serde(default)]
-    pub initial: Option<String>,
+    pub initial: Option<InitialVerdict>,
+}
+
+choice! {
+    /// `health_checks.<name>.type`.
+    pub enum HealthCheckType {
+        /// `TCP`: a connection is accepted.
+        Tcp => "TCP",
+        /// `HTTP`: a `GET` is answered with the expected status.
+        Http => "HTTP",
+        /// `UDP`: a request is answered (with the expected bytes).
+        Udp => "UDP",
+    }
+}
+
+choice! {
+    /// `health_checks.<name>.initial` (HC-3).
+    #[derive(Default)]
+    pub enum InitialVerdict {
+        /// `unhealthy` (the default).
+        #[default]
+        Unhealthy => "unhealthy",
+        /// `healthy`.
+        Healthy => "healthy",
+    }
 }
 
 /// One service: forwarding rules plus a backend service.
@@ -228,7 +275,14 @@ pub struct ServiceConfig {
     /// `when_healthy` (the default: while the instance serves and the service has an eligible
     /// backend), `always` (while the instance serves) or `never`.
     #[serde(default)]
-    pub announce: Option<String>,
+    pub announce: Option<AnnounceMode>,
+}
+
+impl ServiceConfig {
+    /// `announce`, or its default when absent.
+    pub fn announce_mode(&self) -> AnnounceMode {
+        self.announce.unwrap_or_default()
+    }
 }
 
 /// A forwarding rule: `vip` or `destination_prefix`, `protocol`, `ports`.
@@ -241,16 +295,16 @@ pub struct ForwardingRuleConfig {
     /// Next-hop mode: a destination prefix (SA-7).
     #[serde(default)]
     pub destination_prefix: Option<String>,
-    /// `TCP`, `UDP` or `L3_DEFAULT` (default `TCP`).
-    #[serde(default = "default_protocol")]
-    pub protocol: String,
+    /// `TCP` (the default), `UDP` or `L3_DEFAULT`.
+    #[serde(default = "default_protocol", deserialize_with = "choice::deserialize")]
+    pub protocol: RuleProtocol,
     /// `ALL` (default), or a list of ports and `"lo-hi"` ranges.
     #[serde(default)]
     pub ports: PortsConfig,
 }
 
-fn default_protocol() -> String {
-    "TCP".to_string()
+fn default_protocol() -> RuleProtocol {
+    RuleProtocol::Tcp
 }
 
 /// `ports:` — `ALL` or a list of ports / ranges.
@@ -280,24 +334,28 @@ pub enum PortItem {
 }
 
 /// `encapsulation:`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct EncapsulationConfig {
-    /// `IPIP` (default), `GUE` or `L2`.
-    #[serde(rename = "type", default = "default_encap")]
-    pub kind: String,
+    /// How packets are sent to the backends (default `IPIP`).
+    #[serde(rename = "type", default)]
+    pub kind: EncapsulationType,
     /// GUE destination port (default 6080).
     #[serde(default)]
     pub port: Option<u16>,
 }
 
-fn default_encap() -> String {
-    "IPIP".to_string()
-}
-
-impl Default for EncapsulationConfig {
-    fn default() -> Self {
-        EncapsulationConfig { kind: default_encap(), port: None }
+choice! {
+    /// `services[].encapsulation.type`; the decision core's `Encap` with the GUE port.
+    #[derive(Default)]
+    pub enum EncapsulationType {
+        /// `IPIP` (the default): IP in IP.
+        #[default]
+        Ipip => "IPIP",
+        /// `GUE`: GUE variant 1 (IP directly in UDP).
+        Gue => "GUE",
+        /// `L2`: the destination MAC rewritten, nothing added.
+        L2 => "L2",
     }
 }
 
@@ -307,8 +365,8 @@ impl Default for EncapsulationConfig {
 pub struct BackendServiceConfig {
     /// SA: `NONE` (default), `CLIENT_IP_PORT_PROTO`, `CLIENT_IP_PROTO`, `CLIENT_IP`,
     /// `CLIENT_IP_NO_DESTINATION`.
-    #[serde(default = "default_affinity")]
-    pub session_affinity: String,
+    #[serde(default, deserialize_with = "choice::deserialize")]
+    pub session_affinity: Affinity,
     /// Both directions of a flow hash alike: the tuple is put in canonical order before hashing (SA-8).
     #[serde(default)]
     pub symmetric_hashing: bool,
@@ -338,7 +396,8 @@ pub struct BackendServiceConfig {
 pub struct AdvancedConfig {
     /// AL-1..AL-4: `WATERFALL_BY_REGION` (default), `SPRAY_TO_REGION`, `SPRAY_TO_WORLD`,
     /// `WATERFALL_BY_ZONE`.
-    pub algorithm: Option<String>,
+    #[serde(deserialize_with = "choice::deserialize_option")]
+    pub algorithm: Option<Algorithm>,
     /// AL-7: integer percent 1..=99 (default 70).
     pub failover_health_threshold: Option<i64>,
     /// AL-6 (default false).
@@ -355,30 +414,18 @@ pub struct CapacityConfig {
     pub max_connections_per_endpoint: Option<f64>,
 }
 
-fn default_affinity() -> String {
-    "NONE".to_string()
-}
-
 /// `connection_tracking_policy:`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionTrackingConfig {
     /// `PER_CONNECTION` (default) or `PER_SESSION`.
-    pub tracking_mode: String,
+    #[serde(deserialize_with = "choice::deserialize")]
+    pub tracking_mode: TrackingMode,
     /// `DEFAULT_FOR_PROTOCOL` (default), `NEVER_PERSIST`, `ALWAYS_PERSIST`.
-    pub connection_persistence_on_unhealthy_backends: String,
+    #[serde(deserialize_with = "choice::deserialize")]
+    pub connection_persistence_on_unhealthy_backends: Persistence,
     /// CT-8/CT-9: seconds, default 600.
     pub idle_timeout_sec: Option<u32>,
-}
-
-impl Default for ConnectionTrackingConfig {
-    fn default() -> Self {
-        ConnectionTrackingConfig {
-            tracking_mode: "PER_CONNECTION".to_string(),
-            connection_persistence_on_unhealthy_backends: "DEFAULT_FOR_PROTOCOL".to_string(),
-            idle_timeout_sec: None,
-        }
-    }
 }
 
 /// `connection_draining:`.
@@ -405,19 +452,30 @@ pub struct FailoverPolicyConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ZonalAffinityConfig {
-    /// `ZONAL_AFFINITY_DISABLED` (default), `ZONAL_AFFINITY_STAY_WITHIN_ZONE`,
-    /// `ZONAL_AFFINITY_SPILL_CROSS_ZONE`.
-    pub spillover: String,
+    /// Whether and how traffic stays in the client's zone (default disabled).
+    pub spillover: Spillover,
     /// In [0, 1], default 0; only with `ZONAL_AFFINITY_SPILL_CROSS_ZONE`.
     pub spillover_ratio: f64,
 }
 
 impl Default for ZonalAffinityConfig {
     fn default() -> Self {
-        ZonalAffinityConfig {
-            spillover: "ZONAL_AFFINITY_DISABLED".to_string(),
-            spillover_ratio: 0.0,
-        }
+        ZonalAffinityConfig { spillover: Spillover::default(), spillover_ratio: 0.0 }
+    }
+}
+
+choice! {
+    /// `zonal_affinity.spillover` (section 4); the decision core's `ZonalAffinity` with the
+    /// ratio.
+    #[derive(Default)]
+    pub enum Spillover {
+        /// `ZONAL_AFFINITY_DISABLED` (the default).
+        #[default]
+        Disabled => "ZONAL_AFFINITY_DISABLED",
+        /// `ZONAL_AFFINITY_STAY_WITHIN_ZONE` (ZA-3).
+        StayWithinZone => "ZONAL_AFFINITY_STAY_WITHIN_ZONE",
+        /// `ZONAL_AFFINITY_SPILL_CROSS_ZONE` (ZA-4, ZA-5).
+        SpillCrossZone => "ZONAL_AFFINITY_SPILL_CROSS_ZONE",
     }
 }
 

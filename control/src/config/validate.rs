@@ -1,12 +1,13 @@
 //! The semantic checks of a parsed configuration (NX-3): everything serde cannot see, such as
-//! ranges, enum names, addresses, references between sections, duplicates and overlapping
-//! forwarding rules (FR-1).
+//! ranges, addresses, references between sections, combinations of enum values, duplicates
+//! and overlapping forwarding rules (FR-1). Enum names themselves are the reader's
+//! ([`super::choice`]).
 //!
 //! [`validate`] runs every check and returns **all** problems, each as a [`FieldError`] naming
 //! the field path in serde's syntax (`services[0].backend_service.weight`); the caller
 //! ([`super::Config::from_yaml`]) attaches file positions with [`super::locate`]. A check that
-//! depends on a value that is itself wrong (an idle timeout under an unknown affinity) is
-//! skipped rather than reported twice.
+//! depends on a value that is itself wrong (an idle timeout under an unknown affinity: a
+//! [`Refused`] field, or a value another check reports) is skipped rather than reported twice.
 //!
 //! It must never touch the running system (ports, lcores): the daemon checks those. It must
 //! never mutate or default the configuration either: defaults are applied in `compile`.
@@ -15,17 +16,17 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use spillway_core::addr::Addr;
 use spillway_core::maglev::TABLE_SIZES;
-use spillway_core::model::{Algorithm, Encap, Endpoint, Ports, RuleDest, RuleProtocol};
-use spillway_core::policy::{idle_timeout_bounds, Affinity, Persistence, TrackingMode};
+use spillway_core::model::{Encap, Endpoint, Ports, RuleDest, RuleProtocol};
+use spillway_core::policy::{idle_timeout_bounds, Persistence, TrackingMode};
 
+use super::choice::Refused;
 use super::compile::{
-    self, not_one_of, parse_endpoint, parse_enum, parse_iface_addr, parse_port_item, parse_prefix,
-    parse_protocol, parse_unicast, NodeAddrs, CHECK_TYPES, DEFAULT_CHECK_INTERVAL_SEC,
-    DEFAULT_CHECK_TIMEOUT_SEC, ENCAPSULATIONS, INITIAL_VERDICTS, SPILLOVERS,
+    self, parse_endpoint, parse_iface_addr, parse_port_item, parse_prefix, parse_unicast,
+    NodeAddrs, DEFAULT_CHECK_INTERVAL_SEC, DEFAULT_CHECK_TIMEOUT_SEC,
 };
 use super::{
-    BackendGroupConfig, Config, HealthCheckConfig, PortsConfig, ServiceConfig, ANNOUNCE_MODES,
-    KERNEL_DRIVERS,
+    AnnounceMode, BackendGroupConfig, Config, EncapsulationType, HealthCheckConfig,
+    HealthCheckType, PortsConfig, ServiceConfig, Spillover,
 };
 
 /// One problem with one field.
@@ -66,8 +67,14 @@ pub const MAX_LATENCY_MS: f64 = 1000.0;
 
 /// Every problem of `config`, in no particular order (the caller sorts them by position).
 pub fn validate(config: &Config) -> Vec<FieldError> {
-    let mut v = Checker { errors: Vec::new() };
-    config.dataplane.check(&mut v.errors);
+    validate_refused(config, &Refused::default())
+}
+
+/// [`validate`] for a configuration read with refusals: the checks that depend on a refused
+/// field are skipped (the refusals themselves are the caller's to report).
+pub(crate) fn validate_refused(config: &Config, refused: &Refused) -> Vec<FieldError> {
+    let mut v = Checker { errors: Vec::new(), refused };
+    config.dataplane.check(refused, &mut v.errors);
     v.dataplane(config);
     v.admin(config);
     v.topology(config);
@@ -75,12 +82,13 @@ pub fn validate(config: &Config) -> Vec<FieldError> {
     v.health_checks(config);
     v.services(config);
     v.fleet(config);
-    super::fleet::check(config, &mut v.errors);
+    super::fleet::check(config, refused, &mut v.errors);
     v.errors
 }
 
-struct Checker {
+struct Checker<'a> {
     errors: Vec<FieldError>,
+    refused: &'a Refused,
 }
 
 /// A Linux interface name: 1 to 15 bytes, no `/`, `:` or whitespace, not `.` or `..`.
@@ -101,9 +109,14 @@ fn unit_range(x: f64) -> bool {
     (0.0..=1.0).contains(&x)
 }
 
-impl Checker {
+impl Checker<'_> {
     fn err(&mut self, field: impl Into<String>, message: impl Into<String>) {
         self.errors.push(FieldError::new(field, message));
+    }
+
+    /// `value`, read from `field`, unless it was refused.
+    fn known<T>(&self, field: &str, value: T) -> Option<T> {
+        self.refused.known(field, value)
     }
 
     /// Node addresses, MTU, conntrack and Maglev sizes (the rest of `dataplane` is checked by
@@ -188,12 +201,6 @@ impl Checker {
             if let Err(e) = interface_name(&k.name) {
                 self.err("dataplane.kernel_interface.name", e);
             }
-            if !KERNEL_DRIVERS.contains(&k.driver.as_str()) {
-                self.err(
-                    "dataplane.kernel_interface.driver",
-                    not_one_of(&k.driver, KERNEL_DRIVERS),
-                );
-            }
             if !(64..=16384).contains(&k.queue_size) || !k.queue_size.is_power_of_two() {
                 self.err(
                     "dataplane.kernel_interface.queue_size",
@@ -234,17 +241,17 @@ impl Checker {
             }
         }
         for (i, s) in c.services.iter().enumerate() {
-            let Some(mode) = &s.announce else { continue };
             let path = format!("services[{i}].announce");
-            if !ANNOUNCE_MODES.contains(&mode.as_str()) {
-                self.err(path, not_one_of(mode, ANNOUNCE_MODES));
-            } else if c.announce.is_none() {
+            let Some(mode) = s.announce.and_then(|m| self.known(&path, m)) else { continue };
+            if c.announce.is_none() {
                 self.err(
                     path,
                     "set, but there is no top-level `announce:` section saying where the VIP \
                      routes go",
                 );
-            } else if mode != "never" && s.forwarding_rules.iter().all(|r| r.vip.is_none()) {
+            } else if mode != AnnounceMode::Never
+                && s.forwarding_rules.iter().all(|r| r.vip.is_none())
+            {
                 self.err(
                     path,
                     format!(
@@ -486,16 +493,13 @@ impl Checker {
         if name.trim().is_empty() {
             self.err(path, "empty health check name");
         }
-        let kind = h.kind.as_str();
-        if !CHECK_TYPES.contains(&kind) {
-            self.err(format!("{path}.type"), not_one_of(kind, CHECK_TYPES));
-        } else {
+        if let Some(kind) = self.known(&format!("{path}.type"), h.kind) {
             let only = [
-                ("path", h.path.is_some(), "HTTP"),
-                ("host", h.host.is_some(), "HTTP"),
-                ("expected_status", h.expected_status.is_some(), "HTTP"),
-                ("request", h.request.is_some(), "UDP"),
-                ("response", h.response.is_some(), "UDP"),
+                ("path", h.path.is_some(), HealthCheckType::Http),
+                ("host", h.host.is_some(), HealthCheckType::Http),
+                ("expected_status", h.expected_status.is_some(), HealthCheckType::Http),
+                ("request", h.request.is_some(), HealthCheckType::Udp),
+                ("response", h.response.is_some(), HealthCheckType::Udp),
             ];
             for (field, set, wants) in only {
                 if set && kind != wants {
@@ -531,11 +535,6 @@ impl Checker {
         }
         if h.request.as_deref() == Some("") {
             self.err(format!("{path}.request"), "an empty request sends an empty datagram");
-        }
-        if let Some(v) = &h.initial {
-            if !INITIAL_VERDICTS.contains(&v.as_str()) {
-                self.err(format!("{path}.initial"), not_one_of(v, INITIAL_VERDICTS));
-            }
         }
         let mut secs = |field: &str, v: Option<f64>| {
             let ok = v.is_none_or(|x| x > 0.0 && x <= MAX_CHECK_SECS);
@@ -607,13 +606,10 @@ impl Checker {
                 ),
                 (None, None) => self.err(rp.clone(), "needs `vip` or `destination_prefix`"),
             }
-            let protocol = parse_protocol(&r.protocol);
-            if let Err(e) = &protocol {
-                self.err(format!("{rp}.protocol"), e.clone());
-            }
+            let protocol = self.known(&format!("{rp}.protocol"), r.protocol);
             match &r.ports {
                 PortsConfig::Word(w) if w == "ALL" => {}
-                _ if protocol == Ok(RuleProtocol::L3Default) => self.err(
+                _ if protocol == Some(RuleProtocol::L3Default) => self.err(
                     format!("{rp}.ports"),
                     "an L3_DEFAULT rule matches every protocol, so it must use `ports: ALL`",
                 ),
@@ -637,14 +633,9 @@ impl Checker {
 
         let encap = &s.encapsulation;
         let ep = format!("{path}.encapsulation");
-        let encap_kind = if ENCAPSULATIONS.contains(&encap.kind.as_str()) {
-            Some(encap.kind.as_str())
-        } else {
-            self.err(format!("{ep}.type"), not_one_of(&encap.kind, ENCAPSULATIONS));
-            None
-        };
+        let encap_kind = self.known(&format!("{ep}.type"), encap.kind);
         match encap.port {
-            Some(_) if encap_kind.is_some_and(|k| k != "GUE") => {
+            Some(_) if encap_kind.is_some_and(|k| k != EncapsulationType::Gue) => {
                 self.err(format!("{ep}.port"), "only applies to type GUE")
             }
             Some(0) => self.err(format!("{ep}.port"), "0 is not a port 1..=65535"),
@@ -659,39 +650,20 @@ impl Checker {
         path: &str,
         s: &ServiceConfig,
         c: &Config,
-        encap_kind: Option<&str>,
+        encap_kind: Option<EncapsulationType>,
     ) {
         let b = &s.backend_service;
-        let affinity =
-            parse_enum(&b.session_affinity, Affinity::parse, Affinity::ALL, Affinity::as_str);
-        if let Err(e) = &affinity {
-            self.err(format!("{path}.session_affinity"), e.clone());
-        }
+        let affinity = self.known(&format!("{path}.session_affinity"), b.session_affinity);
         let ct = &b.connection_tracking_policy;
         let cp = format!("{path}.connection_tracking_policy");
-        let mode = parse_enum(
-            &ct.tracking_mode,
-            TrackingMode::parse,
-            TrackingMode::ALL,
-            TrackingMode::as_str,
-        );
-        if let Err(e) = &mode {
-            self.err(format!("{cp}.tracking_mode"), e.clone());
+        let mode = self.known(&format!("{cp}.tracking_mode"), ct.tracking_mode);
+        let pp = format!("{cp}.connection_persistence_on_unhealthy_backends");
+        let persistence = self.known(&pp, ct.connection_persistence_on_unhealthy_backends);
+        if persistence == Some(Persistence::AlwaysPersist) && mode == Some(TrackingMode::PerSession)
+        {
+            self.err(pp, "ALWAYS_PERSIST cannot be used with tracking_mode PER_SESSION (CP-3)");
         }
-        match parse_enum(
-            &ct.connection_persistence_on_unhealthy_backends,
-            Persistence::parse,
-            Persistence::ALL,
-            Persistence::as_str,
-        ) {
-            Err(e) => self.err(format!("{cp}.connection_persistence_on_unhealthy_backends"), e),
-            Ok(Persistence::AlwaysPersist) if mode == Ok(TrackingMode::PerSession) => self.err(
-                format!("{cp}.connection_persistence_on_unhealthy_backends"),
-                "ALWAYS_PERSIST cannot be used with tracking_mode PER_SESSION (CP-3)",
-            ),
-            Ok(_) => {}
-        }
-        if let (Some(t), Ok(mode), Ok(affinity)) = (ct.idle_timeout_sec, mode, affinity) {
+        if let (Some(t), Some(mode), Some(affinity)) = (ct.idle_timeout_sec, mode, affinity) {
             let (_, min, max) = idle_timeout_bounds(mode, affinity);
             if !(min..=max).contains(&t) {
                 self.err(
@@ -728,18 +700,13 @@ impl Checker {
         }
         let z = &b.zonal_affinity;
         let zp = format!("{path}.zonal_affinity");
-        let spill_known = SPILLOVERS.contains(&z.spillover.as_str());
-        if !spill_known {
-            self.err(format!("{zp}.spillover"), not_one_of(&z.spillover, SPILLOVERS));
-        }
+        let spill = self.known(&format!("{zp}.spillover"), z.spillover);
         if !unit_range(z.spillover_ratio) {
             self.err(
                 format!("{zp}.spillover_ratio"),
                 format!("{} is outside [0, 1] (ZA-5)", z.spillover_ratio),
             );
-        } else if z.spillover_ratio != 0.0
-            && spill_known
-            && z.spillover != "ZONAL_AFFINITY_SPILL_CROSS_ZONE"
+        } else if z.spillover_ratio != 0.0 && spill.is_some_and(|s| s != Spillover::SpillCrossZone)
         {
             self.err(
                 format!("{zp}.spillover_ratio"),
@@ -751,13 +718,6 @@ impl Checker {
         }
         if let Some(a) = &b.advanced {
             let ap = format!("{path}.advanced");
-            if let Some(alg) = &a.algorithm {
-                if let Err(e) =
-                    parse_enum(alg, Algorithm::parse, &Algorithm::ALL, Algorithm::as_str)
-                {
-                    self.err(format!("{ap}.algorithm"), e);
-                }
-            }
             if let Some(t) = a.failover_health_threshold {
                 if !THRESHOLD_RANGE.contains(&t) {
                     self.err(
@@ -770,7 +730,7 @@ impl Checker {
                     );
                 }
             }
-            if spill_known && z.spillover != "ZONAL_AFFINITY_DISABLED" {
+            if spill.is_some_and(|s| s != Spillover::Disabled) {
                 self.err(
                     format!("{zp}.spillover"),
                     format!(
@@ -835,7 +795,13 @@ impl Checker {
         }
     }
 
-    fn groups(&mut self, path: &str, s: &ServiceConfig, c: &Config, encap_kind: Option<&str>) {
+    fn groups(
+        &mut self,
+        path: &str,
+        s: &ServiceConfig,
+        c: &Config,
+        encap_kind: Option<EncapsulationType>,
+    ) {
         let b = &s.backend_service;
         let bp = format!("{path}.backends");
         if b.backends.is_empty() {
@@ -852,12 +818,11 @@ impl Checker {
         }
         let zones: HashSet<&str> = c.topology.zones.iter().map(|z| z.name.as_str()).collect();
         let node = c.node_addrs();
-        let encap = match encap_kind {
-            Some("GUE") => Some(Encap::Gue { port: 0 }),
-            Some("L2") => Some(Encap::L2),
-            Some(_) => Some(Encap::Ipip),
-            None => None,
-        };
+        let encap = encap_kind.map(|k| match k {
+            EncapsulationType::Ipip => Encap::Ipip,
+            EncapsulationType::Gue => Encap::Gue { port: 0 },
+            EncapsulationType::L2 => Encap::L2,
+        });
         let mut group_names: HashMap<&str, usize> = HashMap::new();
         let mut endpoints: BTreeMap<Endpoint, String> = BTreeMap::new();
         let mut family_reported = [false, false];
@@ -969,6 +934,10 @@ impl Checker {
         let mut by_dest: RulesByDest = HashMap::new();
         for (i, s) in c.services.iter().enumerate() {
             for (k, r) in s.forwarding_rules.iter().enumerate() {
+                let protocol = format!("services[{i}].forwarding_rules[{k}].protocol");
+                if self.known(&protocol, ()).is_none() {
+                    continue;
+                }
                 let Ok(rule) = compile::compile_rule(r) else { continue };
                 let earlier = by_dest.entry((rule.dest, rule.protocol)).or_default();
                 if let Some((j, l, _)) =

@@ -11,7 +11,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use spillway_control::config::{Config, SyncPeer};
+use spillway_control::config::{Config, KernelDriver, SyncPeer};
 use spillway_control::sync::{KeyProblem, KeyRing, KEY_BYTES};
 use spillway_core::addr::Addr;
 
@@ -36,7 +36,7 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
                     .fix("pick another `name`, or remove the interface (`ip link del NAME`)"),
             ),
         }
-        if k.driver == "virtio_user" && !vhost {
+        if k.driver == KernelDriver::VirtioUser && !vhost {
             out.push(
                 Finding::fail(
                     "kernel",

@@ -4,7 +4,7 @@
 //! descriptors x [`DESC_BYTES`] + [`EAL_OVERHEAD`]. Memory below the mbufs and descriptors
 //! alone cannot work (FAIL); below the whole estimate it may (WARN).
 
-use spillway_control::config::{Config, DataplaneConfig};
+use spillway_control::config::{Config, DataplaneConfig, HugepagePolicy};
 use spillway_core::conntrack::{rounded_capacity, BYTES_PER_ENTRY};
 
 use spillway_dataplane::dpdk::memory::{DESC_BYTES, EAL_OVERHEAD, MBUF_BYTES};
@@ -87,7 +87,7 @@ pub fn check(config: &Config, eal: &EalArgs, host: &Host) -> Vec<Finding> {
     let dp = &config.dataplane;
     let need = Need::of(dp);
     let mut out = Vec::new();
-    if dp.hugepages == "off" || eal.no_huge {
+    if dp.hugepages == HugepagePolicy::Off || eal.no_huge {
         out.push(
             Finding::warn(
                 "hugepages",
@@ -120,7 +120,8 @@ pub fn check(config: &Config, eal: &EalArgs, host: &Host) -> Vec<Finding> {
     } else {
         let mut found = Vec::new();
         hugepages(dp, eal, host, &need, &mut found);
-        if dp.hugepages == "preferred" && found.iter().any(|f| f.level == Level::Fail) {
+        if dp.hugepages == HugepagePolicy::Preferred && found.iter().any(|f| f.level == Level::Fail)
+        {
             // The daemon would run, on ordinary memory: each problem is a warning.
             for f in &mut found {
                 if f.level == Level::Fail {

@@ -7,7 +7,7 @@
 //! minimum MTU (`mtu - overhead < 1280`: they cannot comply).
 
 use spillway_control::config::compile::parse_endpoint;
-use spillway_control::config::{Config, ServiceConfig};
+use spillway_control::config::{Config, EncapsulationType, ServiceConfig};
 use spillway_core::wire::build::{encap_len, EncapKind};
 use spillway_core::wire::ethernet;
 
@@ -40,10 +40,12 @@ pub fn check(config: &Config) -> Vec<Finding> {
 
 fn service(i: usize, s: &ServiceConfig, mtu: u32, mtu_text: &str) -> Finding {
     let field = format!("dataplane.node.mtu {mtu_text} with services[{i}] `{}`", s.name);
-    let kind = match s.encapsulation.kind.as_str() {
-        "IPIP" => EncapKind::Ipip,
-        "GUE" => EncapKind::Gue,
-        _ => return Finding::pass("mtu", format!("{field}: L2 rewrite adds no bytes")),
+    let kind = match s.encapsulation.kind {
+        EncapsulationType::Ipip => EncapKind::Ipip,
+        EncapsulationType::Gue => EncapKind::Gue,
+        EncapsulationType::L2 => {
+            return Finding::pass("mtu", format!("{field}: L2 rewrite adds no bytes"))
+        }
     };
     let endpoints = s.backend_service.backends.iter().flat_map(|b| &b.endpoints);
     let (mut v4, mut v6) = (false, false);

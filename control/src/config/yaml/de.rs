@@ -12,7 +12,11 @@
 //!   (`!Variant value`).
 //! - Aliases read their anchored node. Their expansion is bounded (100 times the size of the
 //!   text), and so is nesting through them ([`MAX_DEPTH`]).
+//! - A [`Choice`](crate::config::choice) is read as a string is; a name that is none of its
+//!   values is, when refusals are collected, noted with the field path of the node (as
+//!   [`Locations`](crate::config::locate::Locations) names it) and read as the first value.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::num::ParseIntError;
 use std::slice;
@@ -20,6 +24,8 @@ use std::slice;
 use serde::de::{self, DeserializeSeed, Expected, Unexpected, Visitor};
 
 use super::tree::{Document, Kind, Node, Tag, MAX_DEPTH};
+use super::Refusal;
+use crate::config::choice::{self, not_one_of};
 use crate::config::locate::Position;
 
 /// A deserialisation error: serde's message and, once known, where.
@@ -55,13 +61,53 @@ type Result<T> = std::result::Result<T, Error>;
 
 /// Deserialises one node.
 #[derive(Clone, Copy)]
-pub(super) struct De<'de> {
+pub(super) struct De<'de, 'p> {
     doc: &'de Document,
     node: &'de Node,
     /// The tag already read as an enum variant: the node's tag is not read again.
     variant: Option<&'de str>,
     /// How many more levels of nesting may be entered.
     depth: usize,
+    /// The node's field path.
+    path: &'p Path<'p>,
+    /// Where refused names of a choice go; `None`: a refused name is an error.
+    refusals: Option<&'de RefCell<Vec<Refusal>>>,
+}
+
+/// The field path of the node being read, made into text only for a refusal.
+#[derive(Clone, Copy)]
+pub(super) enum Path<'p> {
+    /// The document.
+    Root,
+    /// The value of a scalar key of a mapping.
+    Key(&'p Path<'p>, &'p str),
+    /// An item of a sequence.
+    Index(&'p Path<'p>, usize),
+    /// The value of a key that is not a scalar: no path names it.
+    Unnamed,
+}
+
+impl Path<'_> {
+    /// `services[0].backend_service.session_affinity`, as [`super::tree`] records paths; the
+    /// root's is empty.
+    fn text(&self) -> Option<String> {
+        match *self {
+            Path::Root => Some(String::new()),
+            Path::Key(parent, key) => {
+                parent.text().map(
+                    |p| {
+                        if p.is_empty() {
+                            key.to_owned()
+                        } else {
+                            format!("{p}.{key}")
+                        }
+                    },
+                )
+            }
+            Path::Index(parent, i) => parent.text().map(|p| format!("{p}[{i}]")),
+            Path::Unnamed => None,
+        }
+    }
 }
 
 /// A node behind any alias, by kind.
@@ -72,17 +118,39 @@ enum Shape<'de> {
     Map(&'de [(Node, Node)]),
 }
 
-impl<'de> De<'de> {
-    pub(super) fn new(doc: &'de Document) -> De<'de> {
-        De { doc, node: &doc.root, variant: None, depth: MAX_DEPTH }
+impl<'de> De<'de, 'static> {
+    /// Reads `doc`; a refused name of a choice goes to `refusals` when given, else it is an
+    /// error.
+    pub(super) fn new(
+        doc: &'de Document,
+        refusals: Option<&'de RefCell<Vec<Refusal>>>,
+    ) -> De<'de, 'static> {
+        De { doc, node: &doc.root, variant: None, depth: MAX_DEPTH, path: &Path::Root, refusals }
+    }
+}
+
+impl<'de, 'p> De<'de, 'p> {
+    fn child<'q>(self, node: &'de Node, path: &'q Path<'q>) -> De<'de, 'q>
+    where
+        'p: 'q,
+    {
+        De { doc: self.doc, node, variant: None, depth: self.depth, path, refusals: self.refusals }
     }
 
-    fn child(self, node: &'de Node) -> De<'de> {
-        De { node, variant: None, ..self }
+    /// The text of a scalar key, through an alias too.
+    fn key_text(&self, key: &'de Node) -> Option<&'de str> {
+        let node = match key.kind {
+            Kind::Alias(id) => self.doc.anchors.get(&id)?,
+            _ => key,
+        };
+        match &node.kind {
+            Kind::Scalar { value, .. } => Some(value),
+            _ => None,
+        }
     }
 
     /// Follows aliases to a scalar, sequence or mapping.
-    fn resolve(mut self) -> Result<(De<'de>, Shape<'de>)> {
+    fn resolve(mut self) -> Result<(De<'de, 'p>, Shape<'de>)> {
         loop {
             let id = match &self.node.kind {
                 Kind::Scalar { value, plain } => return Ok((self, Shape::Scalar(value, *plain))),
@@ -106,7 +174,7 @@ impl<'de> De<'de> {
 
     /// Runs `f` on the node behind any alias; an error without a position gets the position
     /// of this node (the alias, for an alias).
-    fn with<T>(self, f: impl FnOnce(De<'de>, Shape<'de>) -> Result<T>) -> Result<T> {
+    fn with<T>(self, f: impl FnOnce(De<'de, 'p>, Shape<'de>) -> Result<T>) -> Result<T> {
         let at = self.node.at;
         self.resolve().and_then(|(de, shape)| f(de, shape)).map_err(|e| e.at(at))
     }
@@ -132,7 +200,7 @@ impl<'de> De<'de> {
         }
     }
 
-    fn nested(self) -> Result<De<'de>> {
+    fn nested(self) -> Result<De<'de, 'p>> {
         match self.depth.checked_sub(1) {
             Some(depth) => Ok(De { depth, ..self }),
             None => Err(de::Error::custom(format!("nested deeper than {MAX_DEPTH} levels"))),
@@ -156,7 +224,7 @@ impl<'de> De<'de> {
         visitor: V,
     ) -> Result<V::Value> {
         let mut map =
-            MapReader { de: self.nested()?, entries: entries.iter(), value: None, read: 0 };
+            MapReader { de: self.nested()?, entries: entries.iter(), entry: None, read: 0 };
         let value = visitor.visit_map(&mut map)?;
         match map.entries.len() {
             0 => Ok(value),
@@ -164,6 +232,33 @@ impl<'de> De<'de> {
                 Err(de::Error::invalid_length(map.read + left, &Len { read: map.read, map: true }))
             }
         }
+    }
+}
+
+impl<'de> De<'de, '_> {
+    /// A value of a [`Choice`](choice::Choice) named `names`: any scalar, as written (as a
+    /// string is read). A name that is none of `names` is refused: noted with the node's path,
+    /// and the first name read in its place, when refusals are collected; else (or where no
+    /// path names the node) passed on for the visitor to refuse.
+    fn choice<V: Visitor<'de>>(
+        self,
+        names: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value> {
+        self.with(|de, shape| match shape {
+            Shape::Scalar(v, _) if !names.contains(&v) => {
+                match (de.refusals, de.path.text(), names.first()) {
+                    (Some(refusals), Some(field), Some(first)) => {
+                        let message = not_one_of(v, names);
+                        refusals.borrow_mut().push(Refusal { field, message });
+                        visitor.visit_borrowed_str(first)
+                    }
+                    _ => visitor.visit_borrowed_str(v),
+                }
+            }
+            Shape::Scalar(v, _) => visitor.visit_borrowed_str(v),
+            _ => Err(invalid_type(shape, &visitor)),
+        })
     }
 }
 
@@ -340,7 +435,7 @@ macro_rules! forward {
     )*};
 }
 
-impl<'de> de::Deserializer<'de> for De<'de> {
+impl<'de> de::Deserializer<'de> for De<'de, '_> {
     type Error = Error;
 
     typed! {
@@ -466,9 +561,12 @@ impl<'de> de::Deserializer<'de> for De<'de> {
     fn deserialize_enum<V: Visitor<'de>>(
         self,
         name: &'static str,
-        _variants: &'static [&'static str],
+        variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value> {
+        if name == choice::TOKEN {
+            return self.choice(variants, visitor);
+        }
         self.with(|de, shape| {
             if let Some(outer) = de.variant {
                 return match shape {
@@ -496,21 +594,22 @@ impl<'de> de::Deserializer<'de> for De<'de> {
 
 const TAG: &str = "a variant name, or a YAML tag `!Variant` before the value";
 
-struct SeqReader<'de> {
-    de: De<'de>,
+struct SeqReader<'de, 'p> {
+    de: De<'de, 'p>,
     items: slice::Iter<'de, Node>,
     read: usize,
 }
 
-impl<'de> de::SeqAccess<'de> for SeqReader<'de> {
+impl<'de> de::SeqAccess<'de> for SeqReader<'de, '_> {
     type Error = Error;
 
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
         let Some(node) = self.items.next() else { return Ok(None) };
+        let path = Path::Index(self.de.path, self.read);
         self.read += 1;
         // The position of the item for errors found after its deserializer returned
         // (`try_from`, untagged enums).
-        seed.deserialize(self.de.child(node)).map(Some).map_err(|e| e.at(node.at))
+        seed.deserialize(self.de.child(node, &path)).map(Some).map_err(|e| e.at(node.at))
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -518,29 +617,35 @@ impl<'de> de::SeqAccess<'de> for SeqReader<'de> {
     }
 }
 
-struct MapReader<'de> {
-    de: De<'de>,
+struct MapReader<'de, 'p> {
+    de: De<'de, 'p>,
     entries: slice::Iter<'de, (Node, Node)>,
-    /// The value of the key just read.
-    value: Option<&'de Node>,
+    /// The entry whose key was just read.
+    entry: Option<&'de (Node, Node)>,
     read: usize,
 }
 
-impl<'de> de::MapAccess<'de> for MapReader<'de> {
+impl<'de> de::MapAccess<'de> for MapReader<'de, '_> {
     type Error = Error;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>> {
-        let Some((key, value)) = self.entries.next() else { return Ok(None) };
+        let Some(entry) = self.entries.next() else { return Ok(None) };
         self.read += 1;
-        self.value = Some(value);
-        seed.deserialize(self.de.child(key)).map(Some).map_err(|e| e.at(key.at))
+        self.entry = Some(entry);
+        let key = &entry.0;
+        // A key is no field: it has no path of its own.
+        seed.deserialize(self.de.child(key, &Path::Unnamed)).map(Some).map_err(|e| e.at(key.at))
     }
 
     fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value> {
-        let Some(node) = self.value.take() else {
+        let Some((key, node)) = self.entry.take() else {
             return Err(de::Error::custom("a map value was read before its key"));
         };
-        seed.deserialize(self.de.child(node)).map_err(|e| e.at(node.at))
+        let path = match self.de.key_text(key) {
+            Some(k) => Path::Key(self.de.path, k),
+            None => Path::Unnamed,
+        };
+        seed.deserialize(self.de.child(node, &path)).map_err(|e| e.at(node.at))
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -549,23 +654,23 @@ impl<'de> de::MapAccess<'de> for MapReader<'de> {
 }
 
 /// An enum variant named by a tag: `!Variant value`.
-struct Tagged<'de> {
-    de: De<'de>,
+struct Tagged<'de, 'p> {
+    de: De<'de, 'p>,
     tag: &'de str,
 }
 
-impl<'de> de::EnumAccess<'de> for Tagged<'de> {
+impl<'de, 'p> de::EnumAccess<'de> for Tagged<'de, 'p> {
     type Error = Error;
-    type Variant = De<'de>;
+    type Variant = De<'de, 'p>;
 
-    fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, De<'de>)> {
+    fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, De<'de, 'p>)> {
         let name = de::value::BorrowedStrDeserializer::<Error>::new(self.tag);
         let variant = seed.deserialize(name).map_err(|e| e.at(self.de.node.at))?;
         Ok((variant, De { variant: Some(self.tag), ..self.de }))
     }
 }
 
-impl<'de> de::VariantAccess<'de> for De<'de> {
+impl<'de> de::VariantAccess<'de> for De<'de, '_> {
     type Error = Error;
 
     fn unit_variant(self) -> Result<()> {
@@ -590,18 +695,18 @@ impl<'de> de::VariantAccess<'de> for De<'de> {
 }
 
 /// A unit variant named by a scalar: `PER_SESSION`.
-struct Unit<'de>(De<'de>);
+struct Unit<'de, 'p>(De<'de, 'p>);
 
-impl<'de> de::EnumAccess<'de> for Unit<'de> {
+impl<'de, 'p> de::EnumAccess<'de> for Unit<'de, 'p> {
     type Error = Error;
-    type Variant = Unit<'de>;
+    type Variant = Unit<'de, 'p>;
 
-    fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, Unit<'de>)> {
+    fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, Unit<'de, 'p>)> {
         Ok((seed.deserialize(self.0)?, self))
     }
 }
 
-impl<'de> de::VariantAccess<'de> for Unit<'de> {
+impl<'de> de::VariantAccess<'de> for Unit<'de, '_> {
     type Error = Error;
 
     fn unit_variant(self) -> Result<()> {

@@ -11,13 +11,17 @@
 //! - a later check (validation, a scenario's checks against the model): the returned
 //!   [`Locations`] map the field path to its position.
 //!
-//! Only the first serde error is known (serde stops there). Used by the configuration loader
-//! and by `spillwayctl simulate` for its scenario files. Why not serde_yaml: see the
-//! "Dependencies" section of `docs/configuration.md`.
+//! Only the first serde error is known (serde stops there). The one exception is a name that is
+//! none of the values of a [`Choice`](super::choice::Choice) (`tracking_mode: PER_FLOW`):
+//! [`from_str_with_refusals`], the configuration loader's reader, notes it as a [`Refusal`] and
+//! reads on, so that the loader reports it with the file's other problems. Used by the
+//! configuration loader and by `spillwayctl simulate` for its scenario files. Why not
+//! serde_yaml: see the "Dependencies" section of `docs/configuration.md`.
 
 mod de;
 mod tree;
 
+use std::cell::RefCell;
 use std::fmt;
 
 use serde::de::DeserializeOwned;
@@ -47,13 +51,42 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// A name [`from_str_with_refusals`] refused: none of the values of its field's
+/// [`Choice`](super::choice::Choice). Its position is the field's in the [`Locations`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Dotted field path of the value (`services[0].backend_service.session_affinity`).
+    pub field: String,
+    /// "`X` is not one of `A`, `B`".
+    pub message: String,
+}
+
 /// Parses `text` (one YAML document) and deserialises a `T` from it, with the position of
-/// every field path of the text.
+/// every field path of the text. A refused name of a choice is an error like any other.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<(T, Locations), Error> {
+    read(text, None)
+}
+
+/// [`from_str`], but a refused name of a choice does not stop the reading: it is returned
+/// among the refusals, in the order read, and the value holds the choice's first value in its
+/// place (so a caller must not use a value read with refusals). Errors of any other kind stop
+/// the reading as in [`from_str`], and then the refusals read before are dropped.
+pub fn from_str_with_refusals<T: DeserializeOwned>(
+    text: &str,
+) -> Result<(T, Locations, Vec<Refusal>), Error> {
+    let refusals = RefCell::new(Vec::new());
+    let (value, locations) = read(text, Some(&refusals))?;
+    Ok((value, locations, refusals.into_inner()))
+}
+
+fn read<T: DeserializeOwned>(
+    text: &str,
+    refusals: Option<&RefCell<Vec<Refusal>>>,
+) -> Result<(T, Locations), Error> {
     let (doc, locations) = tree::parse(text);
     let doc =
         doc.map_err(|e| Error { field: String::new(), location: e.at, message: e.message })?;
-    match serde_path_to_error::deserialize(de::De::new(&doc)) {
+    match serde_path_to_error::deserialize(de::De::new(&doc, refusals)) {
         Ok(value) => Ok((value, locations)),
         Err(e) => {
             let field = e.path().to_string();
@@ -67,8 +100,10 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<(T, Locations), Error
     }
 }
 
-/// The positions of the field paths of `text`, reading as far as it is valid YAML.
-pub(super) fn locations(text: &str) -> Locations {
+/// The positions of the field paths of `text`, for a caller that has only the text
+/// ([`from_str`] returns them with the values). Never fails: on a syntax error the map holds
+/// what was read before it.
+pub fn locations(text: &str) -> Locations {
     tree::parse(text).1
 }
 
@@ -199,6 +234,67 @@ mod tests {
         assert!(e.message.contains("invalid type: map"), "{e}");
     }
 
+    crate::config::choice::choice! {
+        pub enum Colour {
+            Red => "red",
+            Blue => "BLUE",
+        }
+    }
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Paint {
+        colour: Colour,
+        #[serde(default)]
+        trim: Option<Colour>,
+        #[serde(default)]
+        coats: Vec<Colour>,
+        #[serde(default)]
+        n: u8,
+    }
+
+    #[test]
+    fn a_choice_is_read_as_a_string_is_and_by_its_exact_name() {
+        let p: Paint = read("colour: BLUE\ntrim: ~\ncoats: [red, !!str BLUE, !x red]\n").unwrap();
+        assert_eq!((p.colour, p.trim), (Colour::Blue, None));
+        assert_eq!(p.coats, [Colour::Red, Colour::Blue, Colour::Red]);
+        // Refused: another case, a number, null where a value is required.
+        for (value, shown) in [("Red", "Red"), ("7", "7"), ("~", "~"), ("''", "")] {
+            let e = read::<Paint>(&format!("n: 1\ncolour: {value}\n")).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("2:9: field `colour`: `{shown}` is not one of `red`, `BLUE`")
+            );
+        }
+        // A wrong type is reported as it was when the field was a string.
+        let e = read::<Paint>("colour: [red]\n").unwrap_err();
+        assert_eq!(e.to_string(), "1:1: field `colour`: invalid type: sequence, expected a string");
+    }
+
+    #[test]
+    fn refused_names_are_noted_with_their_path_and_the_reading_goes_on() {
+        let text =
+            "a: {colour: green, coats: [red, blue]}\nb: &p {colour: red, trim: RED}\nc: *p\n";
+        let (v, at, refused) = from_str_with_refusals::<BTreeMap<String, Paint>>(text).unwrap();
+        let fields: Vec<&str> = refused.iter().map(|r| r.field.as_str()).collect();
+        assert_eq!(fields, ["a.colour", "a.coats[1]", "b.trim", "c.trim"]);
+        assert_eq!(refused[0].message, "`green` is not one of `red`, `BLUE`");
+        assert_eq!(refused[1].message, "`blue` is not one of `red`, `BLUE`");
+        // The first value stands in for a refused one.
+        assert_eq!(
+            (v["a"].colour, v["a"].coats[1], v["c"].trim),
+            (Colour::Red, Colour::Red, Some(Colour::Red))
+        );
+        // Where the loader places them: the value, or the alias that stands for it.
+        assert_eq!(at.get("a.colour"), Some((1, 13)));
+        assert_eq!(at.get("c.trim"), Some((3, 4)));
+        // Any other error still stops the reading, refusals or not.
+        let e = from_str_with_refusals::<Paint>("colour: green\nn: 300\n").unwrap_err();
+        assert_eq!(e.to_string(), "2:4: field `n`: invalid value: integer `300`, expected u8");
+        let e = from_str_with_refusals::<Paint>("colour: green\nn: x\nsize: 1\n").unwrap_err();
+        assert_eq!(e.field, "n");
+    }
+
     #[test]
     fn anchors_and_aliases() {
         let m: BTreeMap<String, S> = read("a: &base {n: 3, list: [1]}\nb: *base\n").unwrap();
@@ -223,6 +319,60 @@ mod tests {
         assert!(e.message.contains("aliases expand"), "{e}");
         let e = read::<serde_json::Value>("a: &r [*r]\n").unwrap_err();
         assert!(e.message.contains("its own anchor"), "{e}");
+    }
+
+    const POSITIONS: &str = "\
+dataplane:
+  ports: [net_tap0, net_null0]
+  node:
+    ipv4: 198.18.0.2/16
+health_checks:
+  web-http:
+    type: HTTP
+services:
+  - name: web
+    forwarding_rules:
+      - vip: 198.18.0.10
+        ports: [80, \"8000-8080\"]
+    backend_service:
+      failover_policy: {failover_ratio: 0.5}
+      backends:
+        - group: a
+          endpoints:
+            - 198.18.1.1
+            - 198.18.1.2
+";
+
+    #[test]
+    fn scalars_are_located_at_their_value() {
+        let l = locations(POSITIONS);
+        assert_eq!(l.exact("dataplane.node.ipv4"), Some((4, 11)));
+        assert_eq!(l.exact("dataplane.ports[1]"), Some((2, 21)));
+        assert_eq!(l.exact("health_checks.web-http.type"), Some((7, 11)));
+        assert_eq!(l.exact("services[0].name"), Some((9, 11)));
+        assert_eq!(l.exact("services[0].forwarding_rules[0].ports[1]"), Some((12, 21)));
+        assert_eq!(
+            l.exact("services[0].backend_service.failover_policy.failover_ratio"),
+            Some((14, 41))
+        );
+        assert_eq!(l.exact("services[0].backend_service.backends[0].endpoints[1]"), Some((19, 15)));
+    }
+
+    #[test]
+    fn blocks_are_located_at_their_key_and_items_at_their_start() {
+        let l = locations(POSITIONS);
+        assert_eq!(l.exact("dataplane.node"), Some((3, 3)));
+        assert_eq!(l.exact("services"), Some((8, 1)));
+        assert_eq!(l.exact("services[0]"), Some((9, 5)));
+        assert_eq!(l.exact("services[0].backend_service.backends[0]"), Some((16, 11)));
+        assert_eq!(l.get("services[0].backend_service.zonal_affinity.spillover"), Some((13, 5)));
+        assert_eq!(l.get("topology.region"), None);
+    }
+
+    #[test]
+    fn broken_text_keeps_what_was_read() {
+        let l = locations("dataplane:\n  ports: [a]\n  burst: [\n");
+        assert_eq!(l.exact("dataplane.ports[0]"), Some((2, 11)));
     }
 
     #[test]
