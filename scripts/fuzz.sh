@@ -10,8 +10,7 @@
 #             sealed with it reach the parser) and table files.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]    (default 30 s per target, every target)
-#   scripts/fuzz.sh --build                  (build every target, run none: scripts/test.sh
-#                                            builds them beside the e2e tests)
+#   scripts/fuzz.sh --build                  (build every target, run none)
 #
 # The targets are built the way `cargo fuzz run -s none` builds them (libFuzzer's coverage
 # instrumentation, `--cfg fuzzing`, debug assertions and overflow checks on an optimised build,

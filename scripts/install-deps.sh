@@ -12,7 +12,7 @@ packages=(
     iproute2 procps           # network namespaces (ip netns), kill
     nftables                  # tests/e2e/test_soak.py: a backend's health port refused, then not
     python3 python3-pytest    # traffic scripts and the end-to-end tests
-    python3-pytest-xdist      # scripts/test.sh runs the end-to-end tests in two processes
+    python3-pytest-xdist      # pytest -n 2: the end-to-end tests split over processes by hand
     python3-nacl              # tests/e2e/syncwire.py: the tests' own fleet sync peer (XChaCha20-Poly1305)
     libxxhash0                # shared/tests/maglev_reference.py hashes with the C xxHash
     python3-prometheus-client # the e2e tests parse /metrics with the reference parser

@@ -2,8 +2,7 @@
 # The Debian package: builds it with cargo-deb and, with --test, installs it into a throwaway
 # Debian 12 root (mmdebstrap) and runs it from there.
 #   scripts/package.sh [--test]          (root for --test; writes target/debian/spillway_*.deb)
-#   scripts/package.sh --test-built      (the test alone, of the .deb a run without --test made:
-#                                         scripts/test.sh builds it beside the e2e tests)
+#   scripts/package.sh --test-built      (the test alone, of the .deb a run without --test made)
 #
 # The test proves the package is complete on a clean system: apt resolves its dependencies
 # (the DPDK 22.11 runtime libraries) from Debian alone; `spillway --version`, `spillwayctl

@@ -16,7 +16,6 @@ fi
 cd "$(dirname "$0")/.."
 
 # Each step's wall time, printed as a table at the end (and when a step fails).
-rm -f target/ci-beside-e2e.times
 steps=()
 step_name=""
 step_start=$SECONDS
@@ -31,8 +30,6 @@ step_table() {
     end_step
     printf '\n==> step times\n'
     printf '%s\n' "${steps[@]}"
-    # What ran beside the e2e tests, as far as it got.
-    [ -s target/ci-beside-e2e.times ] && cat target/ci-beside-e2e.times
     printf '%6ds  total\n' $((SECONDS - run_start))
 }
 trap step_table EXIT
@@ -71,47 +68,19 @@ step "the phase clock, built in (cargo test -p spillway-dataplane --features pha
 cargo test -p spillway-dataplane --features phase-clock --test path -- \
     --exact the_phase_clock_counts_bursts_only_when_built_in
 
-# Beside the end-to-end tests, at the lowest CPU and I/O priority: the release binaries and the
-# Debian package, then the fuzz targets. The e2e tests spend most of their time waiting on
-# traffic and timers (the balancers' idle workers sleep), so these builds take the CPU they
-# leave, and a test that needs it gets it first. Their log: target/ci-beside-e2e.log.
-mkdir -p target
-beside_log=target/ci-beside-e2e.log
-beside_times=target/ci-beside-e2e.times
-: >"$beside_times"
-setsid nice -n 19 ionice -c 3 bash -c '
-    set -euo pipefail
-    t=$SECONDS
-    bash scripts/package.sh
-    printf "%6ds  beside the e2e tests: the release binaries and the Debian package (scripts/package.sh)\n" $((SECONDS - t)) >>"$1"
-    t=$SECONDS
-    bash scripts/fuzz.sh --build
-    printf "%6ds  beside the e2e tests: the fuzz targets (scripts/fuzz.sh --build)\n" $((SECONDS - t)) >>"$1"
-' beside "$beside_times" >"$beside_log" 2>&1 &
-beside_pid=$!
-stop_beside() { kill -- "-$beside_pid" 2>/dev/null || true; }
-trap 'stop_beside; step_table' EXIT
-
 if compgen -G "tests/e2e/test_*.py" >/dev/null; then
-    step "end-to-end tests (tests/e2e), in two processes"
+    step "end-to-end tests (tests/e2e)"
     # Debian's python3 has python3-pytest; another python3 may come first on PATH. With CI set
     # (and as root), a test that would skip for want of a binary or tool fails instead
     # (tests/e2e/conftest.py); -rfEs lists every failure, error and skip in the summary. The
-    # tests run the debug binaries `cargo test` built, two at a time (pytest-xdist): each
-    # builds its own namespaces, and the balancers' idle workers sleep (tests/e2e/topo.py,
-    # WORKER_IDLE_SLEEP_US), so two tests share the two cores.
-    CI="${CI:-true}" /usr/bin/python3 -m pytest -q -rfEs --durations=15 -n 2 --dist load tests/e2e
+    # tests run the debug binaries `cargo test` built, one at a time: the fleet tests measure
+    # bulk syncs, floods and takeovers under load, and a second test or a build beside them on
+    # two cores turns those measures into measures of the machine.
+    CI="${CI:-true}" /usr/bin/python3 -m pytest -q -rfEs --durations=15 tests/e2e
 fi
 
-step "the builds beside the e2e tests: waiting for what is left of them"
-if ! wait "$beside_pid"; then
-    tail -n 60 "$beside_log"
-    echo "the release build, the package build or the fuzz build failed: $beside_log" >&2
-    exit 1
-fi
-
-step "Debian package: install into a fresh Debian 12 root, run from there (scripts/package.sh --test-built)"
-bash scripts/package.sh --test-built
+step "Debian package: build it, install it into a fresh Debian 12 root, run from there (scripts/package.sh --test)"
+bash scripts/package.sh --test
 
 step "fuzz the packet parser, the packet path, the config and scenario loaders, the admin API and fleet sync for ${SPILLWAY_FUZZ_SECONDS:-15}s each (scripts/fuzz.sh)"
 bash scripts/fuzz.sh "${SPILLWAY_FUZZ_SECONDS:-15}"

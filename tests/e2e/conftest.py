@@ -24,8 +24,8 @@ from strict_skips import pytest_configure as _strict_configure  # noqa: E402
 def pytest_configure(config):
     _strict_configure(config)
     config.addinivalue_line(
-        "markers", "long: takes a minute or more; runs first, so that the suite's processes "
-        "(scripts/test.sh runs it in two, pytest-xdist) finish together")
+        "markers", "long: takes a minute or more; runs first, so that processes of a suite split "
+        "by hand (pytest -n 2) finish together")
 
 
 def _skip_reason():

@@ -63,8 +63,8 @@ LL_PERIOD = 0.1
 def record(section: str, figures: dict) -> None:
     """Print the figures and merge them into target/reliability/fleet.json as ``section``."""
     FIGURES.parent.mkdir(parents=True, exist_ok=True)
-    # test_fleet.py and test_fleet_sync.py may run side by side (scripts/test.sh runs the suite
-    # in two processes): the file is read, merged and written under a lock.
+    # test_fleet.py and test_fleet_sync.py may run side by side (a suite split by hand with
+    # pytest -n 2): the file is read, merged and written under a lock.
     with open(FIGURES.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = {}

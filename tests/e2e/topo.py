@@ -98,8 +98,8 @@ ECHO_PORT = 7000  # backend_server.py's line echo (long-lived TCP connections)
 GUE_PORT = 6080
 DEFAULT_MTU = 1500
 # dataplane.idle_sleep_us of the balancers the tests run: a worker that finds nothing sleeps
-# 200 us instead of polling a core at 100%, so that the balancers of tests run side by side
-# (scripts/test.sh runs the suite in two processes) leave the CPU to the traffic they carry.
+# 200 us instead of polling a core at 100%, so that balancers sharing the machine (several in
+# the fleet tests, more in a suite split by hand with pytest -n 2) leave the CPU to the traffic.
 WORKER_IDLE_SLEEP_US = 200
 BRIDGE = "br0"
 HOST_IF = "eth0"
