@@ -86,20 +86,11 @@
 //! out-of-order datagrams are accepted once each; one that leaves the window unseen is counted
 //! lost.
 //!
-//! # Figures (from the constants; IPv4, computed, not measured)
+//! # Sizes
 //!
-//! - Entries per datagram: [`ENTRIES_PER_DATAGRAM`] = (1400 - 34 - 16 - 2) / 69 = **19**
-//!   (an `Answer`, with its 14-byte prefix, also 19); a full datagram is 34 + 2 + 19 x 69 + 16
-//!   = **1,363 bytes** of UDP payload.
-//! - On the wire: + UDP 8 + IPv4 20 = 1,391-byte packet; + Ethernet 14 + FCS 4 = 1,409-byte
-//!   frame; + preamble 8 + inter-frame gap 12 = **1,429 bytes of line time**, so **75.2 bytes
-//!   per entry** (IPv6: 1,449 and 76.3).
-//! - A bulk sync of **1,000,000 entries**: **52,632 datagrams**, **75.2 MB** on the wire: 0.60
-//!   s of a 1 Gb/s link, 60 ms of 10 Gb/s.
-//! - **200,000 entries** (about the entries at risk when one backend is added to five):
-//!   **10,527 datagrams**, **15.0 MB** on the wire: 0.12 s at 1 Gb/s.
-//!
-//! A test (`figures_in_the_module_doc`) recomputes these from the constants.
+//! A datagram carries [`ENTRIES_PER_DATAGRAM`] entries; what that comes to on the wire, for a
+//! bulk sync of 200,000 or 1M entries, is in docs/scale-out.md ("Sizes on the wire"), checked
+//! against these constants by a test (`sizes_on_the_wire_in_scale_out_md`).
 //!
 //! # Choices where the design left room
 //!
@@ -123,6 +114,7 @@ mod bulk;
 mod entry;
 pub mod epoch;
 mod key;
+mod refused;
 mod session;
 mod socket;
 pub(crate) mod thread;
@@ -138,12 +130,13 @@ pub use entry::{
 };
 pub use epoch::{next_epoch, EpochError};
 pub use key::{Key, KeyFileError, KeyProblem, KeyRing, KEY_BYTES, KEY_FILE_HOWTO};
+pub use refused::Refused;
 pub use session::{Accepted, HelloProof, Sessions, REPLAY_WINDOW};
 pub use socket::BUFFER_BYTES;
 pub use thread::{spawn, Limited, SyncSettings, SyncShared, SyncStats, DISAGREE_AFTER};
 pub use wire::{
     decode, AnswerPart, Body, Datagram, Encoder, EntriesKind, Header, HelloFields, Kind, Packed,
-    Refused, ALL_WORKERS, ANSWER_END_BYTES, ANSWER_ENTRIES_PER_DATAGRAM, ANSWER_PREFIX_BYTES,
+    ALL_WORKERS, ANSWER_END_BYTES, ANSWER_ENTRIES_PER_DATAGRAM, ANSWER_PREFIX_BYTES,
     BULK_ACK_BYTES, BULK_REQUEST_BYTES, ENTRIES_PER_DATAGRAM, ENTRIES_PREFIX_BYTES, HEADER_BYTES,
     HELLO_BYTES, MAGIC, MAX_DATAGRAM, TAG_BYTES, VERSION,
 };

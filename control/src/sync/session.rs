@@ -28,7 +28,7 @@
 
 use std::net::IpAddr;
 
-use super::wire::Refused;
+use super::refused::Refused;
 
 /// How many sequence numbers below the highest seen are still accepted (once each): room for
 /// the reordering of a bulk answer's burst over a multipath network.

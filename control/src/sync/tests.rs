@@ -765,7 +765,7 @@ proptest! {
 // ------------------------------------------------------------------ the figures
 
 #[test]
-fn figures_in_the_module_doc() {
+fn sizes_on_the_wire_in_scale_out_md() {
     // Ethernet header 14 + FCS 4 + preamble and SFD 8 + inter-frame gap 12; UDP 8; IPv4 20.
     let line = |udp_payload: usize| udp_payload + 8 + 20 + 14 + 4 + 8 + 12;
     let full = HEADER_BYTES + ENTRIES_PREFIX_BYTES + ENTRIES_PER_DATAGRAM * ENTRY_BYTES + TAG_BYTES;
@@ -781,6 +781,22 @@ fn figures_in_the_module_doc() {
     };
     assert_eq!(bulk(1_000_000), (52_632, 75_210_576));
     assert_eq!(bulk(200_000), (10_527, 15_042_186));
+    // The figures docs/scale-out.md gives.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scale-out.md"))
+        .expect("docs/scale-out.md");
+    for figure in [
+        "**19**",
+        "**1,363 bytes**",
+        "**1,429 bytes of line time**",
+        "**75.2 bytes",
+        "1,449 and 76.3",
+        "**52,632 datagrams**",
+        "**75.2 MB**",
+        "**10,527 datagrams**",
+        "**15.0 MB**",
+    ] {
+        assert!(doc.contains(figure), "docs/scale-out.md lacks {figure}");
+    }
 }
 
 // ------------------------------------------------------------------ cost

@@ -46,10 +46,11 @@ use spillway_core::sync::{
 use super::bulk::{Answering, Asked, Asking, Request};
 use super::entry::{EntryRecords, SyncedEntry};
 use super::key::KeyRing;
+use super::refused::Refused;
 use super::session::{Accepted, Sessions};
 use super::socket::{self, SyncSocket};
 use super::wire::{
-    decode, AnswerPart, Body, Encoder, EntriesKind, HelloFields, Refused, ALL_WORKERS,
+    decode, AnswerPart, Body, Encoder, EntriesKind, HelloFields, ALL_WORKERS,
     ANSWER_ENTRIES_PER_DATAGRAM, ENTRIES_PER_DATAGRAM, MAX_DATAGRAM,
 };
 use crate::instance::Phase;
