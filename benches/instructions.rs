@@ -54,6 +54,7 @@ use spillway_core::capture::{self, Filter, Points, TapSlot, SNAP_MAX};
 use spillway_core::conntrack::Shard;
 use spillway_core::counters::WorkerCounters;
 use spillway_core::decide::{decide_prepared, prepare};
+use spillway_core::filter::FlowFilter;
 use spillway_core::model::{Encap, RuleProtocol};
 use spillway_core::time::Time;
 use spillway_core::wire::build::{self, EncapKind, EncapParams, OuterV4};
@@ -233,9 +234,13 @@ fn run_case(case: &str, packets: usize, fill: usize) {
             // The ring holds every record of the longer run (2 per packet): nothing is lost.
             let _reader = (case != "tap_idle").then(|| {
                 let filter = match case {
-                    "tap_miss" => {
-                        Filter { vip: Some(Addr::v4(198, 18, 0, 99)), ..Filter::default() }
-                    }
+                    "tap_miss" => Filter {
+                        flow: FlowFilter {
+                            vip: Some(Addr::v4(198, 18, 0, 99)),
+                            ..FlowFilter::default()
+                        },
+                        ..Filter::default()
+                    },
                     _ => Filter::default(),
                 };
                 let points = Points { dropped: false, ..Points::ALL };

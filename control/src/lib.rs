@@ -4,13 +4,13 @@
 
 pub mod announcer;
 pub mod api;
-pub mod capture;
 pub mod config;
 pub mod controller;
 pub mod health;
 pub mod instance;
 pub mod metrics;
 pub mod netlink;
+pub mod pcapng;
 pub mod simulate;
 pub mod sync;
 pub mod table_file;

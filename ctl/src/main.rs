@@ -163,6 +163,12 @@ struct FlowsArgs {
     /// Only flows from this client address or prefix (`198.18.10.0/24`).
     #[arg(long)]
     client: Option<String>,
+    /// Only flows from this client port.
+    #[arg(long)]
+    sport: Option<u16>,
+    /// Only flows to this VIP port.
+    #[arg(long)]
+    dport: Option<u16>,
     /// Only this protocol: `tcp`, `udp`, `icmp`, `icmpv6` or a number.
     #[arg(long)]
     proto: Option<String>,
@@ -181,6 +187,11 @@ impl FlowsArgs {
     /// The query string of `GET /v1/conntrack/flows`.
     fn query(&self) -> String {
         let mut q = vec![format!("limit={}", self.limit)];
+        for (name, v) in [("sport", self.sport), ("dport", self.dport)] {
+            if let Some(v) = v {
+                q.push(format!("{name}={v}"));
+            }
+        }
         for (name, v) in [
             ("vip", &self.vip),
             ("service", &self.service),

@@ -114,7 +114,7 @@ fn capture_one<B: PacketBuf>(
     at: At,
 ) -> Outcome {
     let info = wire::classify(buf.data()).ok().and_then(|f| f.kind.packet_info().copied());
-    if !tap.filter.flow_matches(info.as_ref()) {
+    if !tap.filter.flow.flow_matches(info.as_ref()) {
         return process_one(buf, ctx, &mut Told::default());
     }
     let first = pending.len();
@@ -147,7 +147,7 @@ fn capture_one<B: PacketBuf>(
             .or_else(|| info.as_ref().and_then(|p| ctx.snap.service_for(p)).map(|s| s.id)),
         backend: told.forwarded.and_then(|(_, slot)| ctx.snap.backend(slot)).map(|b| b.endpoint),
     };
-    if !tap.filter.decision_matches(note.service, note.backend) {
+    if !tap.filter.flow.decision_matches(note.service, note.backend) {
         pending.truncate(first);
         return outcome;
     }

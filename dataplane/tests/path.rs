@@ -1115,6 +1115,7 @@ fn with_a_kernel_interface_an_icmp_error_about_the_nodes_own_packet_goes_to_the_
 mod capture {
     use super::*;
     use spillway_core::capture::{self as tap, Filter, Point, Points, Record, TapSlot};
+    use spillway_core::filter::FlowFilter;
     use spillway_core::model::Endpoint;
     use spillway_dataplane::capture::WorkerTap;
     use std::sync::Arc;
@@ -1216,7 +1217,10 @@ mod capture {
     fn a_capture_keeps_only_what_its_filter_and_points_ask_for() {
         let frames = frames();
         let mut rig = Rig::new(Encap::Ipip);
-        let six = Filter { backend: Some((a("fd00::1:1"), None)), ..Filter::default() };
+        let six = Filter {
+            flow: FlowFilter { backend: Some((a("fd00::1:1"), None)), ..FlowFilter::default() },
+            ..Filter::default()
+        };
         let (mut worker, mut ring, _) = tap(six, Points::NONE.with(Point::Sent), 64);
         captured(&mut rig, &mut worker, &frames);
         let r = records(&mut ring);
@@ -1234,8 +1238,13 @@ mod capture {
         assert_eq!(r[0].bytes(), &frames[3][..]);
 
         let mut rig = Rig::new(Encap::Ipip);
-        let client =
-            Filter { client: Some("198.18.10.0/24".parse().unwrap()), ..Filter::default() };
+        let client = Filter {
+            flow: FlowFilter {
+                client: Some("198.18.10.0/24".parse().unwrap()),
+                ..FlowFilter::default()
+            },
+            ..Filter::default()
+        };
         let (mut worker, mut ring, _) = tap(client, Points::NONE.with(Point::Received), 64);
         captured(&mut rig, &mut worker, &frames);
         assert_eq!(records(&mut ring).len(), 2, "the SYN and the ACK; the bad frame has no flow");

@@ -19,9 +19,8 @@ use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
 
-use crate::addr::{Addr, Prefix};
 use crate::counters::Reason;
-use crate::flow::PacketInfo;
+use crate::filter::FlowFilter;
 use crate::model::Endpoint;
 
 /// The most bytes of a packet a record keeps (a 1,500-byte packet, its Ethernet header and the
@@ -97,61 +96,14 @@ impl Points {
     }
 }
 
-/// Which packets a capture keeps; an unset field matches everything. The flow fields are read
-/// from the packet as it arrived (for an ICMP error, the flow it is about, as the decision reads
-/// it); a packet without flow fields (ARP, neighbour discovery, other ethertypes) matches only
-/// a filter without them.
+/// Which packets a capture keeps: the flow fields ([`FlowFilter`], the filter `spillwayctl
+/// flows` uses too) and the port the packet arrived on; an unset field matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Filter {
-    /// The destination address (the VIP).
-    pub vip: Option<Addr>,
-    /// The destination port.
-    pub dport: Option<u16>,
-    /// The source address (the client) is in this prefix.
-    pub client: Option<Prefix>,
-    /// The source port.
-    pub sport: Option<u16>,
-    /// The IP protocol number.
-    pub proto: Option<u8>,
-    /// The service the packet's rule belongs to, by id.
-    pub service: Option<u16>,
-    /// The backend the packet was sent to: an address, and a port when given.
-    pub backend: Option<(Addr, Option<u16>)>,
+    /// The flow: its addresses, ports, protocol, service and backend.
+    pub flow: FlowFilter,
     /// The port (by index) the packet arrived on.
     pub port: Option<u16>,
-}
-
-impl Filter {
-    fn has_flow_fields(&self) -> bool {
-        self.vip.is_some()
-            || self.dport.is_some()
-            || self.client.is_some()
-            || self.sport.is_some()
-            || self.proto.is_some()
-            || self.service.is_some()
-            || self.backend.is_some()
-    }
-
-    /// Whether a packet with flow fields `info` (`None`: it has none) passes the fields that
-    /// are known before the decision.
-    pub fn flow_matches(&self, info: Option<&PacketInfo>) -> bool {
-        let Some(p) = info else { return !self.has_flow_fields() };
-        self.vip.is_none_or(|v| v == p.dst)
-            && self.dport.is_none_or(|d| d == p.dport)
-            && self.client.as_ref().is_none_or(|c| c.contains(p.src))
-            && self.sport.is_none_or(|s| s == p.sport)
-            && self.proto.is_none_or(|x| x == p.proto)
-    }
-
-    /// Whether a decision for service `service` and backend `backend` passes the service and
-    /// backend fields.
-    pub fn decision_matches(&self, service: Option<u16>, backend: Option<Endpoint>) -> bool {
-        let service_ok = self.service.is_none_or(|s| service == Some(s));
-        let backend_ok = self.backend.is_none_or(|(addr, port)| {
-            backend.is_some_and(|b| b.addr == addr && port.is_none_or(|p| p == b.port))
-        });
-        service_ok && backend_ok
-    }
 }
 
 /// What the worker did with a captured packet, named as its counters name it
@@ -353,64 +305,6 @@ pub fn start(
 mod tests {
     use super::*;
     use crate::decide::ForwardReason;
-
-    fn info(src: &str, sport: u16, dst: &str, dport: u16, proto: u8) -> PacketInfo {
-        PacketInfo {
-            src: src.parse().unwrap(),
-            dst: dst.parse().unwrap(),
-            proto,
-            sport,
-            dport,
-            ..PacketInfo::default()
-        }
-    }
-
-    #[test]
-    fn a_filter_matches_each_flow_field_and_an_empty_one_everything() {
-        let p = info("198.18.10.7", 40000, "198.18.0.10", 80, 6);
-        assert!(Filter::default().flow_matches(Some(&p)));
-        assert!(Filter::default().flow_matches(None));
-        let vip = Filter { vip: Some("198.18.0.10".parse().unwrap()), ..Filter::default() };
-        assert!(vip.flow_matches(Some(&p)));
-        assert!(!vip.flow_matches(None), "an ARP frame has no VIP");
-        let other_vip = Filter { vip: Some("198.18.0.11".parse().unwrap()), ..Filter::default() };
-        assert!(!other_vip.flow_matches(Some(&p)));
-        let client =
-            Filter { client: Some("198.18.10.0/24".parse().unwrap()), ..Filter::default() };
-        assert!(client.flow_matches(Some(&p)));
-        let far = Filter { client: Some("198.18.11.0/24".parse().unwrap()), ..Filter::default() };
-        assert!(!far.flow_matches(Some(&p)));
-        let tuple = Filter {
-            vip: Some("198.18.0.10".parse().unwrap()),
-            dport: Some(80),
-            client: Some(Prefix::host("198.18.10.7".parse().unwrap())),
-            sport: Some(40000),
-            proto: Some(6),
-            ..Filter::default()
-        };
-        assert!(tuple.flow_matches(Some(&p)));
-        assert!(!Filter { sport: Some(40001), ..tuple.clone() }.flow_matches(Some(&p)));
-        assert!(!Filter { dport: Some(443), ..tuple.clone() }.flow_matches(Some(&p)));
-        assert!(!Filter { proto: Some(17), ..tuple }.flow_matches(Some(&p)));
-    }
-
-    #[test]
-    fn a_filter_on_service_or_backend_needs_that_decision() {
-        let b = Endpoint { addr: "198.18.1.2".parse().unwrap(), port: 8080 };
-        let any = Filter::default();
-        assert!(any.decision_matches(None, None));
-        let svc = Filter { service: Some(3), ..Filter::default() };
-        assert!(svc.decision_matches(Some(3), Some(b)));
-        assert!(!svc.decision_matches(Some(4), Some(b)));
-        assert!(!svc.decision_matches(None, None));
-        let addr = Filter { backend: Some((b.addr, None)), ..Filter::default() };
-        assert!(addr.decision_matches(Some(3), Some(b)));
-        assert!(!addr.decision_matches(Some(3), None), "a dropped packet has no backend");
-        let ported = Filter { backend: Some((b.addr, Some(8081))), ..Filter::default() };
-        assert!(!ported.decision_matches(Some(3), Some(b)));
-        // Service and backend fields also keep packets without flow fields out.
-        assert!(!svc.flow_matches(None));
-    }
 
     #[test]
     fn a_record_keeps_at_most_the_snap_length() {

@@ -27,6 +27,7 @@ pub mod counters;
 pub mod decide;
 pub mod eligible;
 pub mod explain;
+pub mod filter;
 pub mod flow;
 pub mod lpm;
 pub mod maglev;

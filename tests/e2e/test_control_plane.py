@@ -576,7 +576,8 @@ def udp_clients(client: T.Client, n: int):
 def test_flows_lists_the_connection_table_with_filters_and_counts():
     """``spillwayctl flows``: 40 UDP flows from c1 through the VIP, each answered by a backend;
     the dump lists exactly those flows, each with the client's port and the backend that
-    answered it; ``--backend`` lists that backend's flows only; ``--count-by backend`` counts
+    answered it; ``--backend`` lists that backend's flows only, ``--sport``/``--dport`` the one
+    flow of a client port; ``--count-by backend`` counts
     what the replies counted; a client prefix with no flows matches none; ``--limit`` lists
     fewer and still counts all; ``--json`` is one JSON object per line."""
     from test_hardening import exchange
@@ -607,6 +608,14 @@ def test_flows_lists_the_connection_table_with_filters_and_counts():
             want = Counter(port_backend.values())
             assert {k.rsplit(":", 1)[0]: v for k, v in counted.items()} == dict(want), (counted, want)
 
+            # The flow filter capture uses: one client port names one flow, to its backend.
+            port, its_backend = next(iter(port_backend.items()))
+            one = lb.ctl_run(*udp, "--client", c1.ipv4, "--sport", str(port), "--dport", str(T.UDP_PORT))
+            one_flows = [json.loads(x) for x in one.stdout.splitlines()[:-1]]
+            assert [(f["client"], f["backend"].rsplit(":", 1)[0]) for f in one_flows] == \
+                [(f"{c1.ipv4}:{port}", its_backend)], one_flows
+            other_dport = json.loads(lb.ctl_run(*udp, "--dport", str(T.UDP_PORT + 1)).stdout.splitlines()[-1])
+            assert other_dport["matched"] == 0, other_dport
             none = json.loads(lb.ctl_run(*udp, "--client", "198.18.99.0/24").stdout.splitlines()[-1])
             assert none["matched"] == 0 and none["listed"] == 0, none
             few = json.loads(lb.ctl_run(*udp, "--limit", "5").stdout.splitlines()[-1])

@@ -1,5 +1,5 @@
 //! `POST /v1/capture`: a capture that knows the load balancer, streamed as pcapng
-//! ([`crate::capture`]); `GET /v1/capture`: the summary of the capture under way or the last.
+//! ([`crate::pcapng`]); `GET /v1/capture`: the summary of the capture under way or the last.
 //!
 //! One capture runs at a time (a second is a `409`). Its parameters are in the query string:
 //! the filters (`vip`, `dport`, `client`, `sport`, `proto`, `service`, `backend`, `port`), the points
@@ -17,12 +17,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use spillway_core::capture::{self as tap, Filter, Point, Points, SNAP_MAX};
+use spillway_core::filter::FlowFilter;
 use tokio::sync::mpsc;
 
 use super::error::HttpError;
 use super::query;
 use super::{lock, Api};
-use crate::capture::{self, points_str, Bounds, PcapngStream};
+use crate::pcapng::{self, points_str, Bounds, PcapngStream};
 use spillway_api::types::CaptureSummary;
 
 /// Packets written when `count` is not given.
@@ -137,13 +138,15 @@ fn parse(q: &CaptureQuery, api: &Api) -> Result<Request, HttpError> {
         }
     };
     let filter = Filter {
-        vip: q.vip.as_deref().map(|v| query::named_addr("vip", v)).transpose()?,
-        dport: q.dport,
-        client: q.client.as_deref().map(query::client_param).transpose()?,
-        sport: q.sport,
-        proto: q.proto.as_deref().map(query::protocol_of).transpose()?,
-        service,
-        backend,
+        flow: FlowFilter {
+            vip: q.vip.as_deref().map(|v| query::named_addr("vip", v)).transpose()?,
+            dport: q.dport,
+            client: q.client.as_deref().map(query::client_param).transpose()?,
+            sport: q.sport,
+            proto: q.proto.as_deref().map(query::protocol_of).transpose()?,
+            service,
+            backend,
+        },
         port,
     };
     let points = match q.point.as_deref() {
@@ -170,7 +173,7 @@ fn parse(q: &CaptureQuery, api: &Api) -> Result<Request, HttpError> {
     let ring = within(
         "ring",
         q.ring.map(|r| r as u64),
-        capture::RING_RECORDS as u64,
+        pcapng::RING_RECORDS as u64,
         MIN_RING as u64,
         MAX_RING as u64,
     )?;
@@ -257,7 +260,7 @@ pub(super) async fn start(
             let mut c = captures.lock().unwrap_or_else(PoisonError::into_inner);
             c.current = Some(s.clone());
         };
-        capture::run(rings, shared, stream, || lock(&controller).snapshot(), tx, progress).await;
+        pcapng::run(rings, shared, stream, || lock(&controller).snapshot(), tx, progress).await;
     });
     let body = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|chunk| (Ok::<_, std::io::Error>(chunk), rx))

@@ -19,9 +19,10 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::Json;
 use serde::Deserialize;
-use spillway_core::addr::{Addr, Prefix};
+use spillway_core::addr::Addr;
 use spillway_core::conntrack::Entry;
 use spillway_core::decide::{judge_entry, EntryFate, SYNCED_EPOCH};
+use spillway_core::filter::FlowFilter;
 use spillway_core::snapshot::{BackendRef, BackendStatus, BackendView, ServiceView, Snapshot};
 use spillway_core::time::Time;
 
@@ -52,6 +53,10 @@ pub(super) struct FlowsQuery {
     backend: Option<String>,
     /// The client: an address or a prefix (`198.18.10.0/24`).
     client: Option<String>,
+    /// The client's port (the flow's source port; 0 in an entry that tracks no ports).
+    sport: Option<u16>,
+    /// The VIP's port (the flow's destination port).
+    dport: Option<u16>,
     /// `tcp`, `udp`, `icmp`, `icmpv6` or a protocol number.
     proto: Option<String>,
     /// `live`, `draining` or `expired` (idle past its timeout or otherwise invalid, not yet
@@ -92,14 +97,12 @@ impl FlowState {
     }
 }
 
-/// The filters of a query, parsed.
+/// The filters of a query, parsed: the flow filter capture uses too, with the service by name
+/// (its id may change with a reload during the dump) and the entry's state.
 #[derive(Debug, Default)]
 struct Filter {
-    vip: Option<Addr>,
+    flow: FlowFilter,
     service: Option<String>,
-    backend: Option<(Addr, Option<u16>)>,
-    client: Option<Prefix>,
-    proto: Option<u8>,
     state: Option<FlowState>,
 }
 
@@ -193,11 +196,16 @@ pub(super) async fn scan(
 
 fn parse_filter(q: &FlowsQuery) -> Result<Filter, HttpError> {
     Ok(Filter {
-        vip: q.vip.as_deref().map(|v| query::named_addr("vip", v)).transpose()?,
+        flow: FlowFilter {
+            vip: q.vip.as_deref().map(|v| query::named_addr("vip", v)).transpose()?,
+            dport: q.dport,
+            client: q.client.as_deref().map(query::client_param).transpose()?,
+            sport: q.sport,
+            proto: q.proto.as_deref().map(query::protocol_of).transpose()?,
+            service: None,
+            backend: q.backend.as_deref().map(query::backend_param).transpose()?,
+        },
         service: q.service.clone(),
-        backend: q.backend.as_deref().map(query::backend_param).transpose()?,
-        client: q.client.as_deref().map(query::client_param).transpose()?,
-        proto: q.proto.as_deref().map(query::protocol_of).transpose()?,
         state: q.state.as_deref().map(FlowState::parse).transpose()?,
     })
 }
@@ -218,10 +226,7 @@ pub(super) fn pinned<'s>(
 /// The entry as a flow of the dump, when it passes `f`.
 fn flow_info(worker: usize, e: &Entry, snap: &Snapshot, now: Time, f: &Filter) -> Option<FlowInfo> {
     let k = &e.key;
-    if f.vip.is_some_and(|v| v != k.dst)
-        || f.proto.is_some_and(|p| p != k.proto)
-        || f.client.as_ref().is_some_and(|c| !c.contains(k.src))
-    {
+    if !f.flow.key_matches(k) {
         return None;
     }
     let (svc, backend) = pinned(e, snap);
@@ -229,11 +234,8 @@ fn flow_info(worker: usize, e: &Entry, snap: &Snapshot, now: Time, f: &Filter) -
     if f.service.as_ref().is_some_and(|want| service.as_ref() != Some(want)) {
         return None;
     }
-    if let Some((addr, port)) = f.backend {
-        let b = backend?;
-        if b.endpoint.addr != addr || port.is_some_and(|p| p != b.endpoint.port) {
-            return None;
-        }
+    if !f.flow.decision_matches(None, backend.map(|b| b.endpoint)) {
+        return None;
     }
     // The judgement the packet path applies to an entry it finds: one whose next packet
     // would replace it is expired, whatever the reason (idle, drained, flushed, unhealthy).
