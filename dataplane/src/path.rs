@@ -91,8 +91,8 @@ pub enum Outcome {
 }
 
 /// The backend slots of the frames of a burst that wait for their next hop's MAC, in the
-/// order of their [`Outcome::Wait`] (kept apart so that an outcome stays two bytes: a slot in
-/// it cost every packet 9 instructions).
+/// order of their [`Outcome::Wait`] (kept apart so that an outcome stays two bytes, which every
+/// packet writes and reads).
 #[derive(Debug, Clone)]
 pub struct WaitingSlots {
     slots: [u16; MAX_BURST],
@@ -242,7 +242,7 @@ pub fn process_burst_noted<B: PacketBuf, N: Noter>(
     }
     let t0 = phase_clock::tick();
     // Only the burst's records are written: an array would first write all `MAX_BURST` (8 KiB,
-    // eight 16-byte stores per packet; about 9 instructions per packet more).
+    // eight 16-byte stores per packet).
     let mut staged = ArrayVec::<Staged<'_>, MAX_BURST>::new();
     let mut last_rule = RuleCache::EMPTY;
     let own_mac = OwnMac::of(ctx.node);
@@ -274,9 +274,8 @@ pub fn process_burst_noted<B: PacketBuf, N: Noter>(
 /// together (and then probes the packets [`record_lag`] behind). A prefetch of a line in a table
 /// far larger than the caches can hold the core up (its address to translate, a miss buffer to
 /// find), so a group's prefetches are issued back to back, where those waits overlap, rather
-/// than one per packet between the classifier's work. At 1M flows, bursts of 32, groups of 16
-/// against one prefetch per packet: 6.5-7.3% more packets; groups of 4, 8 and 32 gained 3%, 4%
-/// and nothing.
+/// than one per packet between the classifier's work. Sixteen measured best of 4, 8, 16 and 32
+/// (docs/performance.md, "The staged burst").
 const GROUP: usize = 16;
 const _: () = assert!(MAX_BURST % GROUP == 0);
 // The table's pipeline keeps a burst's inserts into full buckets as a bit each in a `u64`.
@@ -286,10 +285,8 @@ const _: () = assert!(MAX_BURST <= 64);
 /// prefetched and prefetches the one it names next; those not reached in the first pass run
 /// after it, in the tail): one group in a burst of up to two groups, so that a line has had a
 /// group's staging to arrive; in a longer burst, the whole burst (every probe after the first
-/// pass: the last group's lines then have the probes of two groups or more to arrive). Bursts
-/// of 64, 1M flows: the probes after the whole first pass against one group behind took about
-/// 8% fewer cycles per packet (48 and 32 behind: about 4% fewer); bursts of 32 measured better
-/// one group behind.
+/// pass: the last group's lines then have the probes of two groups or more to arrive). Each
+/// measured best for its burst length (docs/performance.md, "The staged burst").
 #[inline(always)]
 fn record_lag(n: usize) -> usize {
     if n > 2 * GROUP {
@@ -498,8 +495,8 @@ impl OwnMac {
     /// False for a unicast frame to another MAC (a promiscuous port passes those too); true
     /// for one to the node's MAC, for a group (multicast or broadcast) frame, and for one too
     /// short to have a destination (the classifier drops it as malformed). The destination is
-    /// read as the frame's first 8 bytes shifted to its 6 and compared with the node's word:
-    /// about 6 instructions per packet where assembling both six-byte values took 13.
+    /// read as the frame's first 8 bytes shifted to its 6 and compared with the node's word,
+    /// half the instructions of assembling both six-byte values.
     #[inline(always)]
     fn admits(self, data: &[u8]) -> bool {
         match data.first_chunk::<8>() {
@@ -850,8 +847,8 @@ fn count_forwarded(
             t.new_connections.inc();
         }
     };
-    // One after the other (a chained iterator over both cost a new connection 10
-    // instructions more).
+    // One after the other: a chained iterator over both costs a new connection more
+    // instructions.
     if let Some(t) = c.services.get(usize::from(service)) {
         count(t);
     }

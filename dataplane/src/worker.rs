@@ -6,7 +6,9 @@
 //! buffers at once and the others when the TSC drain deadline passes (DPDK l3fwd style; a
 //! full burst of packets to send, with nothing buffered, goes to the driver as it is).
 //! In [`Mode::LoadBalance`] it loads the current snapshot and neighbour table once per burst
-//! and runs every packet through [`crate::path::process`]; in [`Mode::IoForward`] (the
+//! hands the burst to [`crate::path::process_burst`] (to the capture's
+//! [`WorkerTap::process_burst`](crate::capture::WorkerTap::process_burst) while a capture is
+//! active, one test per burst); in [`Mode::IoForward`] (the
 //! baseline for benchmarks and the foundation tests) every packet goes back out unchanged.
 //! It sweeps its connection table at a steady pace, one bucket at a time, so that every bucket
 //! is visited once per [`SWEEP_PERIOD_SECS`] (memory reclamation only: an entry invalid for
@@ -320,16 +322,14 @@ impl<'p, 'c> Worker<'p, 'c> {
             // path reads and writes the first, and freeing the mbuf after transmit reads the
             // second (`next`), which the path never touches; written by whichever core
             // allocated the mbuf (in the pipeline benchmark, the generator's), both miss
-            // otherwise. Established flows at 1M flows: 3-14% more packets for the second
-            // line, 1-2.5% more (new connections 7%) for issuing both before the count rather
-            // than in `process_burst`. Where the
+            // otherwise; issued here, before the count, they have longer to arrive than in
+            // `process_burst` (docs/performance.md, "The staged burst"). Where the
             // worker's own driver allocated the mbuf, the lines are local and this costs hits.
             // (Not in io-forward mode, the benchmarks' baseline, left as it was.) The first line
             // is taken for writing (`prefetchw`): the path writes it (the new data offset and
             // lengths), and a line read from another core's cache had to be claimed again for
-            // that write. Established flows at 1M flows in alternate slices: 16.1-17.4 Mpps
-            // against 15.2-16.9 read-prefetched; the frame's data line taken for writing too
-            // measured 7-10% slower, so it is only read-prefetched.
+            // that write. The frame's data line, taken for writing too, measured slower, so it
+            // is only read-prefetched.
             for m in burst.iter() {
                 m.prefetch_descriptor_for_write();
                 m.prefetch_second_line();
@@ -388,10 +388,9 @@ impl<'p, 'c> Worker<'p, 'c> {
         }
         // A full burst with every packet to transmit goes to the driver as it is when nothing
         // is buffered: what pushing its packets one by one would do (the buffer holds a full
-        // burst and flushes when full), without moving each into the buffer. Alternate slices:
-        // established flows at 1M flows 104.6% of the packets (median of eight runs), new
-        // connections 101.9%. (Not in io-forward mode, the benchmarks' baseline, left as it
-        // was.)
+        // burst and flushes when full), without moving each into the buffer
+        // (docs/performance.md, "The staged burst"). Not in io-forward mode, the benchmarks'
+        // baseline, left as it was.
         if burst.is_full() && tx.buffered() == 0 && outcomes.iter().all(|&o| o == Outcome::Transmit)
         {
             tally.add(tx.send_now(burst));

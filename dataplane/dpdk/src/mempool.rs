@@ -80,9 +80,8 @@ impl<'e> Mempool<'e> {
     /// What `rte_pktmbuf_alloc_bulk` does, with the mbufs' two descriptor lines taken for
     /// writing (`prefetchw`) before any is reset: an mbuf freed by another core (the worker
     /// that transmitted it, for a generator) has those lines in that core's cache, and
-    /// resetting them one after the other waited for each in turn. On a VM whose cache line
-    /// round trip between the two vCPUs is about 120 ns, the pipeline benchmark's io-forward
-    /// baseline rose from 16-21 to 35-38 Mpps with this alone.
+    /// resetting them one after the other waited for each in turn (docs/performance.md, "The
+    /// staged burst", has the effect).
     pub fn alloc_bulk(&self, burst: &mut MbufBurst<'e>, n: usize) -> bool {
         let want = n.min(MAX_BURST - burst.len());
         if want == 0 {
