@@ -89,21 +89,16 @@ pub async fn run(
 ) -> Duration {
     let ControlPlane { control, view, node, resolver, mut sender, link, refresh_ports, announce } =
         plane;
-    let mut last_ports = Instant::now();
-    refresh_ports();
-    let mut stopping: Option<Stopping> = None;
-    let mut last_link = Instant::now();
-    link.up.store((link.check)(), Ordering::Relaxed);
     let start = Instant::now();
-    let mut last_load = start;
+    let mut due = Due::new(start);
+    refresh_ports();
+    link.up.store((link.check)(), Ordering::Relaxed);
+    let mut stopping: Option<Stopping> = None;
     let mut printer = LivePrinter::new(stats_interval, counters);
     let mut events = control.as_ref().and_then(|c| lock(c).take_health_events());
     let mut tick = tokio::time::interval(TICK);
-    let mut seen_config = 0;
-    let mut watchdog = Watchdog::from_env(counters.len());
-    let mut bypass_watch = BypassWatch::default();
-    let mut kernel_watch = KernelDropWatch::default();
-    let mut pending_reload: Option<(config::Config, ResolveAhead)> = None;
+    let mut reloads = Reloads::default();
+    let mut watches = Watches::new(counters.len());
     loop {
         tokio::select! {
             Some(ev) = async { match events.as_mut() { Some(e) => e.recv().await, None => None } } => {
@@ -115,115 +110,214 @@ pub async fn run(
             _ = tick.tick() => {}
         }
         let now = Instant::now();
-        if signals.stop.swap(false, Ordering::Relaxed) {
-            match (announce, &control, &stopping) {
-                (Some(a), Some(c), None) => {
-                    let grace = Duration::from_secs_f64(a.stop_grace_sec);
-                    let quiet = Duration::from_secs_f64(a.quiet_sec);
-                    tracing::info!(
-                        "stop requested: withdrawing every VIP, forwarding until no packet has \
-                         arrived for {:.1} s (at most {:.1} s; a second signal stops now)",
-                        quiet.as_secs_f64(),
-                        grace.as_secs_f64()
-                    );
-                    lock(c).instance_mut().begin_stop(now);
-                    stopping = Some(Stopping { grace, quiet });
-                }
-                _ => break,
-            }
+        if signals.stop.swap(false, Ordering::Relaxed)
+            && !begin_stop(announce, control.as_deref(), &mut stopping, now)
+        {
+            break;
         }
         if let (Some(st), Some(c)) = (&stopping, &control) {
-            let c = lock(c);
-            let inst = c.instance();
-            let since = inst.stopping_since().unwrap_or(now);
-            let withdrawn = inst.announced().is_empty();
-            // Quiet for `quiet` since the withdrawal (a drain before the stop counts).
-            let quiet = inst.quiet_for(now) >= st.quiet
-                && inst.withdrawn_for(now).is_some_and(|w| w >= st.quiet);
-            if (withdrawn && quiet) || now - since >= st.grace {
-                tracing::info!(
-                    after_sec = (now - since).as_secs_f64(),
-                    quiet_for_sec = inst.quiet_for(now).as_secs_f64(),
-                    "stopping: {}",
-                    if withdrawn && quiet {
-                        "the VIPs are withdrawn and traffic has stopped arriving"
-                    } else {
-                        "the stop grace period (announce.stop_grace_sec) is over"
-                    }
-                );
+            if st.over(&lock(c), now) {
                 break;
             }
         }
         if duration.is_some_and(|d| now - start >= d) {
             break;
         }
-        if now - last_ports >= LOAD_PERIOD {
-            last_ports = now;
+        if due.ports(now) {
             refresh_ports();
         }
-        if now - last_link >= LINK_PERIOD {
-            last_link = now;
+        if due.link(now) {
             link.up.store((link.check)(), Ordering::Relaxed);
         }
         if let Some(c) = &control {
             let mut c = lock(c);
-            if signals.reload.swap(false, Ordering::Relaxed) {
-                // Read and validated now; applied once the next hops of the backends it adds
-                // are resolved, or RESOLVE_AHEAD has passed (a later SIGHUP replaces it).
-                match config::load(c.path()) {
-                    Ok(config) => {
-                        let added = c.added_backend_addresses(&config);
-                        let ahead = ResolveAhead::start(&*view, &added, now);
-                        pending_reload = Some((config, ahead));
-                    }
-                    Err(e) => {
-                        c.note_rejected_reload();
-                        tracing::error!("reload rejected, running configuration kept: {e}");
-                    }
-                }
-            }
-            // Once resolved or past the wait: apply (taken only then; until then it waits).
-            let ready = pending_reload.as_ref().and_then(|(_, a)| a.poll(&*view, now));
-            if let Some((missing, (config, ahead))) =
-                ready.and_then(|m| pending_reload.take().map(|p| (m, p)))
-            {
-                ahead.log(&missing, now);
-                match c.apply_config(config) {
-                    Ok(r) => tracing::info!(
-                        services = r.services,
-                        added = r.change.added.len(),
-                        removed = r.change.removed.len(),
-                        "configuration reloaded"
-                    ),
-                    Err(e) => tracing::error!("reload rejected, running configuration kept: {e}"),
-                }
-            }
             // Whatever changed the configuration (SIGHUP or the API), resolve the new set of
             // backends' next hops ahead of traffic.
-            let generation = c.config_generation();
-            if generation != seen_config {
-                seen_config = generation;
+            if reloads.tick(&mut c, signals.reload, &*view, now) {
                 if let Some(node) = node {
                     resolver.set_wanted(next_hops(&c, node));
                 }
             }
             c.tick();
-            if now - last_load >= LOAD_PERIOD {
-                last_load = now;
+            if due.load(now) {
                 c.feed_load(&*view);
             }
         }
         if let Some(s) = sender.as_mut() {
             resolver.tick(now, &mut **s);
         }
-        if let Some(w) = watchdog.as_mut() {
-            w.tick(now, counters);
-        }
-        let _ = bypass_watch.tick(now, counters);
-        let _ = kernel_watch.tick(now, counters, view.kernel_counters());
+        watches.tick(now, counters, &*view);
         printer.tick(now, lcores, counters);
     }
     start.elapsed()
+}
+
+/// At a stop signal: with VIPs announced, the first signal begins a stop (withdraw every VIP,
+/// forward until traffic stops); false when the loop should end now (no announcement, or a
+/// second signal).
+fn begin_stop(
+    announce: Option<&AnnounceConfig>,
+    control: Option<&Mutex<Controller>>,
+    stopping: &mut Option<Stopping>,
+    now: Instant,
+) -> bool {
+    let (Some(a), Some(c), None) = (announce, control, &*stopping) else { return false };
+    let grace = Duration::from_secs_f64(a.stop_grace_sec);
+    let quiet = Duration::from_secs_f64(a.quiet_sec);
+    tracing::info!(
+        "stop requested: withdrawing every VIP, forwarding until no packet has arrived for \
+         {:.1} s (at most {:.1} s; a second signal stops now)",
+        quiet.as_secs_f64(),
+        grace.as_secs_f64()
+    );
+    lock(c).instance_mut().begin_stop(now);
+    *stopping = Some(Stopping { grace, quiet });
+    true
+}
+
+impl Stopping {
+    /// Whether the stop is over: every VIP withdrawn and no traffic for `quiet` since (a drain
+    /// before the stop counts), or `grace` has passed.
+    fn over(&self, c: &Controller, now: Instant) -> bool {
+        let inst = c.instance();
+        let since = inst.stopping_since().unwrap_or(now);
+        let withdrawn = inst.announced().is_empty();
+        let quiet = inst.quiet_for(now) >= self.quiet
+            && inst.withdrawn_for(now).is_some_and(|w| w >= self.quiet);
+        if !(withdrawn && quiet) && now - since < self.grace {
+            return false;
+        }
+        tracing::info!(
+            after_sec = (now - since).as_secs_f64(),
+            quiet_for_sec = inst.quiet_for(now).as_secs_f64(),
+            "stopping: {}",
+            if withdrawn && quiet {
+                "the VIPs are withdrawn and traffic has stopped arriving"
+            } else {
+                "the stop grace period (announce.stop_grace_sec) is over"
+            }
+        );
+        true
+    }
+}
+
+/// When the loop's periodic work is next due.
+struct Due {
+    ports: Instant,
+    link: Instant,
+    load: Instant,
+}
+
+impl Due {
+    fn new(now: Instant) -> Due {
+        Due { ports: now, link: now, load: now }
+    }
+
+    /// Whether `last` is `period` old, restarting it when it is.
+    fn every(last: &mut Instant, period: Duration, now: Instant) -> bool {
+        let due = now - *last >= period;
+        if due {
+            *last = now;
+        }
+        due
+    }
+
+    /// The ports' driver counters (every [`LOAD_PERIOD`]).
+    fn ports(&mut self, now: Instant) -> bool {
+        Due::every(&mut self.ports, LOAD_PERIOD, now)
+    }
+
+    /// The links (every [`LINK_PERIOD`]).
+    fn link(&mut self, now: Instant) -> bool {
+        Due::every(&mut self.link, LINK_PERIOD, now)
+    }
+
+    /// The workers' load, fed to the controller (every [`LOAD_PERIOD`]).
+    fn load(&mut self, now: Instant) -> bool {
+        Due::every(&mut self.load, LOAD_PERIOD, now)
+    }
+}
+
+/// SIGHUP reloads: a configuration read and validated at the signal is applied once the next
+/// hops of the backends it adds are resolved, or `RESOLVE_AHEAD` has passed (a later SIGHUP
+/// replaces it).
+#[derive(Default)]
+struct Reloads {
+    pending: Option<(config::Config, ResolveAhead)>,
+    /// The controller's configuration generation last seen.
+    seen: u64,
+}
+
+impl Reloads {
+    /// Reads the file at a SIGHUP, applies a pending configuration when it is ready; true when
+    /// the configuration changed since the last tick (by SIGHUP or the API).
+    fn tick(
+        &mut self,
+        c: &mut Controller,
+        reload: &AtomicBool,
+        view: &dyn DataplaneView,
+        now: Instant,
+    ) -> bool {
+        if reload.swap(false, Ordering::Relaxed) {
+            match config::load(c.path()) {
+                Ok(config) => {
+                    let added = c.added_backend_addresses(&config);
+                    let ahead = ResolveAhead::start(view, &added, now);
+                    self.pending = Some((config, ahead));
+                }
+                Err(e) => {
+                    c.note_rejected_reload();
+                    tracing::error!("reload rejected, running configuration kept: {e}");
+                }
+            }
+        }
+        // Once resolved or past the wait: apply (taken only then; until then it waits).
+        let ready = self.pending.as_ref().and_then(|(_, a)| a.poll(view, now));
+        if let Some((missing, (config, ahead))) =
+            ready.and_then(|m| self.pending.take().map(|p| (m, p)))
+        {
+            ahead.log(&missing, now);
+            match c.apply_config(config) {
+                Ok(r) => tracing::info!(
+                    services = r.services,
+                    added = r.change.added.len(),
+                    removed = r.change.removed.len(),
+                    "configuration reloaded"
+                ),
+                Err(e) => tracing::error!("reload rejected, running configuration kept: {e}"),
+            }
+        }
+        let generation = c.config_generation();
+        let changed = generation != self.seen;
+        self.seen = generation;
+        changed
+    }
+}
+
+/// The loop's watches over the workers: the watchdog (systemd), the bypass and kernel-drop
+/// logs.
+struct Watches {
+    watchdog: Option<Watchdog>,
+    bypass: BypassWatch,
+    kernel: KernelDropWatch,
+}
+
+impl Watches {
+    fn new(workers: usize) -> Watches {
+        Watches {
+            watchdog: Watchdog::from_env(workers),
+            bypass: BypassWatch::default(),
+            kernel: KernelDropWatch::default(),
+        }
+    }
+
+    fn tick(&mut self, now: Instant, counters: &[WorkerCounters], view: &dyn DataplaneView) {
+        if let Some(w) = self.watchdog.as_mut() {
+            w.tick(now, counters);
+        }
+        let _ = self.bypass.tick(now, counters);
+        let _ = self.kernel.tick(now, counters, view.kernel_counters());
+    }
 }
 
 /// Logs, at most once a minute per worker, that a worker forwards new connections without a

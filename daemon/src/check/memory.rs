@@ -10,7 +10,7 @@ use spillway_core::conntrack::{rounded_capacity, BYTES_PER_ENTRY};
 use spillway_dataplane::dpdk::memory::{DESC_BYTES, EAL_OVERHEAD, MBUF_BYTES};
 
 use super::eal::EalArgs;
-use super::host::{Host, PageSize};
+use super::host::{Host, HugeMount, PageSize};
 use super::{page_name, plural, size, Finding, Level};
 
 const MIB: u64 = 1 << 20;
@@ -147,6 +147,8 @@ pub fn check(config: &Config, eal: &EalArgs, host: &Host) -> Vec<Finding> {
     out
 }
 
+/// Hugepages: the pages reserved, the hugetlbfs mounts EAL can use them through, the free
+/// memory against the estimate, and what `-m` / `--socket-mem` make EAL reserve at start.
 fn hugepages(
     dp: &DataplaneConfig,
     eal: &EalArgs,
@@ -154,11 +156,69 @@ fn hugepages(
     need: &Need,
     out: &mut Vec<Finding>,
 ) {
-    let sizes = host.page_sizes();
-    let mounts = host.huge_mounts();
-    let default_kb = host.meminfo_kb("Hugepagesize").unwrap_or(2048);
-    let reserve_fix = |extra: u64| {
-        let two_mb = sizes.iter().find(|p| p.kb == 2048).copied();
+    let pages = Pages::new(dp, eal, host, need);
+    pages.reserved_pages(out);
+    pages.mounts(out);
+    let free = pages.free(out);
+    if let Some(mb) = eal.mem_mb {
+        out.push(reserved(need, eal, mb * MIB, free, format!("-m {mb}"), &|extra| {
+            pages.reserve_fix(extra)
+        }));
+    }
+    if let Some(per_node) = &eal.socket_mem {
+        pages.socket_mem(per_node, out);
+    }
+}
+
+/// What the hugepage steps read: the configuration, the estimate, the page sizes and the
+/// hugetlbfs mounts.
+struct Pages<'a> {
+    dp: &'a DataplaneConfig,
+    eal: &'a EalArgs,
+    host: &'a Host,
+    need: &'a Need,
+    /// Every page size, smallest first.
+    sizes: Vec<PageSize>,
+    /// The hugetlbfs mounts.
+    mounts: Vec<HugeMount>,
+    /// The default hugepage size (`Hugepagesize` of `/proc/meminfo`), in KiB.
+    default_kb: u64,
+    /// With `--huge-dir`: the mount it is on, if any.
+    huge_dir_mount: Option<Option<HugeMount>>,
+}
+
+impl<'a> Pages<'a> {
+    fn new(dp: &'a DataplaneConfig, eal: &'a EalArgs, host: &'a Host, need: &'a Need) -> Self {
+        let sizes = host.page_sizes();
+        let mounts = host.huge_mounts();
+        let default_kb = host.meminfo_kb("Hugepagesize").unwrap_or(2048);
+        let huge_dir_mount = eal.huge_dir.as_ref().map(|d| {
+            mounts
+                .iter()
+                .find(|m| {
+                    d == &m.dir || d.starts_with(&format!("{}/", m.dir.trim_end_matches('/')))
+                })
+                .cloned()
+        });
+        Pages { dp, eal, host, need, sizes, mounts, default_kb, huge_dir_mount }
+    }
+
+    /// Whether EAL can use pages of size `p`: with `--in-memory` always, else when a
+    /// hugetlbfs mount (the one of `--huge-dir`, if given) serves them.
+    fn usable(&self, p: &PageSize) -> bool {
+        if self.eal.in_memory {
+            return true;
+        }
+        match &self.huge_dir_mount {
+            Some(Some(m)) => m.kb == Some(p.kb),
+            Some(None) => false,
+            None => self.mounts.iter().any(|m| m.kb == Some(p.kb)),
+        }
+    }
+
+    /// The fix for `extra` bytes too few: more 2 MiB pages.
+    fn reserve_fix(&self, extra: u64) -> String {
+        let two_mb = self.sizes.iter().find(|p| p.kb == 2048).copied();
         let nr = two_mb.map_or(0, |p| p.nr);
         let pages = extra.div_ceil(2 * MIB).max(1);
         format!(
@@ -167,98 +227,102 @@ fn hugepages(
              docs/deployment.md)",
             nr + pages
         )
-    };
-
-    // Pages reserved.
-    let listing = sizes
-        .iter()
-        .map(|p| format!("{}: {} reserved, {} free", page_name(p.kb), p.nr, p.free))
-        .collect::<Vec<_>>()
-        .join("; ");
-    if sizes.iter().all(|p| p.nr == 0) {
-        out.push(
-            Finding::fail(
-                "hugepages",
-                format!(
-                    "dataplane.hugepages: {}: DPDK uses hugepages but none are reserved ({})",
-                    dp.hugepages,
-                    if listing.is_empty() { "no hugepage sizes in /sys".into() } else { listing }
-                ),
-            )
-            .fix({
-                let pages = need.total().div_ceil(2 * MIB).max(1024);
-                format!(
-                    "echo {pages} > /proc/sys/vm/nr_hugepages ({} of 2 MiB pages, at run \
-                     time), or boot with default_hugepagesz=1G hugepagesz=1G hugepages={} \
-                     (docs/deployment.md)",
-                    size(pages * 2 * MIB),
-                    need.total().div_ceil(1 << 30).max(2)
-                )
-            }),
-        );
-    } else {
-        out.push(Finding::pass(
-            "hugepages",
-            format!("dataplane.hugepages: {}: {listing}", dp.hugepages),
-        ));
     }
 
-    // Mounts: which sizes EAL can use.
-    let huge_dir_mount = eal.huge_dir.as_ref().map(|d| {
-        mounts
-            .iter()
-            .find(|m| d == &m.dir || d.starts_with(&format!("{}/", m.dir.trim_end_matches('/'))))
-    });
-    let usable = |p: &PageSize| -> bool {
-        if eal.in_memory {
-            return true;
-        }
-        match &huge_dir_mount {
-            Some(Some(m)) => m.kb == Some(p.kb),
-            Some(None) => false,
-            None => mounts.iter().any(|m| m.kb == Some(p.kb)),
-        }
-    };
-    let mount_fix = |kb: u64, dir: &str| {
-        let opt = if kb == default_kb {
+    /// The fix for pages of `kb` KiB without a mount: mount hugetlbfs at `dir`.
+    fn mount_fix(&self, kb: u64, dir: &str) -> String {
+        let opt = if kb == self.default_kb {
             String::new()
         } else {
             format!("-o pagesize={} ", short_size(kb))
         };
         format!("mkdir -p {dir} && mount -t hugetlbfs {opt}nodev {dir} (and in /etc/fstab)")
-    };
-    let described = if mounts.is_empty() {
-        "none in /proc/mounts".to_owned()
-    } else {
-        mounts
+    }
+
+    /// Pages reserved.
+    fn reserved_pages(&self, out: &mut Vec<Finding>) {
+        let (dp, need) = (self.dp, self.need);
+        let listing = self
+            .sizes
             .iter()
-            .map(|m| format!("{} ({})", m.dir, m.kb.map_or("?".into(), page_name)))
+            .map(|p| format!("{}: {} reserved, {} free", page_name(p.kb), p.nr, p.free))
             .collect::<Vec<_>>()
-            .join(", ")
-    };
-    if eal.in_memory {
-        out.push(Finding::pass(
-            "hugepages",
-            "dataplane.eal_args: --in-memory: EAL maps hugepages without a hugetlbfs mount",
-        ));
-    } else if let (Some(dir), Some(None)) = (&eal.huge_dir, &huge_dir_mount) {
-        out.push(
-            Finding::fail(
+            .join("; ");
+        if self.sizes.iter().all(|p| p.nr == 0) {
+            out.push(
+                Finding::fail(
+                    "hugepages",
+                    format!(
+                        "dataplane.hugepages: {}: DPDK uses hugepages but none are reserved ({})",
+                        dp.hugepages,
+                        if listing.is_empty() {
+                            "no hugepage sizes in /sys".into()
+                        } else {
+                            listing
+                        }
+                    ),
+                )
+                .fix({
+                    let pages = need.total().div_ceil(2 * MIB).max(1024);
+                    format!(
+                        "echo {pages} > /proc/sys/vm/nr_hugepages ({} of 2 MiB pages, at run \
+                         time), or boot with default_hugepagesz=1G hugepagesz=1G hugepages={} \
+                         (docs/deployment.md)",
+                        size(pages * 2 * MIB),
+                        need.total().div_ceil(1 << 30).max(2)
+                    )
+                }),
+            );
+        } else {
+            out.push(Finding::pass(
                 "hugepages",
-                format!(
-                    "dataplane.eal_args: --huge-dir {dir} is not on a hugetlbfs mount \
-                     (hugetlbfs mounts: {described})"
-                ),
-            )
-            .fix(mount_fix(default_kb, dir)),
-        );
-    } else {
-        let wanted: Vec<&PageSize> = sizes.iter().filter(|p| p.nr > 0).collect();
-        let unmounted: Vec<&PageSize> = wanted.iter().copied().filter(|p| !usable(p)).collect();
+                format!("dataplane.hugepages: {}: {listing}", dp.hugepages),
+            ));
+        }
+    }
+
+    /// Mounts: which sizes EAL can use.
+    fn mounts(&self, out: &mut Vec<Finding>) {
+        let described = if self.mounts.is_empty() {
+            "none in /proc/mounts".to_owned()
+        } else {
+            self.mounts
+                .iter()
+                .map(|m| format!("{} ({})", m.dir, m.kb.map_or("?".into(), page_name)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if self.eal.in_memory {
+            out.push(Finding::pass(
+                "hugepages",
+                "dataplane.eal_args: --in-memory: EAL maps hugepages without a hugetlbfs mount",
+            ));
+        } else if let (Some(dir), Some(None)) = (&self.eal.huge_dir, &self.huge_dir_mount) {
+            out.push(
+                Finding::fail(
+                    "hugepages",
+                    format!(
+                        "dataplane.eal_args: --huge-dir {dir} is not on a hugetlbfs mount \
+                         (hugetlbfs mounts: {described})"
+                    ),
+                )
+                .fix(self.mount_fix(self.default_kb, dir)),
+            );
+        } else {
+            self.mounted_sizes(&described, out);
+        }
+    }
+
+    /// The reserved sizes against the mounts that serve them (`described`, for messages).
+    fn mounted_sizes(&self, described: &str, out: &mut Vec<Finding>) {
+        let (eal, default_kb) = (self.eal, self.default_kb);
+        let wanted: Vec<&PageSize> = self.sizes.iter().filter(|p| p.nr > 0).collect();
+        let unmounted: Vec<&PageSize> =
+            wanted.iter().copied().filter(|p| !self.usable(p)).collect();
         let at = eal.huge_dir.as_ref().map_or(String::new(), |d| format!(" (--huge-dir {d})"));
         if wanted.is_empty() {
             // Nothing reserved: still say whether the default size has a mount.
-            if !mounts.iter().any(|m| m.kb == Some(default_kb)) {
+            if !self.mounts.iter().any(|m| m.kb == Some(default_kb)) {
                 out.push(
                     Finding::fail(
                         "hugepages",
@@ -268,7 +332,7 @@ fn hugepages(
                             page_name(default_kb)
                         ),
                     )
-                    .fix(mount_fix(default_kb, "/dev/hugepages")),
+                    .fix(self.mount_fix(default_kb, "/dev/hugepages")),
                 );
             }
         } else if unmounted.len() == wanted.len() {
@@ -282,7 +346,7 @@ fn hugepages(
                         names.join(" and ")
                     ),
                 )
-                .fix(mount_fix(
+                .fix(self.mount_fix(
                     unmounted[0].kb,
                     eal.huge_dir.as_deref().unwrap_or("/dev/hugepages"),
                 )),
@@ -299,112 +363,127 @@ fn hugepages(
                             page_name(p.kb)
                         ),
                     )
-                    .fix(mount_fix(p.kb, &format!("/dev/hugepages{}", short_size(p.kb)))),
+                    .fix(self.mount_fix(p.kb, &format!("/dev/hugepages{}", short_size(p.kb)))),
                 );
             }
-            let served: Vec<String> = wanted
-                .iter()
-                .filter(|p| usable(p))
-                .map(|p| {
-                    let dirs: Vec<&str> = match &huge_dir_mount {
-                        Some(_) => eal.huge_dir.iter().map(String::as_str).collect(),
-                        None => mounts
-                            .iter()
-                            .filter(|m| m.kb == Some(p.kb))
-                            .map(|m| m.dir.as_str())
-                            .collect(),
-                    };
-                    format!("{} pages at {}", page_name(p.kb), dirs.join(" and "))
-                })
-                .collect();
-            out.push(Finding::pass(
-                "hugepages",
-                format!("dataplane.eal_args: hugetlbfs serves the {}", served.join("; ")),
-            ));
+            out.push(self.served(&wanted));
         }
     }
 
-    // Free memory against the estimate.
-    let free: u64 = sizes.iter().filter(|p| usable(p)).map(|p| p.free * p.bytes()).sum();
-    out.push(compare(
-        need,
-        free,
-        format!(
-            "dataplane: {} free in usable hugepages (pages a running DPDK process holds are not \
-             free); the configuration needs {}",
-            size(free),
-            need.explain(dp)
-        ),
-        || {
-            let reserved_free: u64 = sizes.iter().map(|p| p.free * p.bytes()).sum();
-            if reserved_free >= need.total() {
-                "mount hugetlbfs for the reserved pages (the hugepages finding above)".to_owned()
-            } else {
-                reserve_fix(need.total().saturating_sub(free))
-            }
-        },
-    ));
-
-    // What EAL reserves at start.
-    if let Some(mb) = eal.mem_mb {
-        out.push(reserved(need, eal, mb * MIB, free, format!("-m {mb}"), &reserve_fix));
+    /// The reserved sizes of `wanted` that a mount serves, and where.
+    fn served(&self, wanted: &[&PageSize]) -> Finding {
+        let served: Vec<String> = wanted
+            .iter()
+            .filter(|p| self.usable(p))
+            .map(|p| {
+                let dirs: Vec<&str> = match &self.huge_dir_mount {
+                    Some(_) => self.eal.huge_dir.iter().map(String::as_str).collect(),
+                    None => self
+                        .mounts
+                        .iter()
+                        .filter(|m| m.kb == Some(p.kb))
+                        .map(|m| m.dir.as_str())
+                        .collect(),
+                };
+                format!("{} pages at {}", page_name(p.kb), dirs.join(" and "))
+            })
+            .collect();
+        Finding::pass(
+            "hugepages",
+            format!("dataplane.eal_args: hugetlbfs serves the {}", served.join("; ")),
+        )
     }
-    if let Some(per_node) = &eal.socket_mem {
-        let nodes = host.numa_nodes();
+
+    /// Free memory against the estimate; returns the bytes free in usable hugepages.
+    fn free(&self, out: &mut Vec<Finding>) -> u64 {
+        let (sizes, need) = (&self.sizes, self.need);
+        let free: u64 = sizes.iter().filter(|p| self.usable(p)).map(|p| p.free * p.bytes()).sum();
+        out.push(compare(
+            need,
+            free,
+            format!(
+                "dataplane: {} free in usable hugepages (pages a running DPDK process holds are \
+                 not free); the configuration needs {}",
+                size(free),
+                need.explain(self.dp)
+            ),
+            || {
+                let reserved_free: u64 = sizes.iter().map(|p| p.free * p.bytes()).sum();
+                if reserved_free >= need.total() {
+                    "mount hugetlbfs for the reserved pages (the hugepages finding above)"
+                        .to_owned()
+                } else {
+                    self.reserve_fix(need.total().saturating_sub(free))
+                }
+            },
+        ));
+        free
+    }
+
+    /// `--socket-mem`: what EAL reserves at start on each NUMA node, and in all.
+    fn socket_mem(&self, per_node: &[u64], out: &mut Vec<Finding>) {
+        let nodes = self.host.numa_nodes();
         for (node, &mb) in per_node.iter().enumerate() {
             let node = u32::try_from(node).unwrap_or(u32::MAX);
             if mb == 0 {
                 continue;
             }
-            if !(nodes.contains(&node) || nodes.is_empty() && node == 0) {
-                out.push(
-                    Finding::fail(
-                        "memory",
-                        format!(
-                            "dataplane.eal_args: --socket-mem asks {mb} MiB on NUMA node \
-                             {node}, which this host does not have (nodes: {})",
-                            super::eal::format_list(&nodes)
-                        ),
-                    )
-                    .fix("give --socket-mem one value per NUMA node of this host"),
-                );
-                continue;
-            }
-            let node_free: u64 = sizes
-                .iter()
-                .filter(|p| usable(p))
-                .map(|p| host.node_free_pages(node, p.kb).unwrap_or(p.free) * p.bytes())
-                .sum();
-            if node_free < mb * MIB {
-                out.push(
-                    Finding::fail(
-                        "memory",
-                        format!(
-                            "dataplane.eal_args: --socket-mem reserves {mb} MiB on NUMA node \
-                             {node} at start, but only {} of usable hugepages are free there",
-                            size(node_free)
-                        ),
-                    )
-                    .fix(format!(
-                        "echo N > /sys/devices/system/node/node{node}/hugepages/hugepages-2048kB/nr_hugepages \
-                         with N >= {} free pages",
-                        (mb * MIB).div_ceil(2 * MIB)
-                    )),
-                );
-            }
+            out.extend(self.node_memory(node, mb, &nodes));
         }
         let total: u64 = per_node.iter().sum();
         out.push(reserved(
-            need,
-            eal,
+            self.need,
+            self.eal,
             total * MIB,
             u64::MAX,
             format!(
                 "--socket-mem {}",
                 per_node.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
             ),
-            &reserve_fix,
+            &|extra| self.reserve_fix(extra),
         ));
+    }
+
+    /// `--socket-mem`'s `mb` MiB on NUMA node `node`: a node of this host (`nodes`), with that
+    /// much free in usable hugepages.
+    fn node_memory(&self, node: u32, mb: u64, nodes: &[u32]) -> Option<Finding> {
+        if !(nodes.contains(&node) || nodes.is_empty() && node == 0) {
+            return Some(
+                Finding::fail(
+                    "memory",
+                    format!(
+                        "dataplane.eal_args: --socket-mem asks {mb} MiB on NUMA node \
+                         {node}, which this host does not have (nodes: {})",
+                        super::eal::format_list(nodes)
+                    ),
+                )
+                .fix("give --socket-mem one value per NUMA node of this host"),
+            );
+        }
+        let node_free: u64 = self
+            .sizes
+            .iter()
+            .filter(|p| self.usable(p))
+            .map(|p| self.host.node_free_pages(node, p.kb).unwrap_or(p.free) * p.bytes())
+            .sum();
+        if node_free >= mb * MIB {
+            return None;
+        }
+        Some(
+            Finding::fail(
+                "memory",
+                format!(
+                    "dataplane.eal_args: --socket-mem reserves {mb} MiB on NUMA node \
+                     {node} at start, but only {} of usable hugepages are free there",
+                    size(node_free)
+                ),
+            )
+            .fix(format!(
+                "echo N > /sys/devices/system/node/node{node}/hugepages/hugepages-2048kB/nr_hugepages \
+                 with N >= {} free pages",
+                (mb * MIB).div_ceil(2 * MIB)
+            )),
+        )
     }
 }
 

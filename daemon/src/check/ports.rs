@@ -5,7 +5,7 @@
 use spillway_control::config::Config;
 
 use super::eal::{EalArgs, Vdev};
-use super::host::Host;
+use super::host::{Host, PciDevice};
 use super::lcores::Placement;
 use super::Finding;
 
@@ -136,36 +136,11 @@ pub fn pci_address(name: &str) -> Option<String> {
     ok.then(|| full.to_ascii_lowercase())
 }
 
+/// A PCI port: EAL probes it, this host has it, it is a NIC bound to a driver DPDK can use,
+/// and it sits on the NUMA node of the lcores that use it.
 fn pci(field: &str, addr: &str, eal: &EalArgs, host: &Host, placement: &Placement) -> Vec<Finding> {
-    let bind_fix = |iface: Option<&String>| {
-        let down = iface.map_or(String::new(), |i| format!("ip link set {i} down; "));
-        format!("{down}modprobe vfio-pci; dpdk-devbind.py --bind=vfio-pci {addr}")
-    };
-    if eal.no_pci {
-        return vec![Finding::fail(
-            "port",
-            format!("{field}: {addr} is a PCI device, but dataplane.eal_args has --no-pci"),
-        )
-        .fix("remove --no-pci from dataplane.eal_args")];
-    }
-    let listed = |list: &[String]| list.iter().any(|a| pci_address(a).as_deref() == Some(addr));
-    if !eal.allow.is_empty() && !listed(&eal.allow) {
-        return vec![Finding::fail(
-            "port",
-            format!(
-                "{field}: {addr} is not in the -a/--allow list of dataplane.eal_args ({}): EAL \
-                 does not probe it",
-                eal.allow.join(", ")
-            ),
-        )
-        .fix(format!("add \"-a\", \"{addr}\" to dataplane.eal_args"))];
-    }
-    if listed(&eal.block) {
-        return vec![Finding::fail(
-            "port",
-            format!("{field}: {addr} is blocked by -b/--block in dataplane.eal_args"),
-        )
-        .fix(format!("remove -b {addr} from dataplane.eal_args"))];
+    if let Some(unprobed) = unprobed(field, addr, eal) {
+        return vec![unprobed];
     }
     let Some(dev) = host.pci_device(addr) else {
         return vec![Finding::fail("port", format!("{field}: this host has no PCI device {addr}"))
@@ -178,46 +153,62 @@ fn pci(field: &str, addr: &str, eal: &EalArgs, host: &Host, placement: &Placemen
         )
         .fix("find the NIC's address with `dpdk-devbind.py --status`")];
     }
+    let mut out = vec![driver(field, addr, &dev, host)];
+    if let Some(node) = dev.numa_node {
+        out.push(numa(field, addr, node, host, placement));
+    }
+    out
+}
+
+/// Why EAL does not probe the PCI device at `addr` (`--no-pci`, `-a`, `-b`), if it does not.
+fn unprobed(field: &str, addr: &str, eal: &EalArgs) -> Option<Finding> {
+    if eal.no_pci {
+        return Some(
+            Finding::fail(
+                "port",
+                format!("{field}: {addr} is a PCI device, but dataplane.eal_args has --no-pci"),
+            )
+            .fix("remove --no-pci from dataplane.eal_args"),
+        );
+    }
+    let listed = |list: &[String]| list.iter().any(|a| pci_address(a).as_deref() == Some(addr));
+    if !eal.allow.is_empty() && !listed(&eal.allow) {
+        return Some(
+            Finding::fail(
+                "port",
+                format!(
+                    "{field}: {addr} is not in the -a/--allow list of dataplane.eal_args ({}): \
+                     EAL does not probe it",
+                    eal.allow.join(", ")
+                ),
+            )
+            .fix(format!("add \"-a\", \"{addr}\" to dataplane.eal_args")),
+        );
+    }
+    if listed(&eal.block) {
+        return Some(
+            Finding::fail(
+                "port",
+                format!("{field}: {addr} is blocked by -b/--block in dataplane.eal_args"),
+            )
+            .fix(format!("remove -b {addr} from dataplane.eal_args")),
+        );
+    }
+    None
+}
+
+/// The fix for a device DPDK cannot drive: bind it to vfio-pci (its interface down first).
+fn bind_fix(addr: &str, iface: Option<&String>) -> String {
+    let down = iface.map_or(String::new(), |i| format!("ip link set {i} down; "));
+    format!("{down}modprobe vfio-pci; dpdk-devbind.py --bind=vfio-pci {addr}")
+}
+
+/// The driver the device is bound to: one DPDK can use, or a bifurcated one.
+fn driver(field: &str, addr: &str, dev: &PciDevice, host: &Host) -> Finding {
     let iface = dev.interfaces.first();
     let iface_text = iface.map_or(String::new(), |i| format!(", interface {i}"));
-    let mut out = vec![match dev.driver.as_deref() {
-        Some("vfio-pci") => {
-            let group = dev.iommu_group.as_deref();
-            if host.iommu_on() && group.is_some() {
-                Finding::pass(
-                    "port",
-                    format!(
-                        "{field}: {addr} is bound to vfio-pci (IOMMU group {})",
-                        group.unwrap_or("?")
-                    ),
-                )
-            } else if host.vfio_noiommu() {
-                Finding::warn(
-                    "port",
-                    format!(
-                        "{field}: {addr} is bound to vfio-pci in unsafe no-IOMMU mode: the NIC's \
-                         DMA is not confined"
-                    ),
-                )
-                .fix(
-                    "enable the IOMMU: intel_iommu=on iommu=pt (or amd_iommu=on) on the kernel \
-                     command line and VT-d/AMD-Vi in the firmware, then rebind",
-                )
-            } else {
-                Finding::fail(
-                    "port",
-                    format!(
-                        "{field}: {addr} is bound to vfio-pci, but there is no IOMMU \
-                         (/sys/kernel/iommu_groups is empty) and vfio's no-IOMMU mode is off"
-                    ),
-                )
-                .fix(
-                    "enable the IOMMU: intel_iommu=on iommu=pt (or amd_iommu=on) on the kernel \
-                     command line; without one (a VM without vIOMMU): echo 1 > \
-                     /sys/module/vfio/parameters/enable_unsafe_noiommu_mode, then rebind",
-                )
-            }
-        }
+    match dev.driver.as_deref() {
+        Some("vfio-pci") => vfio(field, addr, dev, host),
         Some(d) if DPDK_DRIVERS.contains(&d) => Finding::pass(
             "port",
             format!("{field}: {addr} is bound to {d} (no IOMMU protection: vfio-pci is preferred)"),
@@ -236,54 +227,86 @@ fn pci(field: &str, addr: &str, eal: &EalArgs, host: &Host, placement: &Placemen
                  drive it"
             ),
         )
-        .fix(bind_fix(iface)),
+        .fix(bind_fix(addr, iface)),
         None => Finding::fail("port", format!("{field}: {addr} is bound to no driver"))
-            .fix(bind_fix(None)),
-    }];
+            .fix(bind_fix(addr, None)),
+    }
+}
 
-    // NUMA: the port's node against the lcores that touch its packets.
-    if let Some(node) = dev.numa_node {
-        let mut remote = Vec::new();
-        for w in &placement.workers {
-            if let Some(n) = w.cpus.first().and_then(|&c| host.cpu_node(c)) {
-                if n != node {
-                    remote.push(format!("worker lcore {} ({}) is on node {n}", w.lcore, w.field));
-                }
+/// A device bound to vfio-pci: it needs an IOMMU, or vfio's unsafe no-IOMMU mode.
+fn vfio(field: &str, addr: &str, dev: &PciDevice, host: &Host) -> Finding {
+    let group = dev.iommu_group.as_deref();
+    if host.iommu_on() && group.is_some() {
+        Finding::pass(
+            "port",
+            format!("{field}: {addr} is bound to vfio-pci (IOMMU group {})", group.unwrap_or("?")),
+        )
+    } else if host.vfio_noiommu() {
+        Finding::warn(
+            "port",
+            format!(
+                "{field}: {addr} is bound to vfio-pci in unsafe no-IOMMU mode: the NIC's DMA is \
+                 not confined"
+            ),
+        )
+        .fix(
+            "enable the IOMMU: intel_iommu=on iommu=pt (or amd_iommu=on) on the kernel command \
+             line and VT-d/AMD-Vi in the firmware, then rebind",
+        )
+    } else {
+        Finding::fail(
+            "port",
+            format!(
+                "{field}: {addr} is bound to vfio-pci, but there is no IOMMU \
+                 (/sys/kernel/iommu_groups is empty) and vfio's no-IOMMU mode is off"
+            ),
+        )
+        .fix(
+            "enable the IOMMU: intel_iommu=on iommu=pt (or amd_iommu=on) on the kernel command \
+             line; without one (a VM without vIOMMU): echo 1 > \
+             /sys/module/vfio/parameters/enable_unsafe_noiommu_mode, then rebind",
+        )
+    }
+}
+
+/// NUMA: the port's node against the lcores that touch its packets.
+fn numa(field: &str, addr: &str, node: u32, host: &Host, placement: &Placement) -> Finding {
+    let mut remote = Vec::new();
+    for w in &placement.workers {
+        if let Some(n) = w.cpus.first().and_then(|&c| host.cpu_node(c)) {
+            if n != node {
+                remote.push(format!("worker lcore {} ({}) is on node {n}", w.lcore, w.field));
             }
-        }
-        if let Some((m, cpus)) = &placement.main {
-            if let Some(n) = cpus.first().and_then(|&c| host.cpu_node(c)) {
-                if n != node {
-                    remote.push(format!(
-                        "the main lcore {m}, where the mbuf pool is allocated, is on node {n}"
-                    ));
-                }
-            }
-        }
-        if remote.is_empty() {
-            out.push(Finding::pass(
-                "port",
-                format!("{field}: {addr} is on NUMA node {node}, with the lcores that use it"),
-            ));
-        } else {
-            out.push(
-                Finding::warn(
-                    "port",
-                    format!(
-                        "{field}: {addr} is on NUMA node {node}, but {}: its packets cross the \
-                         socket interconnect",
-                        remote.join("; ")
-                    ),
-                )
-                .fix(format!(
-                    "run the main and worker lcores on node {node}'s CPUs \
-                     (/sys/devices/system/node/node{node}/cpulist), or move the NIC to a slot of \
-                     the workers' node"
-                )),
-            );
         }
     }
-    out
+    if let Some((m, cpus)) = &placement.main {
+        if let Some(n) = cpus.first().and_then(|&c| host.cpu_node(c)) {
+            if n != node {
+                remote.push(format!(
+                    "the main lcore {m}, where the mbuf pool is allocated, is on node {n}"
+                ));
+            }
+        }
+    }
+    if remote.is_empty() {
+        return Finding::pass(
+            "port",
+            format!("{field}: {addr} is on NUMA node {node}, with the lcores that use it"),
+        );
+    }
+    Finding::warn(
+        "port",
+        format!(
+            "{field}: {addr} is on NUMA node {node}, but {}: its packets cross the socket \
+             interconnect",
+            remote.join("; ")
+        ),
+    )
+    .fix(format!(
+        "run the main and worker lcores on node {node}'s CPUs \
+         (/sys/devices/system/node/node{node}/cpulist), or move the NIC to a slot of the \
+         workers' node"
+    ))
 }
 
 #[cfg(test)]
