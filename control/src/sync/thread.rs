@@ -72,6 +72,14 @@ const HELLO_REPLY_GAP: Duration = Duration::from_millis(50);
 const SEND_PER_TURN: usize = 256;
 /// Datagrams received per turn at most.
 const RECEIVE_PER_TURN: usize = 256;
+/// How long the thread pauses when the workers' queues have no room for what its socket holds.
+const WORKERS_FULL_PAUSE: Duration = Duration::from_micros(200);
+/// How long entries wait for more to fill their datagram: a batch goes when it is full, at an
+/// answer's end, or once its first entry has waited this long. Sending every turn's few entries
+/// at once would fill the window with datagrams of one or two entries while a busy worker's
+/// scan trickles them out, and the sealing and sending of those datagrams would take the CPU
+/// the scan needs.
+const HOLD: Duration = Duration::from_millis(5);
 
 /// What the thread needs from the configuration.
 #[derive(Debug, Clone)]
@@ -328,6 +336,53 @@ pub fn spawn(
     Ok((handle, shared))
 }
 
+/// Entries waiting to fill their datagram ([`HOLD`]).
+struct Held {
+    shares: Batch,
+    removes: Batch,
+    /// Per worker: per peer (by index), the answer entries of one ticket.
+    answers: Vec<BTreeMap<usize, (Ticket, Batch)>>,
+}
+
+impl Held {
+    fn new(workers: usize) -> Held {
+        Held {
+            shares: Batch::default(),
+            removes: Batch::default(),
+            answers: vec![BTreeMap::new(); workers],
+        }
+    }
+}
+
+/// Entries held for one datagram, and since when.
+#[derive(Clone, Debug, Default)]
+struct Batch {
+    entries: Vec<SyncedEntry>,
+    since: Option<Instant>,
+}
+
+impl Batch {
+    fn push(&mut self, e: SyncedEntry, now: Instant) {
+        self.since.get_or_insert(now);
+        self.entries.push(e);
+    }
+
+    /// A datagram's worth of shares or removes.
+    fn is_full(&self) -> bool {
+        self.entries.len() >= ENTRIES_PER_DATAGRAM
+    }
+
+    /// Its first entry has waited [`HOLD`].
+    fn due(&self, now: Instant) -> bool {
+        self.since.is_some_and(|t| now.duration_since(t) >= HOLD)
+    }
+
+    fn take(&mut self) -> Vec<SyncedEntry> {
+        self.since = None;
+        std::mem::take(&mut self.entries)
+    }
+}
+
 struct Thread {
     settings: SyncSettings,
     keys: Arc<KeyRing>,
@@ -336,6 +391,8 @@ struct Thread {
     links: Vec<SyncLink>,
     /// One item per worker popped but not sent yet (an answer whose window is shut).
     stash: Vec<Option<Outbound>>,
+    /// Entries waiting to fill their datagram ([`HOLD`]).
+    held: Held,
     counters: Arc<[WorkerCounters]>,
     snapshots: SnapshotReader,
     index: (u64, PeerIndex),
@@ -404,6 +461,7 @@ impl Thread {
             keys,
             encoder,
             sessions,
+            held: Held::new(links.len()),
             links,
             stash,
             counters,
@@ -447,10 +505,17 @@ impl Thread {
                 self.links.iter().for_each(|l| l.requests.ask_refresh());
                 next_refresh = now + self.settings.refresh;
             }
-            let sent = self.send_outbound();
-            let received = self.receive(&mut buf);
+            let sent = self.send_outbound(now);
+            let (received, workers_full) = self.receive(&mut buf);
             if sent == 0 && received == 0 {
-                socket::wait(&self.sockets, Duration::from_millis(2));
+                if workers_full {
+                    // Datagrams wait in the socket for the workers to make room: waiting on
+                    // the socket would return at once, and spinning would take the CPU the
+                    // workers need to make it.
+                    std::thread::sleep(WORKERS_FULL_PAUSE);
+                } else {
+                    socket::wait(&self.sockets, Duration::from_millis(2));
+                }
             }
         }
     }
@@ -638,13 +703,11 @@ impl Thread {
         }
     }
 
-    /// What the workers' scans found, sealed and sent; returns the datagrams sent.
-    fn send_outbound(&mut self) -> usize {
+    /// What the workers' scans found, sealed and sent once a datagram's worth is there or its
+    /// first entry has waited [`HOLD`]; returns the datagrams sent.
+    fn send_outbound(&mut self, now: Instant) -> usize {
         let mut sent = 0;
-        let (mut shares, mut removes) = (Vec::new(), Vec::new());
         for w in 0..self.links.len() {
-            // An answer's entries go in datagrams of one worker's part: a batch per peer.
-            let mut answers: BTreeMap<usize, (Ticket, Vec<SyncedEntry>)> = BTreeMap::new();
             while sent < SEND_PER_TURN {
                 let item = match self.stash[w].take() {
                     Some(i) => i,
@@ -655,15 +718,15 @@ impl Thread {
                 };
                 match item {
                     Outbound::Share(e) => {
-                        shares.push(synced(&e));
-                        if shares.len() == ENTRIES_PER_DATAGRAM {
-                            sent += self.broadcast(EntriesKind::Entries, &mut shares);
+                        self.held.shares.push(synced(&e), now);
+                        if self.held.shares.is_full() {
+                            sent += self.send_held_shares(EntriesKind::Entries);
                         }
                     }
                     Outbound::Remove(e) => {
-                        removes.push(synced(&e));
-                        if removes.len() == ENTRIES_PER_DATAGRAM {
-                            sent += self.broadcast(EntriesKind::Remove, &mut removes);
+                        self.held.removes.push(synced(&e), now);
+                        if self.held.removes.is_full() {
+                            sent += self.send_held_shares(EntriesKind::Remove);
                         }
                     }
                     Outbound::Answer(t, e) => {
@@ -676,17 +739,15 @@ impl Thread {
                             self.stash[w] = Some(item);
                             break;
                         }
-                        let batch = answers.entry(i).or_insert_with(|| (t, Vec::new()));
-                        if batch.0 != t {
-                            let (old, mut b) = (batch.0, std::mem::take(&mut batch.1));
-                            batch.0 = t;
-                            sent += self.send_answer(i, w, &mut b, old);
+                        // An answer's entries go in datagrams of one worker's part: a batch
+                        // per worker and peer, of one ticket.
+                        if self.held.answers[w].get(&i).is_some_and(|(bt, _)| *bt != t) {
+                            sent += self.send_held_answer(w, i);
                         }
-                        let batch = answers.entry(i).or_insert_with(|| (t, Vec::new()));
-                        batch.1.push(synced(&e));
-                        if batch.1.len() == ANSWER_ENTRIES_PER_DATAGRAM {
-                            let mut b = std::mem::take(&mut batch.1);
-                            sent += self.send_answer(i, w, &mut b, t);
+                        let batch = self.held.answers[w].entry(i).or_insert((t, Batch::default()));
+                        batch.1.push(synced(&e), now);
+                        if batch.1.entries.len() == ANSWER_ENTRIES_PER_DATAGRAM {
+                            sent += self.send_held_answer(w, i);
                         }
                     }
                     Outbound::AnswerEnd(t, count) => {
@@ -696,21 +757,50 @@ impl Thread {
                         if self.peers[i].answering.as_ref().is_some_and(|a| a.abandoned) {
                             continue;
                         }
-                        if let Some((bt, b)) = answers.get_mut(&i) {
-                            let (bt, mut b) = (*bt, std::mem::take(b));
-                            sent += self.send_answer(i, w, &mut b, bt);
-                        }
+                        sent += self.send_held_answer(w, i);
                         sent += self.send_answer_end(i, w, t, count);
                     }
                 }
             }
-            for (i, (t, mut b)) in answers {
-                sent += self.send_answer(i, w, &mut b, t);
+            let due: Vec<usize> = self.held.answers[w]
+                .iter()
+                .filter(|(_, (_, b))| b.due(now))
+                .map(|(&i, _)| i)
+                .collect();
+            for i in due {
+                sent += self.send_held_answer(w, i);
             }
         }
-        sent += self.broadcast(EntriesKind::Entries, &mut shares);
-        sent += self.broadcast(EntriesKind::Remove, &mut removes);
+        if self.held.shares.due(now) {
+            sent += self.send_held_shares(EntriesKind::Entries);
+        }
+        if self.held.removes.due(now) {
+            sent += self.send_held_shares(EntriesKind::Remove);
+        }
         sent
+    }
+
+    /// The held shares or removes, sent to every peer that accepts them.
+    fn send_held_shares(&mut self, kind: EntriesKind) -> usize {
+        let batch = match kind {
+            EntriesKind::Entries => &mut self.held.shares,
+            EntriesKind::Remove => &mut self.held.removes,
+        };
+        let mut entries = batch.take();
+        self.broadcast(kind, &mut entries)
+    }
+
+    /// Worker `w`'s held answer entries for peer `i`, sent if that answer is still the one
+    /// under way (entries of an earlier attempt or an abandoned answer are dropped).
+    fn send_held_answer(&mut self, w: usize, i: usize) -> usize {
+        let Some((t, mut batch)) = self.held.answers[w].remove(&i) else { return 0 };
+        let current = self.answer_peer(t, w) == Some(i)
+            && self.peers[i].answering.as_ref().is_some_and(|a| !a.abandoned);
+        if !current {
+            return 0;
+        }
+        let mut entries = batch.take();
+        self.send_answer(i, w, &mut entries, t)
     }
 
     /// The peer an answer item is for, if its answer is the one under way (an item of an
@@ -792,7 +882,9 @@ impl Thread {
         1
     }
 
-    fn receive(&mut self, buf: &mut [u8; MAX_DATAGRAM + 1]) -> usize {
+    /// Datagrams read and used, and whether reading stopped for want of room in the workers'
+    /// queues.
+    fn receive(&mut self, buf: &mut [u8; MAX_DATAGRAM + 1]) -> (usize, bool) {
         let mut got = 0;
         for s in 0..self.sockets.len() {
             for _ in 0..RECEIVE_PER_TURN {
@@ -800,7 +892,7 @@ impl Thread {
                 // full the socket's buffer holds what comes, and a bulk answer waits for this
                 // instance's acknowledgements: nothing is lost for want of room.
                 if !self.workers_have_room() {
-                    return got.max(1);
+                    return (got, true);
                 }
                 let r = match self.sockets[s].recv(buf) {
                     Ok(Some(r)) => r,
@@ -812,7 +904,7 @@ impl Thread {
         }
         let drops = self.sockets.iter().map(SyncSocket::dropped).sum();
         self.shared.stats.kernel_drops.store(drops, Ordering::Relaxed);
-        got
+        (got, false)
     }
 
     /// Room in every worker's queue for a whole datagram's entries.
