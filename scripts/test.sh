@@ -68,18 +68,22 @@ step "the phase clock, built in (cargo test -p spillway-dataplane --features pha
 cargo test -p spillway-dataplane --features phase-clock --test path -- \
     --exact the_phase_clock_counts_bursts_only_when_built_in
 
+step "the release binaries (cargo build --release: the e2e tests run them, the package holds them)"
+cargo build --release -p spillway -p spillway-ctl -p spillway-gen
+
 if compgen -G "tests/e2e/test_*.py" >/dev/null; then
-    step "end-to-end tests (tests/e2e)"
+    step "end-to-end tests (tests/e2e), on the release binaries"
     # Debian's python3 has python3-pytest; another python3 may come first on PATH. With CI set
     # (and as root), a test that would skip for want of a binary or tool fails instead
     # (tests/e2e/conftest.py); -rfEs lists every failure, error and skip in the summary. The
-    # tests run the debug binaries `cargo test` built, one at a time: the fleet tests measure
-    # bulk syncs, floods and takeovers under load, and a second test or a build beside them on
-    # two cores turns those measures into measures of the machine.
-    CI="${CI:-true}" /usr/bin/python3 -m pytest -q -rfEs --durations=15 tests/e2e
+    # tests run the release binaries, one at a time: the fleet tests measure bulk syncs,
+    # floods and takeovers under load, which a debug build's balancers, several on two cores,
+    # measure as the machine's speed rather than the code's.
+    SPILLWAY_BIN="$PWD/target/release/spillway" CI="${CI:-true}" \
+        /usr/bin/python3 -m pytest -q -rfEs --durations=15 tests/e2e
 fi
 
-step "Debian package: build it, install it into a fresh Debian 12 root, run from there (scripts/package.sh --test)"
+step "Debian package: build it from those binaries, install it into a fresh Debian 12 root, run from there (scripts/package.sh --test)"
 bash scripts/package.sh --test
 
 step "fuzz the packet parser, the packet path, the config and scenario loaders, the admin API and fleet sync for ${SPILLWAY_FUZZ_SECONDS:-15}s each (scripts/fuzz.sh)"
