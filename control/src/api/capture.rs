@@ -139,13 +139,15 @@ fn parse(q: &CaptureQuery, api: &Api) -> Result<Request, HttpError> {
     };
     let filter = Filter {
         flow: FlowFilter {
-            vip: q.vip.as_deref().map(|v| query::named_addr("vip", v)).transpose()?,
-            dport: q.dport,
-            client: q.client.as_deref().map(query::client_param).transpose()?,
-            sport: q.sport,
-            proto: q.proto.as_deref().map(query::protocol_of).transpose()?,
             service,
             backend,
+            ..query::flow_filter(
+                q.vip.as_deref(),
+                q.dport,
+                q.client.as_deref(),
+                q.sport,
+                q.proto.as_deref(),
+            )?
         },
         port,
     };

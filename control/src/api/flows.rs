@@ -197,13 +197,14 @@ pub(super) async fn scan(
 fn parse_filter(q: &FlowsQuery) -> Result<Filter, HttpError> {
     Ok(Filter {
         flow: FlowFilter {
-            vip: q.vip.as_deref().map(|v| query::named_addr("vip", v)).transpose()?,
-            dport: q.dport,
-            client: q.client.as_deref().map(query::client_param).transpose()?,
-            sport: q.sport,
-            proto: q.proto.as_deref().map(query::protocol_of).transpose()?,
-            service: None,
             backend: q.backend.as_deref().map(query::backend_param).transpose()?,
+            ..query::flow_filter(
+                q.vip.as_deref(),
+                q.dport,
+                q.client.as_deref(),
+                q.sport,
+                q.proto.as_deref(),
+            )?
         },
         service: q.service.clone(),
         state: q.state.as_deref().map(FlowState::parse).transpose()?,

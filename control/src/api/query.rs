@@ -7,6 +7,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
 use serde::Deserialize;
 use spillway_core::addr::{Addr, Prefix};
+use spillway_core::filter::FlowFilter;
 use spillway_core::flow::{proto, tcp_flags, PacketInfo};
 
 /// The flow of a lookup or explain request.
@@ -156,6 +157,26 @@ pub(super) fn client_param(c: &str) -> Result<Prefix, HttpError> {
 /// A backend address from the path.
 pub(super) fn parse_addr(s: &str) -> Result<Addr, HttpError> {
     s.parse().map_err(|_| HttpError::bad_request(format!("`{s}` is not an IP address")))
+}
+
+/// The flow fields of a query (capture's and the flows dump's): the VIP, its port, the client
+/// (an address or a prefix), its port, the protocol; no service or backend yet.
+pub(super) fn flow_filter(
+    vip: Option<&str>,
+    dport: Option<u16>,
+    client: Option<&str>,
+    sport: Option<u16>,
+    proto: Option<&str>,
+) -> Result<FlowFilter, HttpError> {
+    Ok(FlowFilter {
+        vip: vip.map(|v| named_addr("vip", v)).transpose()?,
+        dport,
+        client: client.map(client_param).transpose()?,
+        sport,
+        proto: proto.map(protocol_of).transpose()?,
+        service: None,
+        backend: None,
+    })
 }
 
 #[cfg(test)]
