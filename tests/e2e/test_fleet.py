@@ -87,10 +87,14 @@ SYNC_BFD = dict(bfd=True, bfd_multiplier=10)
 
 def long_lived(f: Fleet, n: int = LL_CONNECTIONS, vip: str = VIP_WEB) -> LongLived:
     """``n`` long-lived connections from c1 to ``vip``'s echo port (web's by default), each
-    answered a few times."""
+    answered a few times. They open once the router has a route to ``vip``: a BGP session is
+    established a moment before its routes reach the router's FIB, and a SYN sent in between
+    fails with "Network is unreachable"."""
+    T.wait_until(lambda: f.router_nexthops(vip), f"a route to {vip} on the router", timeout=15)
     ll = LongLived(f.client("c1"), vip, port=T.ECHO_PORT, n=n, period=LL_PERIOD).start()
     rep = ll.report()
-    assert rep["established"] == n, summary(rep)
+    failed = [(c["id"], c.get("error")) for c in rep["per_connection"] if c["state"] == "failed"]
+    assert rep["established"] == n, (summary(rep), failed)
     T.wait_until(lambda: all(c["answered"] >= 3 for c in ll.report()["per_connection"]),
                  lambda: f"every long-lived connection answered 3 times: {summary(ll.report())}", timeout=10)
     return ll
