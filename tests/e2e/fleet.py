@@ -1494,6 +1494,17 @@ def http_get(c: T.Client, host: str, port: int = T.HTTP_PORT, path: str = "/", t
     return body
 
 
+def wait_backends_healthy(sps: list["FleetSpillway"], timeout: float = 15.0) -> None:
+    """Wait until every configured backend is healthy on every instance: a backend a reload
+    adds is unhealthy until its first probe passes (HC-3), and the tables change only then."""
+    def verdicts():
+        return {sp.inst.short: {b["address"]: b["healthy"] for b in sp.api("/v1/backends")["backends"]
+                                if b["status"] == "active"} for sp in sps}
+
+    T.wait_until(lambda: all(all(v.values()) for v in verdicts().values()),
+                 lambda: f"every backend healthy on every instance: {verdicts()}", timeout=timeout)
+
+
 def wait_synced(sps: list["FleetSpillway"], timeout: float = 15.0) -> dict:
     """Wait until every instance's workers have scanned their tables against its current
     snapshot (fleet sync) and every peer has received all that was sent to it; the replies."""

@@ -45,7 +45,7 @@ from contextlib import suppress
 import pytest
 
 import topo as T
-from fleet import (answered_now, carriers, wait_synced, http_get, start_all, summary, wait_all_progress, DATA_PORT, OTHER_BACKENDS, OTHER_HEALTH_PORT, SPILLWAY_BIN, SPILLWAYCTL_BIN, VIP_OTHER, VIP_WEB, VIP_WEB6, VIPS,
+from fleet import (answered_now, carriers, wait_backends_healthy, wait_synced, http_get, start_all, summary, wait_all_progress, DATA_PORT, OTHER_BACKENDS, OTHER_HEALTH_PORT, SPILLWAY_BIN, SPILLWAYCTL_BIN, VIP_OTHER, VIP_WEB, VIP_WEB6, VIPS,
                    Fleet, FleetSpillway, LongLived, needs_bird, spillway_config, sync_key)
 from balancer import needs_built
 from syncwire import key_id, read_key_file
@@ -534,13 +534,7 @@ def test_fs_3_backend_change_then_instance_killed_loses_no_connection(change):
         for sp in sps:
             r = sp.reload(spillway_config(f, sp.inst.k, sync=True, **changed))
             assert r["added"] or r["removed"], r
-        # A backend added by the reload is unhealthy until its first probe passes (HC-3), and
-        # only then do the tables change: wait for it on both, then for equal tables.
-        T.wait_until(lambda: all(all(b["healthy"] for b in sp.api("/v1/backends")["backends"] if b["status"] == "active")
-                                 for sp in sps),
-                     lambda: "every backend to be healthy on both instances: "
-                     + str({sp.inst.short: [(b["address"], b["healthy"]) for b in sp.api("/v1/backends")["backends"]]
-                            for sp in sps}), timeout=10)
+        wait_backends_healthy(sps)
         T.wait_until(lambda: len({json.dumps(sp.instance()["fingerprints"], sort_keys=True) for sp in sps}) == 1,
                      "both instances to have the same new tables", timeout=10)
         synced = wait_synced(sps)
@@ -644,6 +638,7 @@ def test_fs_5_an_instance_that_joins_after_a_backend_change_keeps_the_connection
         ll = long_lived(f)
         for sp in (sp1, sp2):
             assert sp.reload(spillway_config(f, sp.inst.k, sync=True, extra_web=("b5",)))["added"]
+        wait_backends_healthy([sp1, sp2])
         synced = wait_synced([sp1, sp2])
         mark = answered_now(ll)
         sp3 = f.spillway(3, config=spillway_config(f, 3, sync=True, extra_web=("b5",)))
@@ -694,13 +689,7 @@ def test_fs_5_rolling_restart_while_a_backend_is_added_loses_no_connection():
         assert first["bulk"] == "done" and all(p["bulk_answered"] for p in first["peers"]), first
         for sp in sps:
             assert sp.reload(spillway_config(f, sp.inst.k, sync=True, extra_web=("b5",)))["added"]
-        # A backend added by the reload is unhealthy until its first probe passes (HC-3), and
-        # only then do the tables change: wait for it on both, then for equal tables.
-        T.wait_until(lambda: all(all(b["healthy"] for b in sp.api("/v1/backends")["backends"] if b["status"] == "active")
-                                 for sp in sps),
-                     lambda: "every backend to be healthy on both instances: "
-                     + str({sp.inst.short: [(b["address"], b["healthy"]) for b in sp.api("/v1/backends")["backends"]]
-                            for sp in sps}), timeout=10)
+        wait_backends_healthy(sps)
         T.wait_until(lambda: len({json.dumps(sp.instance()["fingerprints"], sort_keys=True) for sp in sps}) == 1,
                      "both instances to have the same new tables", timeout=10)
         synced = wait_synced(sps)

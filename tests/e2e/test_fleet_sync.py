@@ -38,7 +38,7 @@ import topo as T
 from balancer import needs_built
 from fleet import (SPILLWAY_BIN, SPILLWAYCTL_BIN, VIP_OTHER, VIP_WEB, VIPS, Fleet, FleetSpillway, LongLived,
                    answered_now, carriers, data_mac, needs_bird, spillway_config, start_all, summary,
-                   sync_key, wait_all_progress, wait_synced)
+                   sync_key, wait_all_progress, wait_backends_healthy, wait_synced)
 from syncwire import Entry, SyncPeer, parse_header, read_key_file, write_key_file
 from test_fleet import SYNC_BFD, check_clean, long_lived, long_lived_on_all, record, restart
 
@@ -55,6 +55,7 @@ def add_b5(f: Fleet, sps: list[FleetSpillway], **kw) -> None:
     """A fifth backend for ``web`` on every instance (a reload each), then the same tables on all."""
     for sp in sps:
         assert sp.reload(spillway_config(f, sp.inst.k, sync=True, extra_web=("b5",), **kw))["added"]
+    wait_backends_healthy(sps)
     T.wait_until(lambda: len({json.dumps(sp.instance()["fingerprints"], sort_keys=True) for sp in sps}) == 1,
                  "every instance to have the same new tables", timeout=15)
 
@@ -277,10 +278,11 @@ def test_fs_2_a_quiet_connection_survives_its_owners_death_at_any_point_of_its_i
     """60 connections, each sending one message per (idle timeout - 1 s) = 59 s (the smallest
     idle timeout, 60 s), their first messages spread over the interval, so that when the owner
     dies each one is at another point of its interval (some just after a message that no
-    refresh has carried yet: the case that needs a copy to outlast the owner's entry). A fifth
-    backend makes some of them at risk; i1 and i2 refresh their shared entries every 5 s. The
-    instance that carries most is killed at a random moment; every connection's next message
-    still reaches its backend through the other, no reset."""
+    refresh has carried yet: the case that needs a copy to outlast the owner's entry; the others
+    still quiet since their handshake). A fifth backend makes some of them at risk; i1 and i2
+    refresh their shared entries every 5 s. The instance that carries most is killed at a
+    random moment of the first interval; every connection's next message still reaches its
+    backend through the other, no reset."""
     idle = dict(idle_timeout_sec=60)
     with Fleet(instances=2, **SYNC_BFD, backends_per_zone=3) as f:
         def config(k: int, **kw) -> dict:
@@ -295,18 +297,21 @@ def test_fs_2_a_quiet_connection_survives_its_owners_death_at_any_point_of_its_i
         sps = start_all(f)
         f.wait_nexthops(VIP_WEB, [i.node for i in f.instances], timeout=15)
         ll = LongLived(f.client("c1"), VIP_WEB, port=T.ECHO_PORT, n=60, period=59.0).start()
+        started = time.monotonic()
         for sp in sps:
             assert sp.reload(config(sp.inst.k, extra_web=("b5",)))["added"]
+        wait_backends_healthy(sps)
         T.wait_until(lambda: len({json.dumps(sp.instance()["fingerprints"], sort_keys=True) for sp in sps}) == 1,
                      "the same new tables", timeout=15)
-        # Every connection has sent its first message (spread over 59 s), and messages go on.
-        T.wait_until(lambda: all(c["answered"] >= 1 for c in ll.report()["per_connection"]),
-                     lambda: f"a first answer on every connection: {summary(ll.report())}", timeout=75)
+        wait_synced(sps)
         on = carriers(sps, ll, fresh_ms=61_000)
         victim = max(sps, key=lambda sp: len(on[sp.inst.short]))
         other = next(sp for sp in sps if sp is not victim)
         shared = sync_state(victim)["entries_sent"]
-        time.sleep(random.uniform(0.0, 20.0))
+        # A random moment of the first interval: the connections whose first message (spread
+        # over 59 s) is already sent are at some point after it, the others are still quiet.
+        time.sleep(max(0.0, started + random.uniform(10.0, 50.0) - time.monotonic()))
+        sent_first = sum(1 for c in ll.report()["per_connection"] if c["sent"] >= 1)
         mark = answered_now(ll)
         t0 = time.monotonic()
         victim.kill()
@@ -317,7 +322,7 @@ def test_fs_2_a_quiet_connection_survives_its_owners_death_at_any_point_of_its_i
         taken = other.metrics().value("spillway_forwarded_packets_total", reason="sync_takeover")
         record("sync_quiet_connection", {
             "connections": rep["connections"], "on_killed_instance": len(on[victim.inst.short]),
-            "shared_by_killed": shared, "taken_over": taken, "resets": rep["resets"],
+            "first_message_sent_before_the_kill": sent_first, "shared_by_killed": shared, "taken_over": taken, "resets": rep["resets"],
             "backends_changed": rep["backends_changed"], "lost": rep["lost"]})
         assert shared > 0 and taken > 0, (shared, taken)
         check_clean(rep, "quiet connections, their owner killed in their interval")
@@ -477,6 +482,7 @@ def test_a_key_rotation_by_reloads_and_restarts_loses_no_connection():
         sp2.reload(config(2))
         for sp in sps:  # a backend added meanwhile: entries at risk shared under key B
             assert sp.reload(config(sp.inst.k, extra_web=("b5",)))["added"]
+        wait_backends_healthy(sps)
         T.wait_until(lambda: len({json.dumps(sp.instance()["fingerprints"], sort_keys=True) for sp in sps}) == 1,
                      "the same new tables", timeout=15)
         synced = wait_synced(sps)

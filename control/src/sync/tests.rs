@@ -803,6 +803,9 @@ fn sizes_on_the_wire_in_scale_out_md() {
 
 /// Encode and seal 1M entries and decode them back; prints the time. Run:
 /// `cargo test -p spillway-control --release --lib sync -- --ignored --nocapture`.
+/// Only optimised builds have it: unoptimised, it takes 40 s of every test run and
+/// measures nothing a user runs.
+#[cfg(not(debug_assertions))]
 #[test]
 #[ignore = "a micro-benchmark"]
 fn bench_a_million_entries() {
