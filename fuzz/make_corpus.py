@@ -290,6 +290,7 @@ def main():
             f.write(data)
     print(f"wrote {len(inputs)} bursts to {d}")
     text_corpora(here)
+    quic_corpus(here)
 
 
 def text_corpora(here):
@@ -369,6 +370,26 @@ def sync_corpus(here):
         "records": b"\x03" + five + bad + udp + one,
     }
     d = os.path.join(here, "corpus", "sync")
+    os.makedirs(d, exist_ok=True)
+    for name, data in inputs.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    print(f"wrote {len(inputs)} inputs to {d}")
+
+
+def quic_corpus(here):
+    """The `quic` target: a shape octet (the configurations' lengths), a 16-octet key, then a
+    UDP payload: short headers carrying the QUIC-LB draft's appendix connection IDs, a long
+    header (an Initial), an unroutable ID and truncated ones."""
+    key = unhex("8f95f09245765f80256934e50c66207f")
+    cids = ["0720b1d07b359d3c", "2fcc381bc74cb4fbad2823a3d1f8fed2", "504dd2d05a7b0de9b2b9907afb5ecf8cc3",
+            "725779c9cc86beb3a3a4a3ca96fce4bfe0cdbc", "07c4605e4504cc4f", "2a350d28b42003487d970b"]
+    inputs = {f"short_{i}": bytes([0x21 * i]) + key + b"\x41" + unhex(c) + b"payload" for i, c in enumerate(cids)}
+    inputs["initial"] = b"\x00" + key + b"\xc3\x00\x00\x00\x01\x08" + unhex("0720b1d07b359d3c") + b"\x04abcd\x00"
+    inputs["unroutable"] = b"\x07" + key + b"\x41\xe7" + bytes(18)
+    inputs["short_truncated"] = b"\x10" + key + b"\x41\x07\x20"
+    inputs["long_truncated"] = b"\x10" + key + b"\xc3\x00\x00\x00\x01\x14\x07"
+    d = os.path.join(here, "corpus", "quic")
     os.makedirs(d, exist_ok=True)
     for name, data in inputs.items():
         with open(os.path.join(d, name), "wb") as f:

@@ -7,7 +7,9 @@
 #   scenario  the `spillwayctl simulate` scenario loader and its step checks;
 #   api       the admin API's router: any method, path, query and body; never a 500;
 #   sync      connection-state sync: datagrams (never accepted without the key; payloads
-#             sealed with it reach the parser) and table files.
+#             sealed with it reach the parser) and table files;
+#   quic      a UDP payload read as QUIC and its destination connection ID decoded by QUIC-LB
+#             configurations of every mode.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]    (default 30 s per target, every target)
 #   scripts/fuzz.sh --build                  (build every target, run none)
@@ -15,7 +17,7 @@
 # The targets are built the way `cargo fuzz run -s none` builds them (libFuzzer's coverage
 # instrumentation, `--cfg fuzzing`, debug assertions and overflow checks on an optimised build,
 # for the host triple so that build scripts stay uninstrumented), by cargo itself: cargo-fuzz
-# is not needed (installing it took 3 minutes of every fresh CI run), and all six targets build
+# is not needed (installing it took 3 minutes of every fresh CI run), and all seven targets build
 # in one cargo invocation. One difference: cargo-fuzz forces one codegen unit per crate, which
 # makes the code faster to fuzz but the build slower; a short session gains more from the
 # faster build. `cargo fuzz run` still works for longer sessions by hand.
@@ -31,7 +33,7 @@ fi
 secs="${1:-30}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(parse path config scenario api sync)
+[ ${#targets[@]} -gt 0 ] || targets=(parse path config scenario api sync quic)
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 

@@ -14,6 +14,7 @@
 //! - [`decide`]: the one decision function; [`simulator`]: the same on a virtual clock;
 //! - [`publish`] (snapshots to the workers) and [`mailbox`] (conntrack queries to the workers):
 //!   how the control plane and the data plane meet, with no async runtime in either;
+//! - [`quic_lb`]: the server ID in a QUIC connection ID (QUIC-LB), for QUIC's conntrack misses;
 //! - [`rng`]: the project's one seeded pseudo-random stream (generator, jitter, test data).
 
 #![forbid(unsafe_code)]
@@ -35,6 +36,7 @@ pub mod mailbox;
 pub mod model;
 pub mod policy;
 pub mod publish;
+pub mod quic_lb;
 pub mod rng;
 pub mod simulator;
 pub mod snapshot;

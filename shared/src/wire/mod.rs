@@ -97,6 +97,7 @@ pub mod icmp;
 pub mod icmpv6;
 pub mod ipv4;
 pub mod ipv6;
+pub mod quic;
 pub mod tcp;
 pub mod udp;
 mod view;
