@@ -86,8 +86,8 @@ fi
 step "Debian package: build it from those binaries, install it into a fresh Debian 12 root, run from there (scripts/package.sh --test)"
 bash scripts/package.sh --test
 
-step "fuzz the packet parser, the packet path, the config and scenario loaders, the admin API, fleet sync and QUIC-LB for ${SPILLWAY_FUZZ_SECONDS:-15}s each (scripts/fuzz.sh)"
-bash scripts/fuzz.sh "${SPILLWAY_FUZZ_SECONDS:-15}"
+step "fuzz the packet parser, the packet path, the config and scenario loaders, the admin API, fleet sync and QUIC-LB for ${SPILLWAY_FUZZ_SECONDS:-10}s each (scripts/fuzz.sh)"
+bash scripts/fuzz.sh "${SPILLWAY_FUZZ_SECONDS:-10}"
 
 end_step
 printf '\n==> all checks passed\n'
