@@ -12,6 +12,8 @@ packages=(
     iproute2 procps           # network namespaces (ip netns), kill
     nftables                  # tests/e2e/test_soak.py: a backend's health port refused, then not
     python3 python3-pytest    # traffic scripts and the end-to-end tests
+    python3-venv              # the tests' virtualenv (below): aioquic is not packaged by Debian
+    python3-cryptography      # tests/e2e/quiclb.py: the tests' own QUIC-LB connection IDs (AES)
     python3-pytest-xdist      # pytest -n 2: the end-to-end tests split over processes by hand
     python3-nacl              # tests/e2e/syncwire.py: the tests' own fleet sync peer (XChaCha20-Poly1305)
     libxxhash0                # shared/tests/maglev_reference.py hashes with the C xxHash
@@ -36,6 +38,16 @@ if ((${#missing[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
     apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The tests' QUIC peers (scripts/quic_peer.py) run on aioquic, from PyPI, in a virtualenv of
+# their own so that Debian's python3 stays as packaged. 1.2.0: later versions need a pylsqpack
+# newer than the package index offers here.
+venv="${SPILLWAY_TEST_VENV:-/opt/spillway-test-venv}"
+if ! "$venv/bin/python" -c 'import aioquic' 2>/dev/null; then
+    echo "install-deps: aioquic into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check aioquic==1.2.0
 fi
 
 if ! command -v cargo >/dev/null; then

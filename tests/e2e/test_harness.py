@@ -286,3 +286,50 @@ def test_jumbo_fabric_for_large_encapsulated_frames():
         assert t.decap_stats(b)["inner_fragments"] == 0
         _, body = http_get(c, b.ipv4, "/bytes/20000")  # long reply over the 1500 route MTU
         assert len(body) == 20000
+
+
+def test_quic_lb_generator_reproduces_the_drafts_vectors():
+    """quiclb.py, the connection-ID generator of the tests' QUIC servers (written from the
+    QUIC-LB draft, not from Spillway), issues and reads back the draft's appendix vectors and
+    its worked four-pass example, and round-trips every length combination and mode."""
+    import quiclb
+    quiclb.self_test()
+    key = bytes(range(16))
+    for sid_len in range(1, 16):
+        for nonce_len in range(4, 20 - sid_len):
+            for k in (None, key):
+                cfg = quiclb.Config(sid_len % 7, sid_len, nonce_len, k)
+                sid = os.urandom(sid_len)
+                cid = cfg.issue(sid)
+                assert len(cid) == cfg.cid_len and cid[0] >> 5 == cfg.id
+                assert cfg.server_id(cid) == sid, (cfg, cid.hex())
+
+
+def test_quic_peers_issue_server_ids_and_survive_a_rebinding(topo):
+    """scripts/quic_peer.py, the QUIC-LB tests' peers (aioquic): a server in b2 issues
+    connection IDs that carry its server ID under an encrypted configuration; 8 clients from c1
+    exchange lines with it, each moving to a new source port halfway (and to another of the
+    server's connection IDs), and every line is answered by b2 before and after the move."""
+    import quiclb
+    assert T.TEST_VENV_PYTHON.exists(), f"{T.TEST_VENV_PYTHON}: run scripts/install-deps.sh"
+    c, b = topo.client("c1"), topo.backend("b2")
+    key = "8f95f09245765f80256934e50c66207f"
+    cfg = quiclb.Config(0, 3, 5, bytes.fromhex(key))
+    peer = str(T.SCRIPTS / "quic_peer.py")
+    server = b.popen([T.TEST_VENV_PYTHON, peer, "serve", "--listen", f"{b.ipv4}:4433", "--name", "b2",
+                      "--server-id", "0a0b0c", "--config", f"0:3:5:{key}"], log="quic_server.log")
+    try:
+        time.sleep(1.0)
+        out = c.run([T.TEST_VENV_PYTHON, peer, "client", "--connect", f"{b.ipv4}:4433", "--n", "8",
+                     "--period", "0.1", "--duration", "3", "--rebind-at", "1.5", "--new-cid"], timeout=30)
+    finally:
+        server.terminate()
+        server.wait(10)
+    rep = json.loads(out.stdout)
+    assert rep["established"] == 8 and rep["errors"] == 0, rep
+    assert rep["answered"] == rep["sent"] > 8 * 20, {k: v for k, v in rep.items() if k != "per_connection"}
+    for conn in rep["per_connection"]:
+        assert conn["backends"] == ["b2"], conn
+        # The client's own initial DCID, then the server's IDs: at least two after the move.
+        issued = [bytes.fromhex(x) for x in conn["cids"][1:]]
+        assert len(issued) >= 2 and all(cfg.server_id(x) == bytes.fromhex("0a0b0c") for x in issued), conn

@@ -95,6 +95,8 @@ PREFIX_LEN6 = 64
 HTTP_PORT = 80
 UDP_PORT = 5353
 ECHO_PORT = 7000  # backend_server.py's line echo (long-lived TCP connections)
+# The tests' virtualenv (scripts/install-deps.sh): aioquic for scripts/quic_peer.py.
+TEST_VENV_PYTHON = Path(os.environ.get("SPILLWAY_TEST_VENV", "/opt/spillway-test-venv")) / "bin" / "python"
 GUE_PORT = 6080
 DEFAULT_MTU = 1500
 # dataplane.idle_sleep_us of the balancers the tests run: a worker that finds nothing sleeps
