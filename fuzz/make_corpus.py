@@ -369,7 +369,12 @@ def sync_corpus(here):
         "table": b"\x02SPTB" + struct.pack("!HQQQ", 1, 0x53505442, 1765000000000, 2) + five + udp + bytes(8),
         "records": b"\x03" + five + bad + udp + one,
     }
-    d = os.path.join(here, "corpus", "sync")
+    write_inputs(here, "sync", inputs)
+
+
+def write_inputs(here, target, inputs):
+    """Write each named input to fuzz/corpus/TARGET/NAME."""
+    d = os.path.join(here, "corpus", target)
     os.makedirs(d, exist_ok=True)
     for name, data in inputs.items():
         with open(os.path.join(d, name), "wb") as f:
@@ -389,12 +394,7 @@ def quic_corpus(here):
     inputs["unroutable"] = b"\x07" + key + b"\x41\xe7" + bytes(18)
     inputs["short_truncated"] = b"\x10" + key + b"\x41\x07\x20"
     inputs["long_truncated"] = b"\x10" + key + b"\xc3\x00\x00\x00\x01\x14\x07"
-    d = os.path.join(here, "corpus", "quic")
-    os.makedirs(d, exist_ok=True)
-    for name, data in inputs.items():
-        with open(os.path.join(d, name), "wb") as f:
-            f.write(data)
-    print(f"wrote {len(inputs)} inputs to {d}")
+    write_inputs(here, "quic", inputs)
 
 
 if __name__ == "__main__":
