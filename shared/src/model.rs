@@ -83,6 +83,30 @@ pub struct Service {
     pub groups: Vec<Group>,
     /// Section 7 (advanced load balancing, AL-1..AL-8): `None` (the default) keeps section 4.
     pub advanced: Option<AdvancedPolicy>,
+    /// QUIC-LB: the connection-ID configurations and the endpoints' server IDs (`None`, the
+    /// default: QUIC goes by its 4-tuple like any UDP).
+    pub quic_lb: Option<QuicLbPolicy>,
+}
+
+/// A service's QUIC-LB configurations (at most seven, by id) and which endpoint each server ID
+/// names under each of them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuicLbPolicy {
+    /// The configurations.
+    pub configs: crate::quic_lb::Configs,
+    /// The endpoints' server IDs.
+    pub server_ids: Vec<QuicServerId>,
+}
+
+/// One endpoint's server ID under one configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuicServerId {
+    /// The endpoint (one of the service's).
+    pub endpoint: Endpoint,
+    /// The configuration id.
+    pub config: u8,
+    /// Its server ID there.
+    pub server_id: crate::quic_lb::ServerId,
 }
 
 /// The advanced load-balancing policy of a service (SPEC section 7). When set, it replaces
@@ -395,6 +419,7 @@ impl Service {
             encap: Encap::default(),
             groups: Vec::new(),
             advanced: None,
+            quic_lb: None,
         }
     }
 

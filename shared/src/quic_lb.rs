@@ -166,12 +166,14 @@ pub struct Config {
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The key stays out of logs.
+        // The key stays out of logs; its id tells two keys apart (and enters the model's
+        // fingerprint, so that instances with different keys do not compare equal).
         f.debug_struct("Config")
             .field("id", &self.id)
             .field("server_id_len", &self.server_id_len)
             .field("nonce_len", &self.nonce_len)
             .field("mode", &self.mode())
+            .field("key_id", &self.key_id())
             .finish()
     }
 }
@@ -238,6 +240,18 @@ impl Config {
 
     fn plaintext_len(&self) -> usize {
         usize::from(self.server_id_len) + usize::from(self.nonce_len)
+    }
+
+    /// Its key's id, if it has a key: the first four octets of the key's AES encryption of
+    /// a block no decoding encrypts (every octet 0xff but a last 0: passes are 1 to 4), a
+    /// pseudo-random function of the key that tells nothing of it.
+    pub fn key_id(&self) -> Option<u32> {
+        let aes = self.cipher.as_ref()?;
+        let mut b = [0xffu8; 16];
+        b[15] = 0;
+        let mut b = b.into();
+        aes.encrypt_block(&mut b);
+        Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
     /// How its connection IDs are encoded.
@@ -386,6 +400,90 @@ impl Configs {
     }
 }
 
+/// Why a QUIC packet that missed the connection table is not routed by its connection ID:
+/// it goes by the service's usual choice on its 4-tuple instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fallback {
+    /// The connection ID gives no server ID ([`Unroutable`]).
+    Unroutable(Unroutable),
+    /// The server ID names no backend of the service under its configuration.
+    UnknownServerId,
+}
+
+impl Fallback {
+    /// The name used in the API, logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fallback::Unroutable(u) => u.as_str(),
+            Fallback::UnknownServerId => "unknown_server_id",
+        }
+    }
+}
+
+/// What decoding a packet's destination connection ID found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Routed {
+    /// The configuration (the first octet's config rotation bits).
+    pub config: u8,
+    /// The server ID in it.
+    pub server_id: ServerId,
+    /// The backend slot that server ID names.
+    pub slot: u16,
+}
+
+/// A service's QUIC-LB routing, as a snapshot holds it: its configurations and, per
+/// configuration, the backend slot each server ID names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Routes {
+    configs: Configs,
+    slots: [hashbrown::HashMap<ServerId, u16>; MAX_CONFIGS],
+}
+
+impl Routes {
+    /// Routes over `configs`, with no server ID yet.
+    pub fn new(configs: Configs) -> Routes {
+        Routes { configs, slots: Default::default() }
+    }
+
+    /// The configurations.
+    pub fn configs(&self) -> &Configs {
+        &self.configs
+    }
+
+    /// Route `server_id` under configuration `config` to `slot`, unless it already names a
+    /// slot (the first assignment stays) or the configuration does not exist or has another
+    /// server ID length. True when added.
+    pub fn add(&mut self, config: u8, server_id: ServerId, slot: u16) -> bool {
+        let Some(c) = self.configs.get(config) else { return false };
+        if server_id.as_bytes().len() != usize::from(c.server_id_len()) {
+            return false;
+        }
+        let map = &mut self.slots[usize::from(config)];
+        if map.contains_key(&server_id) {
+            return false;
+        }
+        map.insert(server_id, slot);
+        true
+    }
+
+    /// The number of server IDs routed under `config`.
+    pub fn len(&self, config: u8) -> usize {
+        self.slots.get(usize::from(config)).map_or(0, |m| m.len())
+    }
+
+    /// Decode `dcid` (a destination connection ID from its first octet; octets after it are
+    /// not read) and find the backend slot its server ID names; or why not, with what was
+    /// decoded.
+    pub fn route(&self, dcid: &[u8]) -> Result<Routed, (Option<(u8, ServerId)>, Fallback)> {
+        let (config, server_id) =
+            self.configs.decode(dcid).map_err(|u| (None, Fallback::Unroutable(u)))?;
+        match self.slots[usize::from(config)].get(&server_id) {
+            Some(&slot) => Ok(Routed { config, server_id, slot }),
+            None => Err((Some((config, server_id)), Fallback::UnknownServerId)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -461,6 +559,46 @@ mod tests {
         assert_eq!(Config::new(0, 10, 10, None), Err(ConfigError::TooLong(20)));
         assert!(Config::new(6, 15, 4, None).is_ok());
         assert!(Config::new(0, 1, 18, Some([0; 16])).is_ok());
+    }
+
+    #[test]
+    fn routes_name_slots_by_configuration_and_server_id() {
+        let mut cs = Configs::new();
+        cs.insert(Config::new(0, 3, 4, None).unwrap());
+        cs.insert(Config::new(1, 5, 5, None).unwrap());
+        let mut r = Routes::new(cs);
+        let sid = ServerId::from_hex("c4605e").unwrap();
+        assert!(r.add(0, sid, 7));
+        assert!(!r.add(0, sid, 8), "the first assignment stays");
+        assert!(!r.add(1, sid, 8), "a 3-octet ID under a 5-octet configuration");
+        assert!(!r.add(2, sid, 8), "no configuration 2");
+        assert!(r.add(1, ServerId::from_hex("350d28b420").unwrap(), 9));
+        assert_eq!(
+            r.route(&hex("07c4605e4504cc4f")).unwrap(),
+            Routed { config: 0, server_id: sid, slot: 7 }
+        );
+        assert_eq!(r.route(&hex("2a350d28b42003487d970b")).unwrap().slot, 9);
+        let other = ServerId::from_hex("c4605f").unwrap();
+        assert_eq!(
+            r.route(&hex("07c4605f4504cc4f")),
+            Err((Some((0, other)), Fallback::UnknownServerId))
+        );
+        assert_eq!(
+            r.route(&hex("e7c4605e4504cc4f")),
+            Err((None, Fallback::Unroutable(Unroutable::Reserved)))
+        );
+        assert_eq!(r.len(0), 1);
+    }
+
+    #[test]
+    fn key_ids_tell_keys_apart_and_keys_stay_out_of_debug() {
+        let a = Config::new(0, 3, 4, Some([1; 16])).unwrap();
+        let b = Config::new(0, 3, 4, Some([2; 16])).unwrap();
+        assert_ne!(a.key_id(), b.key_id());
+        assert_eq!(a.key_id(), Config::new(1, 8, 8, Some([1; 16])).unwrap().key_id());
+        assert_eq!(Config::new(0, 3, 4, None).unwrap().key_id(), None);
+        let text = format!("{a:?}");
+        assert!(text.contains("key_id") && !text.contains("[1, 1"), "{text}");
     }
 
     #[test]

@@ -152,6 +152,9 @@ pub struct ServiceView {
     /// Its identity across the instances of a fleet ([`crate::sync::service_identity`] of its
     /// name): how a peer's entry names it (FS-2).
     pub identity: u64,
+    /// QUIC-LB: the backend slot each server ID names, per configuration, for its configured
+    /// and draining backends (`None` without `quic_lb`).
+    pub quic: Option<Arc<crate::quic_lb::Routes>>,
 }
 
 /// Section 7 state of one service in a snapshot, for metrics, the admin API and the simulator.

@@ -16,7 +16,10 @@ use crate::eligible::{eligible, Candidate, Eligible};
 use crate::flow::FlowHasher;
 use crate::lpm::Lpm;
 use crate::maglev::{backend_identity, MaglevMember, MaglevTable};
-use crate::model::{AdvancedPolicy, BackendKey, Capacity, GroupAdvanced, Model, RuleDest, Service};
+use crate::model::{
+    AdvancedPolicy, BackendKey, Capacity, GroupAdvanced, Model, QuicLbPolicy, RuleDest, Service,
+};
+use crate::quic_lb::{Routes, ServerId};
 use crate::snapshot::{
     AdvancedClientView, AdvancedGroupView, AdvancedView, BackendStatus, BackendView, Choice,
     RuleEntry, RuleTable, ServiceView, Snapshot,
@@ -102,6 +105,10 @@ pub struct PolicyState {
     config_fingerprint: u64,
     backends: Vec<BackendView>,
     slot_keys: Vec<Option<BackendKey>>,
+    /// Each slot's QUIC-LB server IDs (configuration id, server ID), from the last model that
+    /// configured it: a draining backend keeps them until its slot is freed, so that its QUIC
+    /// connections still reach it (CD-3).
+    slot_quic: Vec<Vec<(u8, ServerId)>>,
     by_key: HashMap<BackendKey, u16>,
     free: Vec<u16>,
     health: HashMap<BackendKey, bool>,
@@ -124,6 +131,7 @@ impl PolicyState {
             model: Model::empty(),
             backends: Vec::new(),
             slot_keys: Vec::new(),
+            slot_quic: Vec::new(),
             by_key: HashMap::new(),
             free: Vec::new(),
             health: HashMap::new(),
@@ -198,6 +206,27 @@ impl PolicyState {
     /// The current model.
     pub fn model(&self) -> &Model {
         &self.model
+    }
+
+    /// A service's QUIC-LB routes: its configured backends' server IDs first, then its
+    /// draining backends' (a server ID the configuration gave to another backend stays with
+    /// that one); a server ID its configuration no longer fits is left out.
+    fn quic_routes(&self, svc: &Service, q: &QuicLbPolicy) -> Routes {
+        let mut routes = Routes::new(q.configs.clone());
+        let of_service =
+            |slot: usize| self.slot_keys[slot].as_ref().is_some_and(|k| k.service == svc.name);
+        let active = |slot: usize| self.backends[slot].status == BackendStatus::Active;
+        for pass_active in [true, false] {
+            for (slot, ids) in self.slot_quic.iter().enumerate() {
+                if of_service(slot) && active(slot) == pass_active {
+                    let Ok(s) = u16::try_from(slot) else { continue };
+                    for &(config, server_id) in ids {
+                        routes.add(config, server_id, s);
+                    }
+                }
+            }
+        }
+        routes
     }
 
     /// Replace the model at `now` (a reload). Backends no longer configured start draining
@@ -275,6 +304,21 @@ impl PolicyState {
                 }
             }
         }
+        // Configured backends take their QUIC-LB server IDs from this model; draining ones
+        // keep theirs.
+        for (key, _, _) in model.backends() {
+            if let Some(&slot) = self.by_key.get(&key) {
+                self.slot_quic[usize::from(slot)].clear();
+            }
+        }
+        for svc in &model.services {
+            for q in svc.quic_lb.iter().flat_map(|p| &p.server_ids) {
+                let key = BackendKey { service: svc.name.clone(), endpoint: q.endpoint };
+                if let Some(&slot) = self.by_key.get(&key) {
+                    self.slot_quic[usize::from(slot)].push((q.config, q.server_id));
+                }
+            }
+        }
         self.advanced.retain(|name, _| {
             model.services.iter().any(|s| &s.name == name && s.advanced.is_some())
         });
@@ -302,6 +346,7 @@ impl PolicyState {
             group: Arc::from(""),
         });
         self.slot_keys.push(None);
+        self.slot_quic.push(Vec::new());
         Ok(slot)
     }
 
@@ -313,6 +358,7 @@ impl PolicyState {
             if let BackendStatus::Draining { deadline } = self.backends[slot].status {
                 if now >= deadline {
                     self.backends[slot].status = BackendStatus::Free;
+                    self.slot_quic[slot].clear();
                     if let Some(key) = self.slot_keys[slot].take() {
                         self.by_key.remove(&key);
                         self.health.remove(&key);
@@ -411,6 +457,7 @@ impl PolicyState {
         let mut used_tables: HashMap<TableKey, Arc<MaglevTable>> = HashMap::new();
 
         for svc in &model.services {
+            let quic = svc.quic_lb.as_ref().map(|q| Arc::new(self.quic_routes(svc, q)));
             let Some(st) = self.services.get_mut(&svc.name) else { continue };
             let id = st.id;
             for r in &svc.rules {
@@ -565,6 +612,7 @@ impl PolicyState {
                 zone_choices,
                 advanced: advanced_view,
                 identity: crate::sync::service_identity(&svc.name),
+                quic,
             });
         }
         self.tables = used_tables;

@@ -3,10 +3,16 @@
 //! combination the draft allows and every mode, a connection ID a server would issue decodes
 //! to the server ID it carries.
 
+mod common;
+
 use aes::cipher::{BlockEncrypt, KeyInit};
 use aes::Aes128;
+use common::{ep, group, model_with, web};
 use proptest::prelude::*;
-use spillway_core::quic_lb::{Config, Configs, Mode, Unroutable};
+use spillway_core::model::{Model, QuicLbPolicy, QuicServerId};
+use spillway_core::quic_lb::{Config, Configs, Fallback, Mode, Routes, ServerId, Unroutable};
+use spillway_core::state::PolicyState;
+use spillway_core::time::Time;
 
 /// A server's connection ID: the first octet (config id in the top three bits, the length
 /// self-description in the other five, as every appendix vector has it), then server ID and
@@ -154,4 +160,95 @@ proptest! {
             Err(Unroutable::TooShort) => {}
         }
     }
+}
+
+// ---- the snapshot's routes: which backend slot a server ID names ---------------------------------
+
+fn sid(h: &str) -> ServerId {
+    ServerId::from_hex(h).unwrap()
+}
+
+/// `web` with b1..bN in zone-a, draining `drain_s`, QUIC-LB configs 0 (3 + 4, plaintext) and
+/// 1 (3 + 5, a key), and the given (endpoint, config, server ID) assignments.
+fn quic_model(endpoints: &[&str], ids: &[(&str, u8, &str)], drain_s: u32) -> Model {
+    model_with(|m| {
+        let mut s = web(vec![group(m, "g", "zone-a", false, endpoints)]);
+        s.draining_timeout_secs = drain_s;
+        let mut configs = Configs::new();
+        configs.insert(Config::new(0, 3, 4, None).unwrap());
+        configs.insert(Config::new(1, 3, 5, Some([5; 16])).unwrap());
+        let server_ids = ids
+            .iter()
+            .map(|&(e, config, h)| QuicServerId { endpoint: ep(e), config, server_id: sid(h) })
+            .collect();
+        s.quic_lb = Some(QuicLbPolicy { configs, server_ids });
+        s
+    })
+}
+
+/// The slot's endpoint that `web`'s routes give for server ID `h` under config 0.
+fn routed(st: &mut PolicyState, now: Time, h: &str) -> Option<String> {
+    let snap = st.snapshot(now);
+    let id = st.service_id("web").unwrap();
+    let routes: &Routes = snap.service(id).unwrap().quic.as_deref().unwrap();
+    let cid: Vec<u8> =
+        [0x07].iter().chain(sid(h).as_bytes()).chain(&[1, 2, 3, 4]).copied().collect();
+    match routes.route(&cid) {
+        Ok(r) => Some(snap.backends[usize::from(r.slot)].endpoint.addr.to_string()),
+        Err((_, Fallback::UnknownServerId)) => None,
+        Err(e) => panic!("{e:?}"),
+    }
+}
+
+#[test]
+fn server_ids_route_to_their_backends_and_a_draining_one_keeps_its_own() {
+    let (b1, b2, b3) = ("198.18.1.1", "198.18.1.2", "198.18.1.3");
+    let mut st = PolicyState::new(true);
+    st.apply_model(quic_model(&[b1, b2], &[(b1, 0, "0a0001"), (b2, 0, "0a0002")], 30), Time::ZERO)
+        .unwrap();
+    assert_eq!(routed(&mut st, Time::ZERO, "0a0001").as_deref(), Some(b1));
+    assert_eq!(routed(&mut st, Time::ZERO, "0a0002").as_deref(), Some(b2));
+    assert_eq!(routed(&mut st, Time::ZERO, "0a0003"), None);
+
+    // b2 removed with 30 s of draining: its server ID still names it until the deadline (CD-3).
+    let t1 = Time::from_secs(10);
+    st.apply_model(quic_model(&[b1, b3], &[(b1, 0, "0a0001"), (b3, 0, "0a0003")], 30), t1).unwrap();
+    assert_eq!(routed(&mut st, t1, "0a0002").as_deref(), Some(b2));
+    assert_eq!(routed(&mut st, t1, "0a0003").as_deref(), Some(b3));
+    // Its slot freed at the deadline, the ID names nothing.
+    assert_eq!(routed(&mut st, Time::from_secs(40), "0a0002"), None);
+    assert_eq!(routed(&mut st, Time::from_secs(40), "0a0001").as_deref(), Some(b1));
+}
+
+#[test]
+fn a_server_id_given_to_another_backend_leaves_the_draining_one() {
+    let (b1, b2, b3) = ("198.18.1.1", "198.18.1.2", "198.18.1.3");
+    let mut st = PolicyState::new(true);
+    st.apply_model(quic_model(&[b1, b2], &[(b1, 0, "0a0001"), (b2, 0, "0a0002")], 30), Time::ZERO)
+        .unwrap();
+    // b2 removed and its server ID given to the new b3 at once: the configuration wins.
+    let t1 = Time::from_secs(1);
+    st.apply_model(quic_model(&[b1, b3], &[(b1, 0, "0a0001"), (b3, 0, "0a0002")], 30), t1).unwrap();
+    assert_eq!(routed(&mut st, t1, "0a0002").as_deref(), Some(b3));
+    // A backend with no server ID has no route; the configured ones keep theirs over a reload.
+    st.apply_model(quic_model(&[b1, b3], &[(b1, 0, "0a0001")], 30), Time::from_secs(2)).unwrap();
+    assert_eq!(
+        routed(&mut st, Time::from_secs(2), "0a0002").as_deref(),
+        Some(b2),
+        "b2 still draining"
+    );
+    assert_eq!(routed(&mut st, Time::from_secs(2), "0a0001").as_deref(), Some(b1));
+}
+
+#[test]
+fn a_quic_lb_change_changes_the_configuration_fingerprint() {
+    let (b1, b2) = ("198.18.1.1", "198.18.1.2");
+    let base = quic_model(&[b1, b2], &[(b1, 0, "0a0001")], 30);
+    let other_id = quic_model(&[b1, b2], &[(b1, 0, "0a0009")], 30);
+    let mut other_key = base.clone();
+    let q = other_key.services[0].quic_lb.as_mut().unwrap();
+    q.configs.insert(Config::new(1, 3, 5, Some([6; 16])).unwrap());
+    assert_ne!(base.fingerprint(), other_id.fingerprint());
+    assert_ne!(base.fingerprint(), other_key.fingerprint(), "another key");
+    assert_eq!(base.fingerprint(), quic_model(&[b1, b2], &[(b1, 0, "0a0001")], 30).fingerprint());
 }
