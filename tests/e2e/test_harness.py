@@ -327,8 +327,10 @@ def test_quic_peers_issue_server_ids_and_survive_a_rebinding(topo):
         server.wait(10)
     rep = json.loads(out.stdout)
     assert rep["established"] == 8 and rep["errors"] == 0, rep
-    assert rep["answered"] == rep["sent"] > 8 * 20, {k: v for k, v in rep.items() if k != "per_connection"}
     for conn in rep["per_connection"]:
+        # Lines every 0.1 s for 3 s, the move at 1.5 s: answered on both sides of it (the last
+        # line may still be on its way).
+        assert conn["sent"] >= 20 and conn["answered"] >= conn["sent"] - 1, conn
         assert conn["backends"] == ["b2"], conn
         # The client's own initial DCID, then the server's IDs: at least two after the move.
         issued = [bytes.fromhex(x) for x in conn["cids"][1:]]
