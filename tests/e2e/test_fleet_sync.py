@@ -378,10 +378,10 @@ def test_fs_6_datagrams_recorded_from_a_live_fleet_replayed_after_a_restart_inst
                          "and", "src", i1.node], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(1.0)
-            ll = long_lived(f, n=30)
-            restart(f, sp1)  # its bulk request, its hellos, acknowledgements
+            ll = long_lived(f, n=60)
             add_b5(f, [sp1, sp2])  # its entries at risk
             wait_synced([sp1, sp2])
+            restart(f, sp1)  # its bulk request, its hellos, acknowledgements
             ll.stop(drain=1.0)
             time.sleep(1.0)
         finally:
