@@ -147,7 +147,7 @@ fn worker(
                 forwarded.fetch_add(burst.len() as u64, Ordering::Relaxed);
                 next = (next + MAX_BURST) % frames.len();
             }
-            sync.check(snap, shard.bucket_count(), &counters.sync);
+            sync.check(snap, shard.bucket_count(), now, &counters.sync);
             if sync.has_work(&shard) {
                 sync.step(&mut shard, snap, now, &counters.sync);
             } else if traffic.is_none() {

@@ -209,7 +209,7 @@ async fn run(
                     },
                 )
             };
-            let snap = c.snapshot();
+            let was_ready = c.instance().is_ready();
             let total = forwarded(&*view);
             let serving;
             {
@@ -218,6 +218,11 @@ async fn run(
                 inst.note_forwarded(total, now);
                 serving = inst.phase() == Phase::Serving;
             }
+            if !was_ready && c.instance().is_ready() {
+                // The tables published from now on are the ones served (FS-11).
+                c.publish("ready");
+            }
+            let snap = c.snapshot();
             let w = wanted(c.config(), &snap, serving);
             let set = w.keys().map(Addr::to_ip).collect();
             c.instance_mut().wanted = w;

@@ -643,6 +643,15 @@ impl Controller {
     /// Build and publish a snapshot, logging what changed.
     pub fn publish(&mut self, why: &str) {
         let now = self.now();
+        // FS-11: tables become the ones served once the instance is ready (the announcer's
+        // readiness: settled verdicts); without an announcer, once every check has a result.
+        if !self.state.is_settled()
+            && (self.instance.is_ready()
+                || (self.config.announce.is_none()
+                    && self.health_status().iter().all(|t| t.last_result.is_some())))
+        {
+            self.state.settle();
+        }
         let next = self.state.snapshot(now);
         let prev = self.publisher.current();
         log_changes(why, &prev, &next);

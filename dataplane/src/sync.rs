@@ -108,8 +108,10 @@ impl WorkerSync {
 
     /// Called at the sweep's pace with the current snapshot: starts the own pass when the
     /// snapshot is new or the sync thread asked for a refresh, and takes the bulk answers it
-    /// asked for. `buckets` is the table's.
-    pub fn check(&mut self, snap: &Snapshot, buckets: usize, c: &SyncCounters) {
+    /// asked for. `buckets` is the table's. While a service's previous tables still decide what
+    /// is at risk (FS-11), passes follow each other: a new connection whose backend those
+    /// tables would not give is shared within a pass of its making.
+    pub fn check(&mut self, snap: &Snapshot, buckets: usize, now: Time, c: &SyncCounters) {
         let refresh = self.link.requests.refresh.load(Ordering::Relaxed);
         let changed = snap.generation != self.generation && self.generation != u64::MAX;
         if refresh != self.refresh_seen || changed {
@@ -117,6 +119,12 @@ impl WorkerSync {
             // the whole table goes again from here.
             self.own_all |= refresh != self.refresh_seen;
             self.refresh_seen = refresh;
+            self.own_left = buckets;
+            self.own_copies = !self.bulks.is_empty();
+        }
+        if self.own_left == 0
+            && snap.services().any(|s| s.previous.as_ref().is_some_and(|p| now < p.shared_until))
+        {
             self.own_left = buckets;
             self.own_copies = !self.bulks.is_empty();
         }

@@ -532,10 +532,10 @@ impl<'p, 'c> Worker<'p, 'c> {
         let c = self.counters;
         let snap = b.snapshots.load();
         c.snapshot_generation.set(snap.generation);
-        if let Some(sync) = &mut b.sync {
-            sync.check(snap, b.shard.bucket_count(), &c.sync);
-        }
         let now = time_since(b.origin);
+        if let Some(sync) = &mut b.sync {
+            sync.check(snap, b.shard.bucket_count(), now, &c.sync);
+        }
         b.shard.sweep(buckets, now, |e| {
             let dead = is_reclaimable(e.key.service, &e.value, e.idle_ms, snap, now);
             if dead {

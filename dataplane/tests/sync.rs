@@ -131,9 +131,9 @@ fn fs_1_a_new_snapshot_scans_the_table_for_the_entries_at_risk() {
     let mut sync = WorkerSync::new(link.clone());
     let c = WorkerCounters::new();
     // The first snapshot a worker sees starts nothing.
-    sync.check(&before, shard.bucket_count(), &c.sync);
+    sync.check(&before, shard.bucket_count(), Time::ZERO, &c.sync);
     assert!(!sync.has_work(&shard));
-    sync.check(&after, shard.bucket_count(), &c.sync);
+    sync.check(&after, shard.bucket_count(), Time::ZERO, &c.sync);
     let mut sent = Taken::default();
     while sync.has_work(&shard) {
         sync.step(&mut shard, &after, NOW, &c.sync);
@@ -153,12 +153,12 @@ fn fs_1_a_new_snapshot_scans_the_table_for_the_entries_at_risk() {
     // A new snapshot with the same tables: nothing changed, nothing sent again (a service whose
     // snapshots change every second costs the peers nothing)...
     let again = st.snapshot(NOW);
-    sync.check(&again, shard.bucket_count(), &c.sync);
+    sync.check(&again, shard.bucket_count(), Time::ZERO, &c.sync);
     let out = run_counted(&mut sync, &link, &mut shard, &again, &c);
     assert!(out.shares.is_empty() && out.removes.is_empty(), "{out:?}");
     // ...and a refresh sends every entry at risk again, so that the peers' copies last.
     link.requests.ask_refresh();
-    sync.check(&again, shard.bucket_count(), &c.sync);
+    sync.check(&again, shard.bucket_count(), Time::ZERO, &c.sync);
     let out = run_counted(&mut sync, &link, &mut shard, &again, &c);
     assert_eq!(keys(&out.shares), want);
 }
@@ -172,16 +172,16 @@ fn fs_1_snapshots_that_change_faster_than_a_pass_never_hide_the_last_buckets() {
     let link = SyncLink::new(4_096);
     let mut sync = WorkerSync::new(link.clone());
     let c = WorkerCounters::new();
-    sync.check(&before, buckets, &c.sync);
+    sync.check(&before, buckets, Time::ZERO, &c.sync);
     let mut snap = st.snapshot(NOW);
-    sync.check(&snap, buckets, &c.sync);
+    sync.check(&snap, buckets, Time::ZERO, &c.sync);
     let mut sent = Taken::default();
     let polls = buckets / SCAN_BUCKETS_PER_POLL;
     for poll in 0..2 * polls {
         if poll % 1_000 == 999 {
             // Same tables, a new snapshot: the kind of change that restarted a scan at 0.
             snap = st.snapshot(NOW);
-            sync.check(&snap, buckets, &c.sync);
+            sync.check(&snap, buckets, Time::ZERO, &c.sync);
         }
         sync.step(&mut shard, &snap, NOW, &c.sync);
         drain(&link, &mut sent);
@@ -202,8 +202,8 @@ fn fs_8_a_shared_entry_that_is_replaced_or_no_longer_at_risk_is_removed_from_the
     let mut sync = WorkerSync::new(link.clone());
     let c = WorkerCounters::new();
     let buckets = shard.bucket_count();
-    sync.check(&before, buckets, &c.sync);
-    sync.check(&after, buckets, &c.sync);
+    sync.check(&before, buckets, Time::ZERO, &c.sync);
+    sync.check(&after, buckets, Time::ZERO, &c.sync);
     let shared = run(&mut sync, &link, &mut shard, &after).shares;
     assert!(shared.len() > 100);
     // A reused tuple: the connection of the first shared entry ends, and a new one opens from
@@ -220,7 +220,7 @@ fn fs_8_a_shared_entry_that_is_replaced_or_no_longer_at_risk_is_removed_from_the
     // again; the next pass removes them all.
     st.apply_model(web(4), NOW).unwrap();
     let back = st.snapshot(NOW);
-    sync.check(&back, buckets, &c.sync);
+    sync.check(&back, buckets, Time::ZERO, &c.sync);
     let out = run(&mut sync, &link, &mut shard, &back);
     assert!(out.shares.is_empty());
     assert_eq!(keys(&out.removes), keys(&shared[1..]));
@@ -234,8 +234,8 @@ fn fs_2_peers_copies_are_stored_dropped_by_removals_and_sent_on_only_in_bulk_ans
     let link_a = SyncLink::new(4_096);
     let mut a_sync = WorkerSync::new(link_a.clone());
     let ca = WorkerCounters::new();
-    a_sync.check(&before, a_shard.bucket_count(), &ca.sync);
-    a_sync.check(&after, a_shard.bucket_count(), &ca.sync);
+    a_sync.check(&before, a_shard.bucket_count(), Time::ZERO, &ca.sync);
+    a_sync.check(&after, a_shard.bucket_count(), Time::ZERO, &ca.sync);
     let shared = run(&mut a_sync, &link_a, &mut a_shard, &after).shares;
     assert!(!shared.is_empty());
     let index = PeerIndex::of(&after);
@@ -246,7 +246,7 @@ fn fs_2_peers_copies_are_stored_dropped_by_removals_and_sent_on_only_in_bulk_ans
     let mut b_shard = Shard::with_capacity(4_096);
     let mut sync = WorkerSync::new(link.clone());
     let c = WorkerCounters::new();
-    sync.check(&after, b_shard.bucket_count(), &c.sync);
+    sync.check(&after, b_shard.bucket_count(), Time::ZERO, &c.sync);
     while sync.has_work(&b_shard) {
         sync.step(&mut b_shard, &after, NOW, &c.sync);
     }
@@ -257,13 +257,13 @@ fn fs_2_peers_copies_are_stored_dropped_by_removals_and_sent_on_only_in_bulk_ans
     );
     // A refresh sends this instance's own entries at risk: none (the copies are their owner's).
     link.requests.ask_refresh();
-    sync.check(&after, b_shard.bucket_count(), &c.sync);
+    sync.check(&after, b_shard.bucket_count(), Time::ZERO, &c.sync);
     let out = run(&mut sync, &link, &mut b_shard, &after);
     assert!(out.shares.is_empty() && out.removes.is_empty());
     // A bulk answer (a peer joins) sends them on: their owner may be gone.
     let ticket = Ticket { peer: 3, request: 42, attempt: 0 };
     link.bulk.push(ticket).unwrap();
-    sync.check(&after, b_shard.bucket_count(), &c.sync);
+    sync.check(&after, b_shard.bucket_count(), Time::ZERO, &c.sync);
     let out = run(&mut sync, &link, &mut b_shard, &after);
     assert_eq!(out.ends, [(ticket, shared.len() as u64)], "one end, with the count");
     let answered: Vec<PeerEntry> = out
@@ -295,8 +295,8 @@ fn fs_5_a_bulk_answer_is_one_pass_per_ticket_and_ends_while_snapshots_change() {
     let link = SyncLink::new(4_096);
     let mut sync = WorkerSync::new(link.clone());
     let c = WorkerCounters::new();
-    sync.check(&before, buckets, &c.sync);
-    sync.check(&after, buckets, &c.sync);
+    sync.check(&before, buckets, Time::ZERO, &c.sync);
+    sync.check(&after, buckets, Time::ZERO, &c.sync);
     let at_risk = run(&mut sync, &link, &mut shard, &after).shares;
     // The ticket, asked three times (the asker sends its request again until answered):
     // one pass.
@@ -307,14 +307,14 @@ fn fs_5_a_bulk_answer_is_one_pass_per_ticket_and_ends_while_snapshots_change() {
     for _ in 0..3 {
         link.bulk.push(ticket).unwrap();
     }
-    sync.check(&snap, buckets, &c.sync);
+    sync.check(&snap, buckets, Time::ZERO, &c.sync);
     while out.ends.is_empty() {
         polls += 1;
         if polls % 500 == 0 {
             // A new snapshot (same tables) every 500 polls, a pass being 2,048: the answer
             // still ends, within two passes.
             snap = st.snapshot(NOW);
-            sync.check(&snap, buckets, &c.sync);
+            sync.check(&snap, buckets, Time::ZERO, &c.sync);
         }
         sync.step(&mut shard, &snap, NOW, &c.sync);
         drain(&link, &mut out);
@@ -332,7 +332,7 @@ fn fs_5_a_bulk_answer_is_one_pass_per_ticket_and_ends_while_snapshots_change() {
     let other = Ticket { peer: 8, request: 9, attempt: 0 };
     link.bulk.push(retry).unwrap();
     link.bulk.push(other).unwrap();
-    sync.check(&snap, buckets, &c.sync);
+    sync.check(&snap, buckets, Time::ZERO, &c.sync);
     let out = run(&mut sync, &link, &mut shard, &snap);
     let ends: std::collections::BTreeSet<_> = out.ends.iter().map(|e| e.0).collect();
     assert_eq!(ends, [retry, other].into_iter().collect());
@@ -346,8 +346,8 @@ fn a_scan_waits_for_room_and_never_drops_an_entry() {
     let link = SyncLink::new(MIN_QUEUE);
     let mut sync = WorkerSync::new(link.clone());
     let c = WorkerCounters::new();
-    sync.check(&before, shard.bucket_count(), &c.sync);
-    sync.check(&after, shard.bucket_count(), &c.sync);
+    sync.check(&before, shard.bucket_count(), Time::ZERO, &c.sync);
+    sync.check(&after, shard.bucket_count(), Time::ZERO, &c.sync);
     // Nobody takes what it sends: it fills the queue no further than it has room, and waits.
     for _ in 0..10_000 {
         sync.step(&mut shard, &after, NOW, &c.sync);

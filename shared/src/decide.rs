@@ -55,6 +55,9 @@ pub enum ForwardReason {
     /// A peer's entry (fleet sync) was found and its backend is still a valid choice: the
     /// connection continues on it here, and the entry is now this instance's (FS-3).
     SyncTakeover,
+    /// A TCP packet that opens no connection found no entry shortly after the tables changed:
+    /// the previous tables' backend, still valid for it, where its connection began (FS-11).
+    PreviousTable,
 }
 
 /// Why a packet was dropped by the decision core.
@@ -101,7 +104,7 @@ pub struct Decision {
 
 impl ForwardReason {
     /// Every value, for counter tables.
-    pub const ALL: [ForwardReason; 7] = [
+    pub const ALL: [ForwardReason; 8] = [
         ForwardReason::NewConnection,
         ForwardReason::ConntrackHit,
         ForwardReason::ReplacedExpired,
@@ -109,6 +112,7 @@ impl ForwardReason {
         ForwardReason::ReplacedFlushed,
         ForwardReason::ReplacedUnhealthy,
         ForwardReason::SyncTakeover,
+        ForwardReason::PreviousTable,
     ];
 
     /// The name used in simulate output and metric labels.
@@ -121,6 +125,7 @@ impl ForwardReason {
             ForwardReason::ReplacedFlushed => "replaced_flushed",
             ForwardReason::ReplacedUnhealthy => "replaced_unhealthy",
             ForwardReason::SyncTakeover => "sync_takeover",
+            ForwardReason::PreviousTable => "previous_table",
         }
     }
 
@@ -288,7 +293,14 @@ pub fn decide_prepared(
     let Some(backend) = backend else {
         return decision(Verdict::Drop(DropReason::NoEligibleBackend)); // FO-6
     };
-    let reason = stale.map_or(ForwardReason::NewConnection, |(_, r, _)| r);
+    let mut reason = stale.map_or(ForwardReason::NewConnection, |(_, r, _)| r);
+    let mut backend = backend;
+    // FS-11: a connection's packet that finds no entry just after the tables changed.
+    if svc.previous.is_some() && prep.lookup && stale.is_none() {
+        if let Some(slot) = previous_pick(p, svc, snap, now, false).filter(|&s| s != backend) {
+            (backend, reason) = (slot, ForwardReason::PreviousTable);
+        }
+    }
     let (mut tracked, mut released) = (false, None);
     if !p.icmp_error {
         // CT-6, CT-12: a replacement entry is an ordinary entry.
@@ -385,6 +397,32 @@ fn entry_value(backend: u16, svc: &ServiceView, snap: &Snapshot) -> Option<Entry
         epoch: svc.epoch,
         flags: if b.healthy { 0 } else { FLAG_CREATED_UNHEALTHY },
     })
+}
+
+/// FS-11: the backend the tables before the last change give `p`, a TCP packet that opens no
+/// connection (nor an ICMP error), while they apply (to packets, or with `sharing` to the
+/// entries shared, FS-1) and when that backend is valid for it as an entry's would be (CT-13:
+/// in the service, not past draining, healthy or persisting).
+#[cold]
+#[inline(never)]
+fn previous_pick(
+    p: &PacketInfo,
+    svc: &ServiceView,
+    snap: &Snapshot,
+    now: Time,
+    sharing: bool,
+) -> Option<u16> {
+    let previous =
+        svc.previous.as_deref().filter(|v| now < if sharing { v.shared_until } else { v.until })?;
+    if p.proto != crate::flow::proto::TCP || p.is_syn() || p.icmp_error {
+        return None;
+    }
+    let tuple = selection_tuple(p, svc.affinity, svc.symmetric_hashing);
+    let slot = previous.choice(snap.client_zone(p.src)).table.lookup(snap.hasher.hash(&tuple))?;
+    let b = snap.backend(slot)?;
+    let valid =
+        b.service == svc.id && b.is_live(now) && (b.healthy || svc.persists_on_unhealthy(p.proto));
+    valid.then_some(slot)
 }
 
 /// Backend selection for a new connection: client zone -> the service's choice for it ->
@@ -566,9 +604,10 @@ pub fn pick_now(key: &FlowKey, snap: &Snapshot) -> Option<u16> {
 }
 
 /// FS-1: is this instance's entry *at risk*, that is, valid and pointing at a backend other
-/// than the one a new connection with its key would get now? Only such entries need a peer's
-/// copy: for any other, a peer that receives the flow picks the same backend by the hash
-/// (CH-1). A peer's entry not yet used here ([`SYNCED_EPOCH`]) is judged as if it were this
+/// than the one a new connection with its key would get now, or (FS-11, for a while after a
+/// change) than the one the previous tables would give its packets? Only such entries need a
+/// peer's copy: for any other, a peer that receives the flow picks the same backend by the
+/// hash (CH-1). A peer's entry not yet used here ([`SYNCED_EPOCH`]) is judged as if it were this
 /// instance's.
 pub fn at_risk(
     key: &FlowKey,
@@ -578,7 +617,14 @@ pub fn at_risk(
     now: Time,
 ) -> bool {
     match judge_entry(key, value, idle_ms, snap, now) {
-        EntryFate::Valid { backend } => pick_now(key, snap) != Some(backend),
+        EntryFate::Valid { backend } => {
+            pick_now(key, snap) != Some(backend)
+                || snap.service(key.service).is_some_and(|svc| {
+                    svc.previous.is_some()
+                        && previous_pick(&key.packet_info(), svc, snap, now, true)
+                            .is_some_and(|s| s != backend)
+                })
+        }
         EntryFate::Replaced(_) | EntryFate::Unreachable => false,
     }
 }

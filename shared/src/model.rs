@@ -33,6 +33,10 @@ pub struct Model {
     /// Fleet sync: how much longer than its service's idle timeout a peer's copy lasts after
     /// its owner last sent it (FS-2): twice `fleet.sync.refresh_sec`; 0 without sync.
     pub copy_grace_ms: u64,
+    /// Fleet sync: how long after a service's tables change a TCP packet that finds no entry
+    /// and opens no connection is still given the previous tables' backend (FS-11):
+    /// `fleet.sync.previous_table_sec`; 0 without sync.
+    pub previous_table_ms: u64,
 }
 
 /// A zone and the region it belongs to.
@@ -382,6 +386,7 @@ impl Model {
             client_subnets: Vec::new(),
             services: Vec::new(),
             copy_grace_ms: 0,
+            previous_table_ms: 0,
         }
     }
 

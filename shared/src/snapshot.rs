@@ -155,6 +155,34 @@ pub struct ServiceView {
     /// QUIC-LB: the backend slot each server ID names, per configuration, for its configured
     /// and draining backends (`None` without `quic_lb`).
     pub quic: Option<Arc<crate::quic_lb::Routes>>,
+    /// FS-11: the choices in force before its tables last changed, while they still apply
+    /// (`None` once they do not, or without fleet sync).
+    pub previous: Option<Arc<PreviousChoices>>,
+}
+
+/// FS-11: a service's choices before its tables last changed, and until when a TCP packet
+/// that finds no entry and opens no connection is given their backend.
+#[derive(Debug)]
+pub struct PreviousChoices {
+    /// Packets are given their backend while `now < until`.
+    pub until: Time,
+    /// Entries whose backend they would not give are shared (FS-1) while `now < shared_until`:
+    /// as long again, so that a peer whose tables changed a little later still finds them.
+    pub shared_until: Time,
+    /// As [`ServiceView::default_choice`] was.
+    pub default_choice: Arc<Choice>,
+    /// As [`ServiceView::zone_choices`] were.
+    pub zone_choices: Vec<Arc<Choice>>,
+}
+
+impl PreviousChoices {
+    /// The previous choice for a client in `zone` ([`ServiceView::choice`]).
+    pub fn choice(&self, zone: Option<ZoneId>) -> &Choice {
+        match zone.and_then(|z| self.zone_choices.get(usize::from(z))) {
+            Some(c) => c,
+            None => &self.default_choice,
+        }
+    }
 }
 
 /// Section 7 state of one service in a snapshot, for metrics, the admin API and the simulator.

@@ -22,7 +22,7 @@ use crate::model::{
 use crate::quic_lb::{Routes, ServerId};
 use crate::snapshot::{
     AdvancedClientView, AdvancedGroupView, AdvancedView, BackendStatus, BackendView, Choice,
-    RuleEntry, RuleTable, ServiceView, Snapshot,
+    PreviousChoices, RuleEntry, RuleTable, ServiceView, Snapshot,
 };
 use crate::time::Time;
 use crate::zonal::zonal_adjust;
@@ -47,6 +47,10 @@ struct ServiceState {
     epoch: u32,
     /// Last non-empty side (FO-9): `Some(false)` primary, `Some(true)` failover.
     last_side: Option<bool>,
+    /// The choices of the last snapshot (default, per zone), to tell when the tables change.
+    last_choices: Option<(Arc<Choice>, Vec<Arc<Choice>>)>,
+    /// FS-11: the choices before the last change, while they apply.
+    previous: Option<Arc<PreviousChoices>>,
 }
 
 /// Section 7 bookkeeping of one service: measured load (raw and smoothed), the AL-6 drain
@@ -114,6 +118,10 @@ pub struct PolicyState {
     health: HashMap<BackendKey, bool>,
     drained: hashbrown::HashSet<BackendKey>,
     default_healthy: bool,
+    /// The verdicts are settled (the instance is ready, or verdicts default to healthy): from
+    /// then on the tables are the ones this instance serves with, and a change keeps the
+    /// previous ones (FS-11). Before, they are placeholders that the first verdicts replace.
+    settled: bool,
     services: HashMap<String, ServiceState>,
     next_service_id: u16,
     generation: u64,
@@ -137,6 +145,7 @@ impl PolicyState {
             health: HashMap::new(),
             drained: hashbrown::HashSet::new(),
             default_healthy,
+            settled: default_healthy,
             services: HashMap::new(),
             next_service_id: 1,
             generation: 0,
@@ -260,8 +269,16 @@ impl PolicyState {
                 }
                 let id = self.next_service_id;
                 self.next_service_id += 1;
-                self.services
-                    .insert(s.name.clone(), ServiceState { id, epoch: 0, last_side: None });
+                self.services.insert(
+                    s.name.clone(),
+                    ServiceState {
+                        id,
+                        epoch: 0,
+                        last_side: None,
+                        last_choices: None,
+                        previous: None,
+                    },
+                );
             }
         }
         // Configured backends: keep, undrain, or start afresh.
@@ -370,6 +387,17 @@ impl PolicyState {
         }
     }
 
+    /// The health verdicts are settled (FS-11): tables built from now on served, so a change
+    /// keeps the previous ones. Once set, it stays.
+    pub fn settle(&mut self) {
+        self.settled = true;
+    }
+
+    /// Whether [`PolicyState::settle`] was called (or verdicts default to healthy).
+    pub fn is_settled(&self) -> bool {
+        self.settled
+    }
+
     /// Set the health verdict of one backend (probe result with overrides applied).
     /// Returns true when it changed.
     pub fn set_health(&mut self, key: &BackendKey, healthy: bool) -> bool {
@@ -423,6 +451,7 @@ impl PolicyState {
     pub fn snapshot(&mut self, now: Time) -> Snapshot {
         self.reclaim(now);
         self.generation += 1;
+        let settled = self.settled;
         let model = &self.model;
         let hasher = FlowHasher::new(model.hash_seed);
         for (slot, b) in self.backends.iter_mut().enumerate() {
@@ -489,6 +518,7 @@ impl PolicyState {
                 }
             }
             let a: Eligible = eligible(&candidates, svc.has_failover_groups(), &svc.failover);
+            let epoch_before = st.epoch;
             // FO-9: a flip between the primary and failover sides flushes when configured.
             if let Some(side) = a.kind.side() {
                 if st.last_side.is_some_and(|last| last != side)
@@ -592,6 +622,13 @@ impl PolicyState {
                     (a_choice, zone_choices, None)
                 }
             };
+            let previous = previous_choices(
+                st,
+                (&default_choice, &zone_choices),
+                (st.epoch != epoch_before, settled),
+                now,
+                Duration::from_millis(model.previous_table_ms),
+            );
             services[usize::from(id)] = Some(ServiceView {
                 id,
                 name: Arc::from(svc.name.as_str()),
@@ -613,6 +650,7 @@ impl PolicyState {
                 advanced: advanced_view,
                 identity: crate::sync::service_identity(&svc.name),
                 quic,
+                previous,
             });
         }
         self.tables = used_tables;
@@ -628,6 +666,44 @@ impl PolicyState {
             config_fingerprint: self.config_fingerprint,
         }
     }
+}
+
+/// FS-11: the choices a service's mid-connection TCP packets without an entry are still given
+/// for `grace` after its tables change (to those of `now`, `current`), and record `current` as
+/// the last. A flush (FO-9, `flushed`), tables not yet settled (before every backend's first
+/// verdict) or a zero grace end them at once.
+fn previous_choices(
+    st: &mut ServiceState,
+    current: (&Arc<Choice>, &[Arc<Choice>]),
+    (flushed, settled): (bool, bool),
+    now: Time,
+    grace: Duration,
+) -> Option<Arc<PreviousChoices>> {
+    let (default_choice, zone_choices) = current;
+    // The tables of an unchanged member set are the same `Arc` (the table cache).
+    let same = |a: &Arc<Choice>, b: &Arc<Choice>| Arc::ptr_eq(&a.table, &b.table);
+    let last = settled
+        .then(|| st.last_choices.replace((Arc::clone(default_choice), zone_choices.to_vec())))
+        .flatten();
+    if flushed || !settled || grace.is_zero() {
+        st.previous = None;
+    } else if let Some((d, z)) = last {
+        let changed = !same(&d, default_choice)
+            || z.len() != zone_choices.len()
+            || z.iter().zip(zone_choices).any(|(a, b)| !same(a, b));
+        if changed {
+            st.previous = Some(Arc::new(PreviousChoices {
+                until: now + grace,
+                shared_until: now + grace + grace,
+                default_choice: d,
+                zone_choices: z,
+            }));
+        }
+    }
+    if st.previous.as_ref().is_some_and(|p| now >= p.shared_until) {
+        st.previous = None;
+    }
+    st.previous.clone()
 }
 
 /// Fold samples into smoothed values (missing samples count as 0; `dt == None`: first fold).

@@ -328,3 +328,232 @@ fn fs_2_copies_never_push_out_or_block_an_instances_own_entries() {
         assert_eq!(reason(&b.packet(&ack("198.18.30.1", 31_000 + i))), "conntrack_hit");
     }
 }
+
+/// `four` with the previous tables kept for 5 s after a change (FS-11).
+fn four_with_previous(f: impl FnOnce(&mut spillway_core::model::Service)) -> Model {
+    let mut m = four(f);
+    m.previous_table_ms = 5_000;
+    m
+}
+
+#[test]
+fn fs_11_a_connection_without_an_entry_just_after_a_change_keeps_its_backend() {
+    // Where each connection began: an instance with the four backends.
+    let (_, reached) = opened(four_with_previous(|_| {}));
+    // The connections a fifth backend moves: a new connection's pick on an instance that has
+    // the five from its start (no change, so no previous tables).
+    let mut fresh = sim(four_with_previous(|_| {}));
+    add_fifth(&mut fresh);
+    fresh.advance(Duration::from_secs(6));
+    let moved: Vec<bool> = flows()
+        .iter()
+        .zip(&reached)
+        .map(|(&(c, p), was)| backend(&fresh.packet(&syn(c, p))) != *was)
+        .collect();
+    assert!((20..=90).contains(&moved.iter().filter(|&&m| m).count()), "{moved:?}");
+    // An instance of the fleet that holds none of the connections (it restarted; they move
+    // to it) and whose tables gain the fifth backend just before their next packets.
+    let mut b = sim(four_with_previous(|_| {}));
+    add_fifth(&mut b);
+    b.advance(Duration::from_millis(4_900));
+    for ((&(c, p), was), &m) in flows().iter().zip(&reached).zip(&moved) {
+        let o = b.packet(&ack(c, p));
+        assert_eq!(backend(&o), *was, "{c}:{p}");
+        assert_eq!(reason(&o), if m { "previous_table" } else { "new_connection" }, "{c}:{p}");
+        assert_eq!(reason(&b.packet(&ack(c, p))), "conntrack_hit");
+    }
+    // The entries made so are at risk (FS-1): shared, so that the peers keep them too.
+    let mut at_risk: Vec<(String, u16)> =
+        b.entries_at_risk().iter().map(|e| (e.key.src.to_string(), e.key.sport)).collect();
+    at_risk.sort();
+    let mut want: Vec<(String, u16)> = flows()
+        .iter()
+        .zip(&moved)
+        .filter(|(_, &m)| m)
+        .map(|(&(c, p), _)| (c.to_string(), p))
+        .collect();
+    want.sort();
+    assert_eq!(at_risk, want);
+
+    // A new connection, a UDP flow, and anything after the 5 s: the current tables (FS-7).
+    let mut late = sim(four_with_previous(|_| {}));
+    add_fifth(&mut late);
+    let mut udp_late = sim(four_with_previous(|_| {}));
+    add_fifth(&mut udp_late);
+    late.advance(Duration::from_secs(5));
+    let mut checked = 0;
+    for ((&(c, p), was), &m) in flows().iter().zip(&reached).zip(&moved) {
+        if !m {
+            continue;
+        }
+        let new_pick = backend(&fresh.packet(&syn(c, p)));
+        assert_ne!(&new_pick, was);
+        assert_eq!(
+            (backend(&late.packet(&ack(c, p))), reason(&late.packet(&syn(c, p)))),
+            (new_pick.clone(), "new_connection")
+        );
+        let mut syn_now = sim(four_with_previous(|_| {}));
+        add_fifth(&mut syn_now);
+        assert_eq!(backend(&syn_now.packet(&syn(c, p))), new_pick);
+        checked += 1;
+    }
+    assert!(checked > 0);
+    // UDP cannot tell a new flow from a running one: the current tables, always.
+    let (_, reached_udp) = {
+        let mut s = sim(four_with_previous(|_| {}));
+        let r: Vec<String> = flows().iter().map(|&(c, p)| backend(&s.packet(&udp(c, p)))).collect();
+        (s, r)
+    };
+    let mut fresh_udp = sim(four_with_previous(|_| {}));
+    add_fifth(&mut fresh_udp);
+    fresh_udp.advance(Duration::from_secs(6));
+    for (&(c, p), was) in flows().iter().zip(&reached_udp) {
+        let o = udp_late.packet(&udp(c, p));
+        assert_eq!(backend(&o), backend(&fresh_udp.packet(&udp(c, p))), "{c}:{p} (began on {was})");
+        assert_eq!(reason(&o), "new_connection");
+    }
+}
+
+#[test]
+fn fs_11_the_previous_backend_must_still_be_valid() {
+    // Backend 198.18.1.2 turns unhealthy: the tables change. A service whose entries do not
+    // persist on unhealthy backends gives no connection to it, previous tables or not.
+    let (_, reached) = opened(four_with_previous(|s| s.persistence = Persistence::NeverPersist));
+    let mut b = sim(four_with_previous(|s| s.persistence = Persistence::NeverPersist));
+    assert_eq!(b.set_health_by_addr(a("198.18.1.2"), false), 1);
+    let mut on_it = 0;
+    for (&(c, p), was) in flows().iter().zip(&reached) {
+        let o = b.packet(&ack(c, p));
+        assert_ne!(backend(&o), "198.18.1.2", "{c}:{p}");
+        if was == "198.18.1.2" {
+            on_it += 1;
+            assert_eq!(reason(&o), "new_connection");
+        } else {
+            assert_eq!(backend(&o), *was, "{c}:{p}");
+        }
+    }
+    assert!(on_it > 20, "{on_it}");
+    // With the default persistence (TCP entries stay on an unhealthy backend, CP-1), the
+    // previous tables give those connections the backend they were on, as their entry would.
+    let mut b = sim(four_with_previous(|_| {}));
+    b.set_health_by_addr(a("198.18.1.2"), false);
+    for (&(c, p), was) in flows().iter().zip(&reached) {
+        let o = b.packet(&ack(c, p));
+        assert_eq!(backend(&o), *was, "{c}:{p}");
+        if was == "198.18.1.2" {
+            assert_eq!(reason(&o), "previous_table");
+        }
+    }
+    // A backend removed: while it drains (CD-2) its connections go on there; without a
+    // draining time (CD-3, 0) they are given the current tables' backend.
+    for (timeout, kept) in [(30, true), (0, false)] {
+        let mut b = sim(four_with_previous(|s| s.draining_timeout_secs = timeout));
+        b.remove_backend("web", a("198.18.1.3")).unwrap();
+        for (&(c, p), was) in flows().iter().zip(&reached) {
+            let got = backend(&b.packet(&ack(c, p)));
+            if was == "198.18.1.3" {
+                assert_eq!(got == *was, kept, "{c}:{p} with draining_timeout_secs {timeout}");
+            } else {
+                assert_eq!(got, *was, "{c}:{p}");
+            }
+        }
+    }
+}
+
+#[test]
+fn fs_11_the_tables_before_the_first_verdicts_are_never_previous_tables() {
+    use spillway_core::state::PolicyState;
+    use spillway_core::time::Time;
+    // The daemon's state: a backend without a verdict is unhealthy (HC-3).
+    let m = four_with_previous(|_| {});
+    let keys: Vec<_> = m.backends().map(|(k, _, _)| k).collect();
+    let mut st = PolicyState::new(false);
+    st.apply_model(m, Time::ZERO).unwrap();
+    let web = |s: &spillway_core::snapshot::Snapshot| {
+        s.services.iter().flatten().next().unwrap().previous.is_some()
+    };
+    // At start, no verdict yet: placeholder tables. The first verdicts change them, and the
+    // placeholders are not kept: they never served.
+    assert!(!web(&st.snapshot(Time::from_secs(1))));
+    for k in &keys[..2] {
+        st.set_health(k, true);
+    }
+    assert!(!web(&st.snapshot(Time::from_secs(2))));
+    for k in &keys[2..] {
+        st.set_health(k, true);
+    }
+    assert!(!web(&st.snapshot(Time::from_secs(3))));
+    // The instance is ready (its verdicts settled): the tables built from now on are served.
+    st.settle();
+    assert!(!web(&st.snapshot(Time::from_millis(3_500))));
+    // A change then keeps the tables before it, for 5 s.
+    st.set_health(&keys[0], false);
+    let until = |s: &spillway_core::snapshot::Snapshot| {
+        let p = s
+            .services
+            .iter()
+            .flatten()
+            .next()
+            .unwrap()
+            .previous
+            .as_ref()
+            .map(|p| (p.until, p.shared_until));
+        p
+    };
+    assert_eq!(
+        until(&st.snapshot(Time::from_secs(4))),
+        Some((Time::from_secs(9), Time::from_secs(14)))
+    );
+    // Kept while entries are judged by them (twice as long), then gone.
+    assert!(web(&st.snapshot(Time::from_millis(13_999))));
+    assert!(!web(&st.snapshot(Time::from_secs(14))));
+}
+
+#[test]
+fn fs_11_a_connection_opened_after_a_change_is_shared_while_peers_use_the_previous_tables() {
+    // The owner: four backends, then the fifth; then the connections open (a SYN each), as a
+    // reused tuple does after its RST (FS-8's test).
+    let mut a = sim(four_with_previous(|_| {}));
+    add_fifth(&mut a);
+    let reached: Vec<String> =
+        flows().iter().map(|&(c, p)| backend(&a.packet(&syn(c, p)))).collect();
+    // The backend the previous tables give each: an instance that has only the four.
+    let mut old = sim(four_with_previous(|_| {}));
+    let mut want: Vec<(String, u16)> = flows()
+        .iter()
+        .zip(&reached)
+        .filter(|&(&(c, p), now)| backend(&old.packet(&syn(c, p))) != *now)
+        .map(|(&(c, p), _)| (c.to_string(), p))
+        .collect();
+    want.sort();
+    assert!((20..=90).contains(&want.len()), "{}", want.len());
+    // Those are at risk on the owner (FS-1 with FS-11): a peer would give them another backend.
+    let shared = a.entries_at_risk();
+    let mut named: Vec<(String, u16)> =
+        shared.iter().map(|e| (e.key.src.to_string(), e.key.sport)).collect();
+    named.sort();
+    assert_eq!(named, want);
+    // A peer whose tables changed too, and which then receives every connection (the owner
+    // died): with the copies, each keeps its backend; without, those go to the previous
+    // tables' backend.
+    let mut bare = sim(four_with_previous(|_| {}));
+    add_fifth(&mut bare);
+    let wrong = flows()
+        .iter()
+        .zip(&reached)
+        .filter(|&(&(c, p), was)| backend(&bare.packet(&ack(c, p))) != *was)
+        .count();
+    assert_eq!(wrong, want.len());
+    let mut b = sim(four_with_previous(|_| {}));
+    add_fifth(&mut b);
+    b.install_peer_entries(&shared);
+    for (&(c, p), was) in flows().iter().zip(&reached) {
+        assert_eq!(backend(&b.packet(&ack(c, p))), *was, "{c}:{p}");
+    }
+    // Twice the 5 s after the change, the previous tables are gone everywhere: nothing left
+    // at risk.
+    a.advance(Duration::from_millis(9_990));
+    assert_eq!(a.entries_at_risk().len(), want.len());
+    a.advance(Duration::from_millis(10));
+    assert!(a.entries_at_risk().is_empty());
+}

@@ -689,8 +689,10 @@ def test_fs_5_rolling_restart_while_a_backend_is_added_loses_no_connection():
         assert first["bulk"] == "done" and all(p["bulk_answered"] for p in first["peers"]), first
         for sp in sps:
             assert sp.reload(spillway_config(f, sp.inst.k, sync=True, extra_web=("b5",)))["added"]
-        # i2 restarts right away: b5 turns healthy (and its entries at risk are shared) while i2
-        # is down and starting, the "while a backend is added" of the name.
+        # i2 restarts once b5 is healthy on both and its entries at risk are shared. b5's
+        # first probes pass while the connections come back to i1: those that reach i1 first
+        # after its tables gained b5 are given the previous tables' backend (FS-11).
+        wait_backends_healthy(sps)
         T.wait_until(lambda: len({json.dumps(sp.instance()["fingerprints"], sort_keys=True) for sp in sps}) == 1,
                      "both instances to have the same new tables", timeout=10)
         synced = wait_synced(sps)
@@ -703,6 +705,8 @@ def test_fs_5_rolling_restart_while_a_backend_is_added_loses_no_connection():
                 {k: s["entries_sent"] for k, (_, s) in synced.items()},
             "bulk_first_ms": first["bulk_ms"], "bulk_second_ms": second["bulk_ms"],
             "bulk_entries_received_by_second": sum(p["entries_received"] for p in second["peers"]),
+            "previous_table_on_first": sp1.metrics().value("spillway_forwarded_packets_total",
+                                                           reason="previous_table"),
             "resets": rep["resets"], "backends_changed": rep["backends_changed"], "lost": rep["lost"],
             "longest_stall_s": rep["longest_stall_s"],
         })

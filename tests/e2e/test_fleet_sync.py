@@ -51,6 +51,12 @@ def sync_state(sp: FleetSpillway) -> dict:
     return sp.instance()["fleet_sync"]
 
 
+def previous_table_counts(sps: list[FleetSpillway]) -> dict[str, float]:
+    """Per instance: packets given the previous tables' backend (FS-11)."""
+    return {sp.inst.short: sp.metrics().value("spillway_forwarded_packets_total", reason="previous_table")
+            for sp in sps if sp.running}
+
+
 def add_b5(f: Fleet, sps: list[FleetSpillway], **kw) -> None:
     """A fifth backend for ``web`` on every instance (a reload each), then the same tables on all."""
     for sp in sps:
@@ -482,7 +488,8 @@ def test_a_key_rotation_by_reloads_and_restarts_loses_no_connection():
         sp2.reload(config(2))
         for sp in sps:  # a backend added meanwhile: entries at risk shared under key B
             assert sp.reload(config(sp.inst.k, extra_web=("b5",)))["added"]
-        # b5 turns healthy, and its entries at risk are shared, during the steps that follow.
+        # b5 turns healthy on both, and its entries at risk are shared, before i2 restarts.
+        wait_backends_healthy(sps)
         T.wait_until(lambda: len({json.dumps(sp.instance()["fingerprints"], sort_keys=True) for sp in sps}) == 1,
                      "the same new tables", timeout=15)
         synced = wait_synced(sps)
@@ -498,6 +505,7 @@ def test_a_key_rotation_by_reloads_and_restarts_loses_no_connection():
         record("sync_key_rotation", {
             "connections": rep["connections"], "key_ids": key_ids, "refused": refused,
             "entries_shared": {k: s["entries_sent"] for k, (_, s) in synced.items()},
+            "previous_table": previous_table_counts(sps),
             "resets": rep["resets"], "backends_changed": rep["backends_changed"], "lost": rep["lost"]})
         for r in refused.values():
             assert not r.get("unknown_key") and not r.get("auth_failed"), refused

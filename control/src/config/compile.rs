@@ -134,6 +134,7 @@ impl Config {
             client_subnets,
             services,
             copy_grace_ms: self.fleet_sync().map_or(0, |s| 2 * s.refresh.as_millis() as u64),
+            previous_table_ms: self.fleet_sync().map_or(0, |s| s.previous_table.as_millis() as u64),
         }
     }
 

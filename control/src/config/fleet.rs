@@ -30,6 +30,10 @@ pub const DEFAULT_SYNC_PORT: u16 = 7455;
 pub const DEFAULT_BULK_TIMEOUT_SEC: f64 = 5.0;
 /// `fleet.sync.refresh_sec` when absent.
 pub const DEFAULT_REFRESH_SEC: f64 = 20.0;
+/// `fleet.sync.previous_table_sec` when absent.
+pub const DEFAULT_PREVIOUS_TABLE_SEC: f64 = 5.0;
+/// `fleet.sync.previous_table_sec` range, in seconds (0: off).
+pub const PREVIOUS_TABLE_RANGE: std::ops::RangeInclusive<f64> = 0.0..=60.0;
 /// `fleet.sync.queue_size` when absent.
 pub const DEFAULT_SYNC_QUEUE_SIZE: u64 = 4096;
 /// `fleet.sync.instance_id` and `fleet.sync.peers[].id` range.
@@ -103,6 +107,11 @@ pub struct FleetSyncConfig {
     /// (0.05..=0.9, default 0.5); a copy never displaces an entry of this instance's own.
     #[serde(default = "default_copy_share")]
     pub copy_share: f64,
+    /// For this long after a service's tables change, a TCP packet that opens no connection
+    /// and finds no entry is given the previous tables' backend when it is still valid for it
+    /// (FS-11; 0..=60, default 5, 0 turns it off).
+    #[serde(default = "default_previous_table")]
+    pub previous_table_sec: f64,
 }
 
 /// One item of `fleet.sync.peers`.
@@ -125,6 +134,10 @@ fn default_bulk_timeout() -> f64 {
 
 fn default_refresh() -> f64 {
     DEFAULT_REFRESH_SEC
+}
+
+fn default_previous_table() -> f64 {
+    DEFAULT_PREVIOUS_TABLE_SEC
 }
 
 fn default_sync_queue() -> u64 {
@@ -172,6 +185,9 @@ pub struct SyncConfig {
     pub max_entries_per_sec: u64,
     /// Per mille of each worker's table that copies may fill.
     pub copy_permille: u32,
+    /// How long the tables before a change still give mid-connection TCP packets without an
+    /// entry their backend (FS-11); zero: not at all.
+    pub previous_table: Duration,
 }
 
 /// One peer of [`SyncConfig`].
@@ -233,6 +249,11 @@ impl Config {
                 (share.clamp(*COPY_SHARE_RANGE.start(), *COPY_SHARE_RANGE.end()) * 1000.0).round()
                     as u32
             },
+            previous_table: secs(
+                s.previous_table_sec,
+                &PREVIOUS_TABLE_RANGE,
+                DEFAULT_PREVIOUS_TABLE_SEC,
+            ),
         })
     }
 
@@ -296,6 +317,12 @@ pub(crate) fn check(c: &Config, refused: &Refused, errors: &mut Vec<FieldError>)
         err(
             "fleet.sync.copy_share".into(),
             format!("{} is out of range 0.05..=0.9 (a share of each worker's table)", s.copy_share),
+        );
+    }
+    if !(s.previous_table_sec.is_finite() && PREVIOUS_TABLE_RANGE.contains(&s.previous_table_sec)) {
+        err(
+            "fleet.sync.previous_table_sec".into(),
+            format!("{} is out of range 0..=60 (seconds)", s.previous_table_sec),
         );
     }
     if !(s.bulk_timeout_sec.is_finite() && BULK_TIMEOUT_RANGE.contains(&s.bulk_timeout_sec)) {
