@@ -30,7 +30,7 @@ use spillway_core::addr::Addr;
 use spillway_core::conntrack::{self, Ask, Burst, Hint, Pending, Shard};
 use spillway_core::counters::{PathDrop, Reason, TrafficCounters, WorkerCounters};
 use spillway_core::decide::{
-    self, decide_prepared, judge, prepare_for, ForwardReason, Prepared, Verdict,
+    self, decide_with_payload, judge, prepare_for, ForwardReason, Prepared, Verdict,
 };
 use spillway_core::flow::{self, FlowKey, PacketInfo};
 use spillway_core::model::{Encap, ZoneId};
@@ -857,6 +857,26 @@ fn count_forwarded(
     }
 }
 
+/// The UDP datagram a QUIC-LB decision reads its connection ID from (QL-3): only for a UDP
+/// packet (not an ICMP error) of a service with QUIC-LB; empty otherwise, or when the frame
+/// is shorter than its headers say.
+#[inline(always)]
+fn quic_payload<'b>(
+    frame: &'b [u8],
+    info: &PacketInfo,
+    ip: &IpMeta,
+    prep: &Prepared<'_>,
+    icmp_error: bool,
+) -> &'b [u8] {
+    let quic = prep.service.is_some_and(|s| s.quic.is_some());
+    if !quic || icmp_error || info.proto != flow::proto::UDP || info.fragment {
+        return &[];
+    }
+    let start = ip.l4_offset as usize + wire::udp::HEADER_LEN;
+    let end = usize::from(ip.l3_offset) + ip.l3_len as usize;
+    frame.get(start..end).unwrap_or(&[])
+}
+
 /// Decide and send on to the backend.
 #[inline(always)]
 fn forward<B: PacketBuf, N: Noter>(
@@ -868,12 +888,22 @@ fn forward<B: PacketBuf, N: Noter>(
     icmp_error: bool,
     notes: &mut N,
 ) -> Outcome {
-    let d = decide_prepared(info, prep, ctx.snap, ctx.shard, ctx.now);
+    let d = decide_with_payload(
+        info,
+        prep,
+        ctx.snap,
+        ctx.shard,
+        ctx.now,
+        quic_payload(buf.data(), info, ip, prep, icmp_error),
+    );
     if let Some(svc) = prep.service {
         notes.decided(svc.id, None);
     }
     // Per-backend tracked-entry gauges follow the table, whatever happens to this packet.
     let c = ctx.counters;
+    if let Some(f) = d.quic_fallback {
+        c.quic_fallback[f.index()].inc();
+    }
     count_tracked(c, d.backend().filter(|_| d.tracked), d.released);
     let (slot, reason) = match d.verdict {
         Verdict::Forward { backend, reason } => (backend, reason),

@@ -219,6 +219,9 @@ pub struct WorkerCounters {
     pub ct_copies: Counter,
     /// Conntrack: new connections the flood guard forwarded without an entry.
     pub ct_bypassed: Counter,
+    /// QUIC short-header packets their connection ID could not route (QL-4), indexed by
+    /// [`crate::decide::QuicFallback::index`].
+    pub quic_fallback: [Counter; crate::decide::QuicFallback::NAMES.len()],
     /// Heartbeat: goes up each time the worker passes its TX drain deadline (every
     /// `tx_drain_us`), traffic or not; the systemd watchdog pings only while every worker's
     /// moves.
@@ -285,6 +288,7 @@ impl WorkerCounters {
             ct_capacity: Counter::default(),
             ct_copies: Counter::default(),
             ct_bypassed: Counter::default(),
+            quic_fallback: Default::default(),
             heartbeat: Counter::default(),
             snapshot_generation: Counter::default(),
             services: (0..MAX_SERVICES).map(|_| TrafficCounters::default()).collect(),

@@ -58,6 +58,43 @@ pub enum ForwardReason {
     /// A TCP packet that opens no connection found no entry shortly after the tables changed:
     /// the previous tables' backend, still valid for it, where its connection began (FS-11).
     PreviousTable,
+    /// A QUIC short-header packet found no valid entry: the backend its destination connection
+    /// ID names (QUIC-LB, QL-3), its connection's, whatever its 4-tuple now.
+    QuicCid,
+}
+
+/// Why a QUIC short-header packet of a service with QUIC-LB that found no valid entry went by
+/// the 4-tuple choice instead of its connection ID (QL-4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuicFallback {
+    /// The connection ID gives no server ID, or one that names no backend of the service.
+    Decode(crate::quic_lb::Fallback),
+    /// The server ID names a backend that cannot take the packet: removed and past its
+    /// draining time, or unhealthy for a service whose entries do not persist (CT-13).
+    BackendInvalid,
+}
+
+impl QuicFallback {
+    /// Every value's name, in [`QuicFallback::index`] order, for counter tables.
+    pub const NAMES: [&'static str; 5] =
+        ["reserved", "unknown_config", "too_short", "unknown_server_id", "backend_invalid"];
+
+    /// Its index in [`QuicFallback::NAMES`].
+    pub fn index(self) -> usize {
+        use crate::quic_lb::{Fallback, Unroutable};
+        match self {
+            QuicFallback::Decode(Fallback::Unroutable(Unroutable::Reserved)) => 0,
+            QuicFallback::Decode(Fallback::Unroutable(Unroutable::UnknownConfig(_))) => 1,
+            QuicFallback::Decode(Fallback::Unroutable(Unroutable::TooShort)) => 2,
+            QuicFallback::Decode(Fallback::UnknownServerId) => 3,
+            QuicFallback::BackendInvalid => 4,
+        }
+    }
+
+    /// The name used in metrics, captures and `explain`.
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self.index()]
+    }
 }
 
 /// Why a packet was dropped by the decision core.
@@ -100,11 +137,13 @@ pub struct Decision {
     /// The backend slot of an entry this decision replaced, overwrote or evicted: the worker
     /// keeps a per-backend count of tracked entries (advanced load balancing's connection load).
     pub released: Option<u16>,
+    /// A QUIC short-header packet that its connection ID could not route (QL-4): why.
+    pub quic_fallback: Option<QuicFallback>,
 }
 
 impl ForwardReason {
     /// Every value, for counter tables.
-    pub const ALL: [ForwardReason; 8] = [
+    pub const ALL: [ForwardReason; 9] = [
         ForwardReason::NewConnection,
         ForwardReason::ConntrackHit,
         ForwardReason::ReplacedExpired,
@@ -113,6 +152,7 @@ impl ForwardReason {
         ForwardReason::ReplacedUnhealthy,
         ForwardReason::SyncTakeover,
         ForwardReason::PreviousTable,
+        ForwardReason::QuicCid,
     ];
 
     /// The name used in simulate output and metric labels.
@@ -126,13 +166,18 @@ impl ForwardReason {
             ForwardReason::ReplacedUnhealthy => "replaced_unhealthy",
             ForwardReason::SyncTakeover => "sync_takeover",
             ForwardReason::PreviousTable => "previous_table",
+            ForwardReason::QuicCid => "quic_cid",
         }
     }
 
     /// True when the decision made a new connection entry (counted as a new connection): not
-    /// a hit, nor a connection taken over from a peer (FS-3).
+    /// a hit, nor a connection taken over from a peer (FS-3), nor a QUIC connection found by
+    /// its connection ID on a new 4-tuple (QL-3).
     pub fn is_new(self) -> bool {
-        !matches!(self, ForwardReason::ConntrackHit | ForwardReason::SyncTakeover)
+        !matches!(
+            self,
+            ForwardReason::ConntrackHit | ForwardReason::SyncTakeover | ForwardReason::QuicCid
+        )
     }
 }
 
@@ -224,12 +269,27 @@ pub fn decide(p: &PacketInfo, snap: &Snapshot, shard: &mut Shard, now: Time) -> 
 }
 
 /// Decide what to do with one packet whose [`prepare`] step is done (with the same snapshot).
+#[inline]
 pub fn decide_prepared(
     p: &PacketInfo,
     prep: &Prepared<'_>,
     snap: &Snapshot,
     shard: &mut Shard,
     now: Time,
+) -> Decision {
+    decide_with_payload(p, prep, snap, shard, now, &[])
+}
+
+/// [`decide_prepared`] with the packet's transport payload: a UDP packet's datagram, which for
+/// a service with QUIC-LB holds the QUIC header whose connection ID routes it when it finds no
+/// valid entry (QL-3). Empty when there is none, or no need for it.
+pub fn decide_with_payload(
+    p: &PacketInfo,
+    prep: &Prepared<'_>,
+    snap: &Snapshot,
+    shard: &mut Shard,
+    now: Time,
+    payload: &[u8],
 ) -> Decision {
     let Some(svc) = prep.service else {
         return Decision {
@@ -239,6 +299,7 @@ pub fn decide_prepared(
             client_zone: None,
             tracked: false,
             released: None,
+            quic_fallback: None,
         };
     };
     let (key, key_hash) = (&prep.key, prep.key_hash);
@@ -249,6 +310,7 @@ pub fn decide_prepared(
         client_zone: None,
         tracked: false,
         released: None,
+        quic_fallback: None,
     };
 
     // CT-2 / CT-3: look up unless this is a new-connection SYN.
@@ -289,9 +351,30 @@ pub fn decide_prepared(
         }
     }
 
+    // QL-3, QL-4: a QUIC short-header packet goes where its connection ID says, if it can.
+    let mut quic_fallback = None;
+    if svc.quic.is_some() && !payload.is_empty() {
+        match quic_pick(payload, svc, snap, p, now) {
+            Some(Ok(slot)) => {
+                return track(
+                    shard,
+                    (p, prep, svc, snap, now),
+                    stale,
+                    slot,
+                    ForwardReason::QuicCid,
+                    None,
+                );
+            }
+            Some(Err(f)) => quic_fallback = Some(f),
+            None => {}
+        }
+    }
     let (client_zone, backend) = select_new(p, svc, snap);
     let Some(backend) = backend else {
-        return decision(Verdict::Drop(DropReason::NoEligibleBackend)); // FO-6
+        return Decision {
+            quic_fallback,
+            ..decision(Verdict::Drop(DropReason::NoEligibleBackend))
+        }; // FO-6
     };
     let mut reason = stale.map_or(ForwardReason::NewConnection, |(_, r, _)| r);
     let mut backend = backend;
@@ -301,22 +384,89 @@ pub fn decide_prepared(
             (backend, reason) = (slot, ForwardReason::PreviousTable);
         }
     }
-    let (mut tracked, mut released) = (false, None);
-    if !p.icmp_error {
-        // CT-6, CT-12: a replacement entry is an ordinary entry.
-        let made = match stale {
-            Some((slot, _, old)) => entry_value(backend, svc, snap).map(|value| {
-                shard.replace(slot, value, now);
-                (true, Some(old))
-            }),
-            None => track_new(shard, key, key_hash, backend, svc, snap, now),
-        };
-        let Some(made) = made else {
-            return decision(Verdict::Drop(DropReason::NoEligibleBackend));
-        };
-        (tracked, released) = made;
+    track(shard, (p, prep, svc, snap, now), stale, backend, reason, client_zone)
+        .with_quic_fallback(quic_fallback)
+}
+
+/// The end of a decision that found no valid entry: the entry for `backend` made, or the
+/// stale one replaced in place (CT-6, CT-12: a replacement entry is an ordinary entry; an
+/// ICMP error makes none), and the packet forwarded there for `reason`.
+#[inline(always)]
+fn track(
+    shard: &mut Shard,
+    (p, prep, svc, snap, now): (&PacketInfo, &Prepared<'_>, &ServiceView, &Snapshot, Time),
+    stale: Option<(conntrack::Slot, ForwardReason, u16)>,
+    backend: u16,
+    reason: ForwardReason,
+    client_zone: Option<ZoneId>,
+) -> Decision {
+    let decision = Decision {
+        verdict: Verdict::Forward { backend, reason },
+        service: svc.id,
+        flow_hash: prep.key_hash,
+        client_zone,
+        tracked: false,
+        released: None,
+        quic_fallback: None,
+    };
+    if p.icmp_error {
+        return decision;
     }
-    Decision { client_zone, tracked, released, ..decision(Verdict::Forward { backend, reason }) }
+    let made = match stale {
+        Some((slot, _, old)) => entry_value(backend, svc, snap).map(|value| {
+            shard.replace(slot, value, now);
+            (true, Some(old))
+        }),
+        None => track_new(shard, &prep.key, prep.key_hash, backend, svc, snap, now),
+    };
+    match made {
+        Some((tracked, released)) => Decision { tracked, released, ..decision },
+        None => Decision {
+            verdict: Verdict::Drop(DropReason::NoEligibleBackend),
+            client_zone: None,
+            ..decision
+        },
+    }
+}
+
+impl Decision {
+    fn with_quic_fallback(self, quic_fallback: Option<QuicFallback>) -> Decision {
+        Decision { quic_fallback, ..self }
+    }
+}
+
+/// QL-3, QL-4: where a UDP datagram's QUIC connection ID sends it. `None` when it is not a
+/// QUIC short-header packet (a long header goes by the 4-tuple, QL-2); `Ok(slot)` for the
+/// backend its server ID names, valid for it as an entry's backend would be (CT-13: in the
+/// service, not past its draining time, healthy or persisting); else why not.
+#[cold]
+#[inline(never)]
+fn quic_pick(
+    payload: &[u8],
+    svc: &ServiceView,
+    snap: &Snapshot,
+    p: &PacketInfo,
+    now: Time,
+) -> Option<Result<u16, QuicFallback>> {
+    let routes = svc.quic.as_deref()?;
+    let crate::wire::quic::QuicHeader::Short { dcid_and_rest } =
+        crate::wire::quic::parse(payload).ok()?
+    else {
+        return None;
+    };
+    Some(match routes.route(dcid_and_rest) {
+        Ok(routed) => match snap.backend(routed.slot) {
+            Some(b)
+                if b.service == svc.id
+                    && b.is_live(now)
+                    && (b.healthy || svc.persists_on_unhealthy(p.proto)) =>
+            {
+                Ok(routed.slot)
+            }
+            _ => Err(QuicFallback::BackendInvalid),
+        },
+        Err((_, fallback)) => Err(QuicFallback::Decode(fallback)),
+    })
 }
 
 /// The backend for a new connection (CH-1), with the client's zone it was chosen for: the

@@ -384,7 +384,21 @@ impl Simulator {
 
     /// Run one packet through [`decide`].
     pub fn packet(&mut self, p: &PacketInfo) -> Outcome {
-        let decision = decide(p, &self.snapshot, &mut self.shard, self.now);
+        self.packet_with_payload(p, &[])
+    }
+
+    /// Run one packet with its transport payload (a UDP datagram: the QUIC header a service
+    /// with QUIC-LB routes by, QL-3) through the decision.
+    pub fn packet_with_payload(&mut self, p: &PacketInfo, payload: &[u8]) -> Outcome {
+        let prep = crate::decide::prepare(p, &self.snapshot);
+        let decision = crate::decide::decide_with_payload(
+            p,
+            &prep,
+            &self.snapshot,
+            &mut self.shard,
+            self.now,
+            payload,
+        );
         let svc = self.snapshot.service(decision.service);
         let eligible = svc.map(|s| {
             let c = s.choice(self.snapshot.client_zone(p.src));

@@ -252,3 +252,138 @@ fn a_quic_lb_change_changes_the_configuration_fingerprint() {
     assert_ne!(base.fingerprint(), other_key.fingerprint(), "another key");
     assert_eq!(base.fingerprint(), quic_model(&[b1, b2], &[(b1, 0, "0a0001")], 30).fingerprint());
 }
+
+// ---- the decision: a QUIC connection that changes its 4-tuple (QL-2, QL-3, QL-4) ----------------
+// (QL-1, the decoding, is proved above: the draft's vectors and the independent encoder.)
+
+const BACKENDS: [&str; 4] = ["198.18.1.1", "198.18.1.2", "198.18.1.3", "198.18.1.4"];
+const SERVER_IDS: [&str; 4] = ["0a0001", "0a0002", "0a0003", "0a0004"];
+
+fn quic_sim(drain_s: u32) -> spillway_core::simulator::Simulator {
+    let ids: Vec<(&str, u8, &str)> =
+        BACKENDS.iter().zip(SERVER_IDS).flat_map(|(&b, h)| [(b, 0, h), (b, 1, h)]).collect();
+    spillway_core::simulator::Simulator::new(quic_model(&BACKENDS, &ids, drain_s)).unwrap()
+}
+
+/// A UDP datagram to the VIP's port 443 from `src`:`sport`.
+fn datagram(src: &str, sport: u16) -> spillway_core::flow::PacketInfo {
+    spillway_core::flow::PacketInfo { dport: 443, ..common::udp(src, sport) }
+}
+
+/// A short-header packet (the fixed bit set, key phase 0) for connection ID `cid`.
+fn short(cid: &[u8]) -> Vec<u8> {
+    [0x40].iter().chain(cid).chain(&[0x5a; 24]).copied().collect()
+}
+
+/// A client's Initial (long header, version 1) with destination connection ID `dcid`.
+fn initial(dcid: &[u8]) -> Vec<u8> {
+    let mut v = vec![0xc3, 0, 0, 0, 1, dcid.len() as u8];
+    v.extend_from_slice(dcid);
+    v.extend_from_slice(&[8, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0x40, 0x20]);
+    v.resize(1200, 0);
+    v
+}
+
+/// The server ID the backend at `addr` issues.
+fn server_id_of(addr: &str) -> &'static str {
+    SERVER_IDS[BACKENDS.iter().position(|&b| b == addr).unwrap()]
+}
+
+#[test]
+fn ql_3_a_connection_that_changes_its_port_or_address_stays_on_its_backend() {
+    use common::{backend, reason};
+    let hex = |h: &str| ServerId::from_hex(h).unwrap().as_bytes().to_vec();
+    let mut s = quic_sim(30);
+    let mut moved_by_hash = 0;
+    for i in 0..200u16 {
+        let (client, port) = ("198.18.10.7", 20_000 + i);
+        // The Initial goes by the 4-tuple (QL-2); the server that gets it issues its own IDs,
+        // plaintext (config 0) for even connections, four-pass encrypted (config 1) for odd.
+        let o = s.packet_with_payload(&datagram(client, port), &initial(&[9; 8]));
+        assert_eq!(reason(&o), "new_connection");
+        let home = backend(&o);
+        let sid = hex(server_id_of(&home));
+        let cid = if i % 2 == 0 {
+            issue(0, &sid, &[i as u8, 1, 2, 3], None)
+        } else {
+            issue(1, &sid, &[i as u8, 1, 2, 3, 4], Some([5; 16]))
+        };
+        // Same 4-tuple: the entry (QL-2's conntrack, the established path).
+        let o = s.packet_with_payload(&datagram(client, port), &short(&cid));
+        assert_eq!((backend(&o), reason(&o)), (home.clone(), "conntrack_hit"));
+        // A NAT rebinding (new port), then a migration (new address): the connection ID.
+        for (c, p) in [(client, port + 10_000), ("198.18.11.9", port)] {
+            let o = s.packet_with_payload(&datagram(c, p), &short(&cid));
+            assert_eq!((backend(&o), reason(&o)), (home.clone(), "quic_cid"), "{c}:{p}");
+            assert_eq!(o.decision.quic_fallback, None);
+            // The entry made for the new 4-tuple: its next packets are hits.
+            let o = s.packet_with_payload(&datagram(c, p), &short(&cid));
+            assert_eq!((backend(&o), reason(&o)), (home.clone(), "conntrack_hit"));
+        }
+        // What the 4-tuple alone would give a third tuple: often another backend.
+        let mut bare = quic_sim(30);
+        if backend(&bare.packet(&datagram("198.18.12.1", port))) != home {
+            moved_by_hash += 1;
+        }
+    }
+    assert!(moved_by_hash > 100, "{moved_by_hash} of 200 would have moved by the hash");
+}
+
+#[test]
+fn ql_4_an_id_that_names_no_valid_backend_goes_by_the_4_tuple_and_is_counted() {
+    use common::{backend, reason};
+    use spillway_core::decide::QuicFallback;
+    use spillway_core::quic_lb::Fallback as F;
+    let hex = |h: &str| ServerId::from_hex(h).unwrap().as_bytes().to_vec();
+    let cases: [(Vec<u8>, QuicFallback); 4] = [
+        (issue(0, &hex("0a0009"), &[1, 2, 3, 4], None), QuicFallback::Decode(F::UnknownServerId)),
+        (
+            issue(7, &hex("0a0001"), &[1, 2, 3, 4], None),
+            QuicFallback::Decode(F::Unroutable(Unroutable::Reserved)),
+        ),
+        (
+            issue(2, &hex("0a0001"), &[1, 2, 3, 4], None),
+            QuicFallback::Decode(F::Unroutable(Unroutable::UnknownConfig(2))),
+        ),
+        (vec![0x07, 0x0a], QuicFallback::Decode(F::Unroutable(Unroutable::TooShort))),
+    ];
+    for (i, (cid, why)) in cases.iter().enumerate() {
+        let mut s = quic_sim(30);
+        let mut hash_only = quic_sim(30);
+        let p = datagram("198.18.10.7", 30_000 + i as u16);
+        let payload = [&[0x40][..], cid].concat();
+        let o = s.packet_with_payload(&p, &payload);
+        assert_eq!(o.decision.quic_fallback, Some(*why), "{why:?}");
+        assert_eq!((backend(&o), reason(&o)), (backend(&hash_only.packet(&p)), "new_connection"));
+    }
+    // Not QUIC at all (an empty datagram has no header): the 4-tuple, nothing counted.
+    let mut s = quic_sim(30);
+    let o = s.packet_with_payload(&datagram("198.18.10.7", 31_000), &[]);
+    assert_eq!((reason(&o), o.decision.quic_fallback), ("new_connection", None));
+}
+
+#[test]
+fn ql_3_a_draining_backend_keeps_its_connections_and_a_removed_one_does_not() {
+    use common::{backend, reason};
+    use spillway_core::decide::QuicFallback;
+    use std::time::Duration;
+    let hex = |h: &str| ServerId::from_hex(h).unwrap().as_bytes().to_vec();
+    let b2 = BACKENDS[1];
+    let cid = issue(0, &hex(server_id_of(b2)), &[7, 7, 7, 7], None);
+    let mut s = quic_sim(30);
+    s.remove_backend("web", common::a(b2)).unwrap();
+    // Draining (CD-2): its connections, rebound, still reach it.
+    let o = s.packet_with_payload(&datagram("198.18.10.7", 40_000), &short(&cid));
+    assert_eq!((backend(&o).as_str(), reason(&o)), (b2, "quic_cid"));
+    // Past its draining time: the ID names a backend that cannot take it.
+    s.advance(Duration::from_secs(31));
+    let o = s.packet_with_payload(&datagram("198.18.10.7", 40_001), &short(&cid));
+    assert_ne!(backend(&o), b2);
+    assert_eq!(o.decision.quic_fallback, Some(QuicFallback::BackendInvalid));
+    // Unhealthy, for UDP whose entries do not persist (CP-2): the 4-tuple's choice too.
+    let mut s = quic_sim(30);
+    assert_eq!(s.set_health_by_addr(common::a(b2), false), 1);
+    let o = s.packet_with_payload(&datagram("198.18.10.7", 40_002), &short(&cid));
+    assert_ne!(backend(&o), b2);
+    assert_eq!(o.decision.quic_fallback, Some(QuicFallback::BackendInvalid));
+}

@@ -20,7 +20,7 @@
 //! | `spillway_port_*`, `spillway_kernel_path_*` | `ports.rs` |
 //! | `spillway_instance_phase`, `spillway_vip_announced`, `spillway_announce_*`, `spillway_bird_up`, `spillway_service_table_info` | `instance.rs` |
 //! | `spillway_neighbour_answers`, `spillway_neighbour_unresolved_next_hops`, `spillway_neighbour_table_publishes` | `neighbour.rs` |
-//! | `spillway_forwarded_packets`, `spillway_dropped_packets` (by reason) | `workers.rs` |
+//! | `spillway_forwarded_packets`, `spillway_dropped_packets`, `spillway_quic_fallback` (by reason) | `workers.rs` |
 //! | `spillway_service_*` | `services.rs` |
 //! | `spillway_group_*`, `spillway_client_zone_*` (advanced load balancing) | `advanced.rs` |
 //! | `spillway_backend_*` | `backends.rs` |

@@ -5,6 +5,7 @@ use super::scrape::Scrape;
 use crate::view::DataplaneView;
 use prometheus_client::metrics::MetricType::{self, Counter, Gauge};
 use spillway_core::counters::{Reason, WorkerCounters};
+use spillway_core::decide::QuicFallback;
 
 /// Picks one counter of a worker.
 type Pick = fn(&WorkerCounters) -> u64;
@@ -118,5 +119,17 @@ pub(super) fn reasons(s: &mut Scrape, view: &dyn DataplaneView) {
     let dropped = s.family("spillway_dropped_packets", "Packets dropped, by reason.", Counter);
     for r in Reason::all().filter(|r| r.labels().0 == "drop") {
         dropped.add(vec![("reason", r.labels().1.to_owned())], sum(r));
+    }
+    let quic = s.family(
+        "spillway_quic_fallback",
+        "QUIC short-header packets without a valid entry that their connection ID could not \
+         route (QL-4): forwarded by the 4-tuple's choice instead, by reason.",
+        Counter,
+    );
+    for (i, name) in QuicFallback::NAMES.iter().enumerate() {
+        let n = (0..view.workers())
+            .map(|w| view.counters(w).quic_fallback[i].get())
+            .fold(0u64, u64::wrapping_add);
+        quic.add(vec![("reason", (*name).to_owned())], n);
     }
 }
