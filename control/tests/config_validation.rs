@@ -1326,7 +1326,9 @@ services:
 
 fn shipped(name: &str) -> Config {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs").join(name);
-    config::load(&path).unwrap_or_else(|e| panic!("{e}"))
+    // Parsed and validated; the key files it names (QUIC-LB) are not on this machine.
+    let text = std::fs::read_to_string(&path).unwrap();
+    Config::from_yaml(&path, &text).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -1795,4 +1797,128 @@ fn fleet_errors_are_collected_with_the_rest() {
         ],
         "{e}"
     );
+}
+
+// ---- quic_lb (QL-1) ----
+
+/// `web` taking UDP 443 with two endpoints, and `quic_lb:` holding `block`.
+fn quic(block: &str) -> String {
+    let web = WEB
+        .replacen(
+            "        protocol: TCP\n        ports: [80]\n",
+            "        protocol: UDP\n        ports: [443]\n",
+            1,
+        )
+        .replacen(
+            "          endpoints: [198.18.1.1]\n",
+            "          endpoints: [198.18.1.1, 198.18.1.2]\n",
+            1,
+        );
+    format!("{HEAD}{web}      quic_lb:\n{block}")
+}
+
+const QUIC_CONFIG0: &str =
+    "        configs:\n          - {id: 0, server_id_length: 3, nonce_length: 4}\n";
+const QUIC_IDS: &str = "        server_ids:\n          - {endpoint: 198.18.1.1, config: 0, server_id: \"0a0001\"}\n          - {endpoint: 198.18.1.2, config: 0, server_id: \"0a0002\"}\n";
+
+#[test]
+fn ql_1_quic_lb_configurations_and_server_ids_compile() {
+    let c = accepts(&quic(&format!("{QUIC_CONFIG0}{QUIC_IDS}")));
+    let m = c.to_model();
+    let q = m.services[0].quic_lb.as_ref().unwrap();
+    assert_eq!(q.server_ids.len(), 2);
+    assert_eq!(q.server_ids[1].server_id.to_hex(), "0a0002");
+    assert_eq!(q.server_ids[1].endpoint.addr.to_string(), "198.18.1.2");
+    assert!(q.configs.get(0).is_some() && q.configs.get(1).is_none());
+}
+
+#[test]
+fn ql_1_bad_quic_lb_values_are_refused_with_their_position() {
+    let cfg = |line: &str| format!("        configs:\n          - {line}\n");
+    let ids = |line: &str| format!("{QUIC_CONFIG0}        server_ids:\n          - {line}\n");
+    let at = "services[0].backend_service.quic_lb";
+    let cases: Vec<(String, String, &str, &str)> = vec![
+        (cfg("{id: 7, server_id_length: 3, nonce_length: 4}"), format!("{at}.configs[0].id"), "id: 7", "0 to 6"),
+        (cfg("{id: 1, server_id_length: 16, nonce_length: 4}"), format!("{at}.configs[0].server_id_length"), "id: 1", "1 to 15"),
+        (cfg("{id: 1, server_id_length: 3, nonce_length: 3}"), format!("{at}.configs[0].nonce_length"), "id: 1", "at least 4"),
+        (cfg("{id: 1, server_id_length: 3, nonce_length: 17}"), format!("{at}.configs[0].nonce_length"), "id: 1", "at most 19"),
+        (cfg("{id: 1, server_id_length: 3, nonce_length: 4, key_file: k.key}"), format!("{at}.configs[0].key_file"), "k.key", "absolute"),
+        (
+            format!("{QUIC_CONFIG0}          - {{id: 0, server_id_length: 4, nonce_length: 4}}\n"),
+            format!("{at}.configs[1].id"),
+            "server_id_length: 4",
+            "already used by configs[0]",
+        ),
+        (ids("{endpoint: 198.18.1.1, config: 0, server_id: \"0a00\"}"), format!("{at}.server_ids[0].server_id"), "0a00", "server_id_length 3"),
+        (ids("{endpoint: 198.18.1.1, config: 0, server_id: \"xyz\"}"), format!("{at}.server_ids[0].server_id"), "xyz", "hex"),
+        (ids("{endpoint: 198.18.1.1, config: 2, server_id: \"0a0001\"}"), format!("{at}.server_ids[0].config"), "config: 2", "no configuration has id 2"),
+        (ids("{endpoint: 198.18.9.9, config: 0, server_id: \"0a0001\"}"), format!("{at}.server_ids[0].endpoint"), "198.18.9.9", "not an endpoint"),
+        (
+            format!("{QUIC_IDS}          - {{endpoint: 198.18.1.2, config: 0, server_id: \"0a0001\"}}\n")
+                .replacen("        server_ids", &format!("{QUIC_CONFIG0}        server_ids"), 1),
+            format!("{at}.server_ids[2].server_id"),
+            "198.18.1.2, config: 0, server_id: \"0a0001\"",
+            "already server_ids[0]'s",
+        ),
+        (
+            format!("{QUIC_IDS}          - {{endpoint: 198.18.1.2, config: 0, server_id: \"0a0003\"}}\n")
+                .replacen("        server_ids", &format!("{QUIC_CONFIG0}        server_ids"), 1),
+            format!("{at}.server_ids[2].endpoint"),
+            "0a0003",
+            "already has a server ID for configuration 0",
+        ),
+    ];
+    for (block, field, needle, says) in cases {
+        let text = quic(&block);
+        let line = rejects(&text, &field, needle);
+        assert!(line.contains(says), "{line}");
+    }
+    // Eight configurations: more than the rotation bits can name.
+    let eight: String = (0..8)
+        .map(|i| format!("          - {{id: {i}, server_id_length: 3, nonce_length: 4}}\n"))
+        .collect();
+    let text = quic(&format!("        configs:\n{eight}"));
+    assert!(rejects(&text, &format!("{at}.configs"), "configs:").contains("at most 7"));
+    // QUIC needs a rule that takes UDP.
+    let tcp = quic(QUIC_CONFIG0).replacen("protocol: UDP", "protocol: TCP", 1);
+    assert!(rejects(&tcp, at, "quic_lb:").contains("UDP"));
+}
+
+#[test]
+fn ql_1_a_quic_lb_key_file_is_read_at_load_and_checked_like_the_other_key_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("spillway-quic-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("quic.key");
+    let conf = dir.join("spillway.yaml");
+    let text = quic(&format!(
+        "        configs:\n          - {{id: 1, server_id_length: 3, nonce_length: 13, key_file: {}}}\n",
+        key.display()
+    ));
+    std::fs::write(&conf, &text).unwrap();
+    let line = line_of(&text, "key_file");
+    let set = |content: &str, mode: u32| {
+        std::fs::write(&key, content).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let field = "field `services[0].backend_service.quic_lb.configs[0].key_file`";
+    for (content, mode, says) in [
+        ("000102030405060708090a0b0c0d0e0f\n", 0o644, "chmod 600"),
+        ("0001020304\n", 0o600, "32 hex digits"),
+    ] {
+        set(content, mode);
+        let e = config::load(&conf).unwrap_err().to_string();
+        assert!(e.contains(&format!(":{line}:")) && e.contains(field) && e.contains(says), "{e}");
+    }
+    std::fs::remove_file(&key).unwrap();
+    let e = config::load(&conf).unwrap_err().to_string();
+    assert!(e.contains(field) && e.contains("cannot read"), "{e}");
+    // A fit key: the configuration encrypts with it.
+    set("000102030405060708090a0b0c0d0e0f\n", 0o600);
+    let m = config::load(&conf).unwrap().to_model();
+    let want =
+        spillway_core::quic_lb::Config::new(1, 3, 13, Some(core::array::from_fn(|i| i as u8)))
+            .unwrap();
+    assert_eq!(m.services[0].quic_lb.as_ref().unwrap().configs.get(1), Some(&want));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

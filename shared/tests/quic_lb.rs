@@ -320,6 +320,11 @@ fn ql_3_a_connection_that_changes_its_port_or_address_stays_on_its_backend() {
             let o = s.packet_with_payload(&datagram(c, p), &short(&cid));
             assert_eq!((backend(&o), reason(&o)), (home.clone(), "conntrack_hit"));
         }
+        // Another instance of the fleet, which never saw the connection and shares no state
+        // with this one: the same backend, from the ID alone.
+        let mut other = quic_sim(30);
+        let o = other.packet_with_payload(&datagram("198.18.11.9", port + 20_000), &short(&cid));
+        assert_eq!((backend(&o), reason(&o)), (home.clone(), "quic_cid"));
         // What the 4-tuple alone would give a third tuple: often another backend.
         let mut bare = quic_sim(30);
         if backend(&bare.packet(&datagram("198.18.12.1", port))) != home {

@@ -81,7 +81,8 @@ pub(super) async fn preview(
 ) -> Result<Json<PreviewReply>, HttpError> {
     let req: PreviewRequest = serde_json::from_slice(&body)
         .map_err(|e| HttpError::bad_request(format!("bad JSON body: {e}")))?;
-    let config = Config::from_yaml(Path::new("(candidate)"), &req.config).map_err(config_error)?;
+    let config =
+        Config::from_yaml_with_keys(Path::new("(candidate)"), &req.config).map_err(config_error)?;
     let (old, new, change) = {
         let c = lock(&api.controller);
         let (new, change) = c.preview(&config).map_err(HttpError::from)?;

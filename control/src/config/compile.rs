@@ -24,10 +24,11 @@ use spillway_core::advanced::{Latency, Topology};
 use spillway_core::flow::DEFAULT_HASH_SEED;
 use spillway_core::model::{
     AdvancedPolicy, BackendKey, Capacity, ClientSubnet, Damping, Encap, Endpoint, Group,
-    GroupAdvanced, Model, Ports, Rule, RuleDest, RuleProtocol, Service, Zone,
-    DEFAULT_FAILOVER_HEALTH_THRESHOLD,
+    GroupAdvanced, Model, Ports, QuicLbPolicy, QuicServerId, Rule, RuleDest, RuleProtocol, Service,
+    Zone, DEFAULT_FAILOVER_HEALTH_THRESHOLD,
 };
 use spillway_core::policy::{idle_timeout_bounds, FailoverPolicy, ZonalAffinity};
+use spillway_core::quic_lb::{Config as QuicConfig, Configs, ServerId};
 
 use super::{
     BackendServiceConfig, Config, EncapsulationType, ForwardingRuleConfig, HealthCheckConfig,
@@ -125,7 +126,8 @@ impl Config {
                 Some(ClientSubnet { prefix, zone })
             })
             .collect();
-        let services = self.services.iter().map(|s| compile_service(s, &zone_id)).collect();
+        let services =
+            self.services.iter().map(|s| compile_service(s, &zone_id, &self.quic_keys)).collect();
         Model {
             hash_seed: self.dataplane.hash_seed.unwrap_or(DEFAULT_HASH_SEED),
             table_size: self.dataplane.maglev_table_size,
@@ -217,7 +219,11 @@ impl Config {
     }
 }
 
-fn compile_service(s: &ServiceConfig, zone_id: &dyn Fn(&str) -> Option<u16>) -> Service {
+fn compile_service(
+    s: &ServiceConfig,
+    zone_id: &dyn Fn(&str) -> Option<u16>,
+    keys: &super::QuicKeys,
+) -> Service {
     let b = &s.backend_service;
     let mut out = Service::new(&s.name);
     out.rules = s.forwarding_rules.iter().filter_map(|r| compile_rule(r).ok()).collect();
@@ -285,7 +291,44 @@ fn compile_service(s: &ServiceConfig, zone_id: &dyn Fn(&str) -> Option<u16>) -> 
             })
         })
         .collect();
+    out.quic_lb = b.quic_lb.as_ref().map(|q| compile_quic_lb(q, keys));
     out
+}
+
+/// The model's QUIC-LB policy of a valid `quic_lb`. A configuration whose key file was not
+/// read (a file parsed without [`super::quic::read_keys`]) is left out: its connection IDs then fall back
+/// to the 4-tuple (QL-4) rather than being read as plaintext.
+fn compile_quic_lb(q: &super::QuicLbConfig, keys: &super::QuicKeys) -> QuicLbPolicy {
+    let mut configs = Configs::new();
+    for c in &q.configs {
+        let key = match &c.key_file {
+            Some(path) => match keys.get(path) {
+                Some(k) => Some(k),
+                None => continue,
+            },
+            None => None,
+        };
+        let (Ok(id), Ok(sid), Ok(nonce)) =
+            (u8::try_from(c.id), u8::try_from(c.server_id_length), u8::try_from(c.nonce_length))
+        else {
+            continue;
+        };
+        if let Ok(config) = QuicConfig::new(id, sid, nonce, key) {
+            configs.insert(config);
+        }
+    }
+    let server_ids = q
+        .server_ids
+        .iter()
+        .filter_map(|s| {
+            Some(QuicServerId {
+                endpoint: parse_endpoint(&s.endpoint).ok()?,
+                config: u8::try_from(s.config).ok()?,
+                server_id: ServerId::from_hex(&s.server_id)?,
+            })
+        })
+        .collect();
+    QuicLbPolicy { configs, server_ids }
 }
 
 /// `topology.latencies[].ms` in whole microseconds (what the decision core compares).

@@ -35,6 +35,7 @@ pub mod choice;
 pub mod compile;
 pub mod fleet;
 pub mod locate;
+pub mod quic;
 pub mod services;
 pub mod validate;
 pub mod yaml;
@@ -42,6 +43,7 @@ pub use choice::Choice;
 use choice::Refused;
 pub use compile::NodeAddrs;
 pub use fleet::{FleetConfig, FleetSyncConfig, SyncConfig, SyncPeer, SyncPeerConfig};
+pub use quic::{QuicLbConfig, QuicLbConfigEntry, QuicServerIdConfig};
 pub use services::*;
 pub use validate::FieldError;
 
@@ -69,6 +71,29 @@ pub const MAX_BURST: u16 = 64;
 /// Largest `dataplane.idle_sleep_us`.
 pub const MAX_IDLE_SLEEP_US: u32 = 10_000;
 
+/// The QUIC-LB keys of a loaded file, by key file path. Never printed.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct QuicKeys(std::collections::BTreeMap<String, [u8; 16]>);
+
+impl fmt::Debug for QuicKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+impl QuicKeys {
+    /// The key read from `path`.
+    pub fn get(&self, path: &str) -> Option<[u8; 16]> {
+        self.0.get(path).copied()
+    }
+}
+
+impl FromIterator<(String, [u8; 16])> for QuicKeys {
+    fn from_iter<I: IntoIterator<Item = (String, [u8; 16])>>(iter: I) -> QuicKeys {
+        QuicKeys(iter.into_iter().collect())
+    }
+}
+
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -94,6 +119,10 @@ pub struct Config {
     /// kept across a clean restart; read at start only ([`fleet`]).
     #[serde(default)]
     pub fleet: FleetConfig,
+    /// The QUIC-LB keys its services' `quic_lb` key files hold: read by [`load`] (every start
+    /// and reload), empty for a text parsed alone ([`Config::from_yaml`]).
+    #[serde(skip)]
+    pub quic_keys: QuicKeys,
 }
 
 /// The `dataplane:` section.
@@ -351,12 +380,38 @@ impl Config {
     }
 }
 
-/// Reads, parses and validates the configuration file at `path`.
+/// Reads, parses and validates the configuration file at `path`, and reads the key files its
+/// services' `quic_lb` names (a key file that is not fit is refused like a bad value, with its
+/// field's position).
 pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
     let path = path.as_ref();
     let text = std::fs::read_to_string(path)
         .map_err(|source| ConfigError::Io { path: path.to_owned(), source })?;
-    Config::from_yaml(path, &text)
+    Config::from_yaml_with_keys(path, &text)
+}
+
+impl Config {
+    /// [`Config::from_yaml`], then the key files its services' `quic_lb` names, read as
+    /// [`load`] reads them (a candidate configuration is judged with its keys too).
+    pub fn from_yaml_with_keys(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let mut config = Config::from_yaml(path, text)?;
+        match quic::read_keys(&config) {
+            Ok(keys) => config.quic_keys = keys,
+            Err(problems) => {
+                let locations = yaml::locations(text);
+                let errors = problems
+                    .into_iter()
+                    .map(|FieldError { field, message }| InvalidField {
+                        location: locations.get(&field),
+                        field,
+                        message,
+                    })
+                    .collect();
+                return Err(ConfigError::Invalid { path: path.to_owned(), errors });
+            }
+        }
+        Ok(config)
+    }
 }
 
 /// Why a configuration file was rejected.

@@ -387,6 +387,9 @@ pub struct BackendServiceConfig {
     pub advanced: Option<AdvancedConfig>,
     /// Backend groups.
     pub backends: Vec<BackendGroupConfig>,
+    /// QUIC-LB (QL): short-header QUIC packets without an entry routed by connection ID.
+    #[serde(default)]
+    pub quic_lb: Option<super::quic::QuicLbConfig>,
 }
 
 /// `advanced:` (section 7). Values are kept as written (`Option`, wide integer types) so that

@@ -584,6 +584,17 @@ impl Checker<'_> {
     }
 
     fn service(&mut self, path: &str, s: &ServiceConfig, c: &Config) {
+        if let Some(q) = &s.backend_service.quic_lb {
+            let at = format!("{path}.backend_service.quic_lb");
+            self.errors.extend(super::quic::check(q, &at, &s.backend_service));
+            let udp = s
+                .forwarding_rules
+                .iter()
+                .any(|r| matches!(r.protocol, RuleProtocol::Udp | RuleProtocol::L3Default));
+            if !udp {
+                self.err(at, "QUIC runs over UDP: the service has no rule that takes UDP");
+            }
+        }
         if s.forwarding_rules.is_empty() {
             self.err(format!("{path}.forwarding_rules"), "at least one forwarding rule is needed");
         }

@@ -85,6 +85,38 @@ pub fn check(config: &Config, host: &Host) -> Vec<Finding> {
     if let Some(t) = config.table_file() {
         out.push(table_file(t, host));
     }
+    out.extend(quic_key_files(config, host));
+    out
+}
+
+/// Each `quic_lb` key file, read as a start or a reload reads it (a missing or unfit one
+/// refuses the configuration there). The keys are never printed.
+fn quic_key_files(config: &Config, host: &Host) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (i, s) in config.services.iter().enumerate() {
+        let Some(q) = &s.backend_service.quic_lb else { continue };
+        for (j, c) in q.configs.iter().enumerate() {
+            let Some(file) = &c.key_file else { continue };
+            let field =
+                format!("services[{i}].backend_service.quic_lb.configs[{j}].key_file {file}");
+            let rooted = host.path(Path::new(file));
+            match spillway_control::config::quic::read_key(&rooted.to_string_lossy()) {
+                Ok(_) => out.push(Finding::pass(
+                    "quic",
+                    format!("{field}: a 16-octet AES key, private to its owner"),
+                )),
+                Err(e) => out.push(
+                    Finding::fail(
+                        "quic",
+                        format!("{field}: {}", e.replace(&*rooted.to_string_lossy(), file)),
+                    )
+                    .fix(format!(
+                        "umask 077; openssl rand -hex 16 > {file} (the servers get the same key)"
+                    )),
+                ),
+            }
+        }
+    }
     out
 }
 
