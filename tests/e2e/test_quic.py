@@ -10,12 +10,15 @@ answer the clients directly.
   by the backend the connection began on, with plaintext, single-pass AES and four-pass IDs.
   The balancer counts the moved connections' first packets as ``quic_cid`` (without QUIC-LB the
   4-tuple's hash would have sent about three in four of them to another backend).
+* A configuration rotated by a reload mid-run (a second configuration added, the servers moved
+  to it): the connections opened before and after both keep their backends when they move.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 
 import pytest
@@ -100,3 +103,72 @@ def test_ql_3_quic_connections_that_move_keep_their_backend(mode, move):
         fallbacks = metrics.values("spillway_quic_fallback_total")
         assert sum(fallbacks.values()) == 0, fallbacks
 
+
+
+
+def test_ql_1_a_configuration_rotated_by_a_reload_keeps_old_and_new_connections():
+    """The rotation of docs/quic.md: 25 connections open on configuration 1 (four-pass IDs); a
+    reload adds configuration 2 (the same lengths, as aioquic needs, another key) and the
+    servers move to it (SIGUSR1: the IDs they issue from then on are configuration 2's); 25
+    more connections open, on configuration 2's IDs. Then every connection, old and new, moves to a new port and to
+    another of its IDs. Every line is answered by the backend the connection began on, and
+    no packet fell back."""
+    assert T.TEST_VENV_PYTHON.exists(), f"{T.TEST_VENV_PYTHON}: run scripts/install-deps.sh"
+    with T.Topology() as t:
+        keys = {1: os.urandom(16).hex(), 2: os.urandom(16).hex()}
+        files = {}
+        for n, k in keys.items():
+            path = t.state_dir / f"quic-lb-{n}.key"
+            path.write_text(k + "\n")
+            path.chmod(0o600)
+            files[n] = str(path.resolve())
+        section, ids = quic_lb(t, 5, files[1])
+        svc = service(t, vips=(T.VIP4,))
+        svc["backend_service"]["quic_lb"] = section
+        servers = [b.popen([T.TEST_VENV_PYTHON, PEER, "serve", "--listen", f"{T.VIP4}:{PORT}", "--name", b.short,
+                            "--server-id", ids[b.short], "--config", f"1:3:5:{keys[1]}",
+                            "--config", f"2:3:5:{keys[2]}"], log=f"quic_{b.short}.log")
+                   for b in t.backends]
+        c = t.clients[0]
+        reports = {n: t.state_dir / f"quic_client_{n}.json" for n in ("old", "new")}
+
+        def client(name: str, duration: float, rebind_at: float):
+            return c.popen([T.TEST_VENV_PYTHON, PEER, "client", "--connect", f"{T.VIP4}:{PORT}", "--n", "25",
+                            "--period", "0.1", "--duration", str(duration), "--rebind-at", str(rebind_at),
+                            "--new-cid", "--drain", "2", "--report", str(reports[name])], log=f"quic_{name}.log")
+
+        try:
+            with running(t, [svc]) as lb:
+                time.sleep(1.0)  # the servers listen
+                old = client("old", 7.0, 5.0)
+                time.sleep(2.0)
+                # The balancer learns configuration 2 (a reload), then the servers use it.
+                config = json.loads(lb.path.read_text())
+                q = config["services"][0]["backend_service"]["quic_lb"]
+                q["configs"].append({"id": 2, "server_id_length": 3, "nonce_length": 5, "key_file": files[2]})
+                q["server_ids"] += [{**sid, "config": 2} for sid in q["server_ids"]]
+                lb.write(config)
+                lb.ctl("reload")
+                for s in servers:
+                    s.send_signal(signal.SIGUSR1)
+                time.sleep(0.5)
+                new = client("new", 4.5, 2.5)
+                assert old.wait(30) == 0 and new.wait(30) == 0
+                metrics = lb.metrics()
+        finally:
+            for s in servers:
+                s.terminate()
+                s.wait(10)
+        first_config = {}
+        for name, path in reports.items():
+            rep = json.loads(path.read_text())
+            assert rep["established"] == 25 and rep["errors"] == 0, (name, {k: v for k, v in rep.items() if k != "per_connection"})
+            for conn in rep["per_connection"]:
+                assert conn["sent"] >= 40 and conn["answered"] == conn["sent"], (name, conn)
+                assert len(conn["backends"]) == 1, (name, conn)
+            # The servers' first connection ID for each (after the client's own): its config.
+            first_config[name] = {int(conn["cids"][1][:2], 16) >> 5 for conn in rep["per_connection"]}
+        assert first_config == {"old": {1}, "new": {2}}, first_config
+        assert metrics.value("spillway_forwarded_packets_total", reason="quic_cid") >= 50
+        fallbacks = metrics.values("spillway_quic_fallback_total")
+        assert sum(fallbacks.values()) == 0, fallbacks
