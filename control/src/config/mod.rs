@@ -365,19 +365,24 @@ impl Config {
         if problems.is_empty() {
             return Ok(config);
         }
-        let mut errors: Vec<InvalidField> = problems
-            .into_iter()
-            .map(|FieldError { field, message }| InvalidField {
-                location: locations.get(&field),
-                field,
-                message,
-            })
-            .collect();
-        // File order; errors without a position last. The sort is stable, so problems of one
-        // field keep the order the checks found them in.
-        errors.sort_by_key(|e| e.location.map_or((usize::MAX, usize::MAX), |l| l));
-        Err(ConfigError::Invalid { path: path.to_owned(), errors })
+        Err(invalid(path, problems, &locations))
     }
+}
+
+/// The problems found in the file at `path`, with their positions, in file order (those
+/// without a position last; the sort is stable, so problems of one field keep the order the
+/// checks found them in).
+fn invalid(path: &Path, problems: Vec<FieldError>, locations: &locate::Locations) -> ConfigError {
+    let mut errors: Vec<InvalidField> = problems
+        .into_iter()
+        .map(|FieldError { field, message }| InvalidField {
+            location: locations.get(&field),
+            field,
+            message,
+        })
+        .collect();
+    errors.sort_by_key(|e| e.location.map_or((usize::MAX, usize::MAX), |l| l));
+    ConfigError::Invalid { path: path.to_owned(), errors }
 }
 
 /// Reads, parses and validates the configuration file at `path`, and reads the key files its
@@ -397,18 +402,7 @@ impl Config {
         let mut config = Config::from_yaml(path, text)?;
         match quic::read_keys(&config) {
             Ok(keys) => config.quic_keys = keys,
-            Err(problems) => {
-                let locations = yaml::locations(text);
-                let errors = problems
-                    .into_iter()
-                    .map(|FieldError { field, message }| InvalidField {
-                        location: locations.get(&field),
-                        field,
-                        message,
-                    })
-                    .collect();
-                return Err(ConfigError::Invalid { path: path.to_owned(), errors });
-            }
+            Err(problems) => return Err(invalid(path, problems, &yaml::locations(text))),
         }
         Ok(config)
     }
