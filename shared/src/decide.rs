@@ -384,8 +384,8 @@ pub fn decide_with_payload(
             (backend, reason) = (slot, ForwardReason::PreviousTable);
         }
     }
-    track(shard, (p, prep, svc, snap, now), stale, backend, reason, client_zone)
-        .with_quic_fallback(quic_fallback)
+    let made = track(shard, (p, prep, svc, snap, now), stale, backend, reason, client_zone);
+    Decision { quic_fallback, ..made }
 }
 
 /// The end of a decision that found no valid entry: the entry for `backend` made, or the
@@ -429,10 +429,14 @@ fn track(
     }
 }
 
-impl Decision {
-    fn with_quic_fallback(self, quic_fallback: Option<QuicFallback>) -> Decision {
-        Decision { quic_fallback, ..self }
-    }
+/// Whether the backend in `slot` could take a connection of `svc` whose packets have protocol
+/// `proto`, as an entry pointing at it would be valid (CT-13): it is the service's, not past its
+/// draining time (CD-2, CD-3), and healthy or the service's entries persist (CP-1..CP-4). For
+/// a backend found without an entry: by the previous tables (FS-11) or a connection ID (QL-3).
+fn could_take(slot: u16, svc: &ServiceView, snap: &Snapshot, proto: u8, now: Time) -> bool {
+    snap.backend(slot).is_some_and(|b| {
+        b.service == svc.id && b.is_live(now) && (b.healthy || svc.persists_on_unhealthy(proto))
+    })
 }
 
 /// QL-3, QL-4: where a UDP datagram's QUIC connection ID sends it. `None` when it is not a
@@ -455,16 +459,8 @@ fn quic_pick(
         return None;
     };
     Some(match routes.route(dcid_and_rest) {
-        Ok(routed) => match snap.backend(routed.slot) {
-            Some(b)
-                if b.service == svc.id
-                    && b.is_live(now)
-                    && (b.healthy || svc.persists_on_unhealthy(p.proto)) =>
-            {
-                Ok(routed.slot)
-            }
-            _ => Err(QuicFallback::BackendInvalid),
-        },
+        Ok(routed) if could_take(routed.slot, svc, snap, p.proto, now) => Ok(routed.slot),
+        Ok(_) => Err(QuicFallback::BackendInvalid),
         Err((_, fallback)) => Err(QuicFallback::Decode(fallback)),
     })
 }
@@ -569,10 +565,7 @@ fn previous_pick(
     }
     let tuple = selection_tuple(p, svc.affinity, svc.symmetric_hashing);
     let slot = previous.choice(snap.client_zone(p.src)).table.lookup(snap.hasher.hash(&tuple))?;
-    let b = snap.backend(slot)?;
-    let valid =
-        b.service == svc.id && b.is_live(now) && (b.healthy || svc.persists_on_unhealthy(p.proto));
-    valid.then_some(slot)
+    could_take(slot, svc, snap, p.proto, now).then_some(slot)
 }
 
 /// Backend selection for a new connection: client zone -> the service's choice for it ->
