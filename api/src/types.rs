@@ -471,6 +471,23 @@ pub struct ExplainReply {
     /// Section 7: the group of `backend`.
     #[serde(default)]
     pub backend_group: Option<String>,
+    /// QL-3: what the connection ID given (`quic_cid`) says, for a service with QUIC-LB.
+    #[serde(default)]
+    pub quic: Option<QuicDecodeInfo>,
+}
+
+/// What a QUIC connection ID decodes to (QL-1, QL-3, QL-4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuicDecodeInfo {
+    /// The configuration its first octet picks, when it is one of the service's.
+    pub config: Option<u8>,
+    /// The server ID decoded (hex).
+    pub server_id: Option<String>,
+    /// The backend that server ID names.
+    pub backend: Option<String>,
+    /// Why a packet without a valid entry would go by its 4-tuple instead (the
+    /// `spillway_quic_fallback_total` reason), or `null` when it goes to `backend`.
+    pub fallback: Option<String>,
 }
 
 /// The entry an explanation used.

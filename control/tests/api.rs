@@ -794,3 +794,51 @@ async fn advanced_services_show_groups_capacity_and_client_splits() {
     let prefix = if group == "mesh-a" { "10.0.5." } else { "10.0.6." };
     assert!(backend.starts_with(prefix), "{x:?}");
 }
+
+/// QL-3, QL-4 in `explain`: a short header's destination connection ID (`quic_cid`), decoded
+/// (configuration, server ID, the backend it names) and where a packet of the flow without an
+/// entry goes; a bad `quic_cid` is a 400 that says why.
+#[tokio::test]
+async fn ql_3_explain_shows_what_a_quic_connection_id_decodes_to_and_where_it_sends() {
+    let f = fixture_with(true, quic_yaml).await;
+    let flow = "src=192.0.2.7&dst=198.51.100.30&proto=udp&sport=40000&dport=443";
+    let bare: ExplainReply = f.get(&format!("/v1/explain?{flow}")).await;
+    assert_eq!((bare.quic.as_ref(), bare.reason.as_str()), (None, "new_connection"));
+    let hashed = bare.backend.clone().unwrap();
+    // Config 0 (first octet 0x07: rotation bits 000, length 7), server ID, 4-octet nonce.
+    for (sid, backend) in [("0a0001", "10.0.1.1"), ("0a0002", "10.0.1.2")] {
+        let x: ExplainReply = f.get(&format!("/v1/explain?{flow}&quic_cid=07{sid}01020304")).await;
+        let want = QuicDecodeInfo {
+            config: Some(0),
+            server_id: Some(sid.into()),
+            backend: Some(backend.into()),
+            fallback: None,
+        };
+        assert_eq!(x.quic, Some(want));
+        assert_eq!((x.backend.as_deref(), x.reason.as_str()), (Some(backend), "quic_cid"));
+    }
+    // A server ID of no backend, a reserved configuration: decoded as far as it goes, and the
+    // packet goes by its 4-tuple for that reason.
+    for (cid, config, sid, why) in [
+        ("070a000901020304", Some(0), Some("0a0009"), "unknown_server_id"),
+        ("e70a000101020304", None, None, "reserved"),
+        ("270a000101020304", None, None, "unknown_config"),
+        ("070a00", None, None, "too_short"),
+    ] {
+        let x: ExplainReply = f.get(&format!("/v1/explain?{flow}&quic_cid={cid}")).await;
+        let q = x.quic.expect("a decode");
+        assert_eq!((q.config, q.server_id.as_deref(), q.backend), (config, sid, None), "{cid}");
+        assert_eq!(q.fallback.as_deref(), Some(why), "{cid}");
+        assert_eq!((x.backend.as_deref(), x.reason.as_str()), (Some(&*hashed), "new_connection"));
+    }
+    for (query, why) in [
+        (format!("{flow}&quic_cid=zz"), "quic_cid: `zz` is not hex octets"),
+        (format!("{flow}&quic_cid=070"), "quic_cid: `070` is not hex octets"),
+        (format!("{flow}&quic_cid={}", "07".repeat(21)), "quic_cid: 21 octets, not 1 to 20"),
+        (flow.replace("udp", "tcp") + "&quic_cid=07", "quic_cid: only a udp flow carries QUIC"),
+    ] {
+        let (st, body) = f.client.get(&format!("/v1/explain?{query}")).await.unwrap();
+        assert_eq!(st, 400, "{query}: {body}");
+        assert!(body.contains(why), "{query}: {body}");
+    }
+}

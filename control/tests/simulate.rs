@@ -97,6 +97,11 @@ fn compare(name: &str, actual: &str, expected_text: &str) {
 /// FS-1 (entries at risk shared), FS-2 (stored), FS-3 (taken over on their backend), FS-4 (an
 /// instance's own entry wins), on two simulated instances.
 #[test]
+fn ql_3_ql_4_a_connection_id_routes_a_packet_without_an_entry_or_says_why_not() {
+    check("quic.yaml", "ql_3_4");
+}
+
+#[test]
 fn fs_1_to_4_two_instances_share_entries_at_risk() {
     check("fs_a.yaml", "fs_1_4");
 }

@@ -116,6 +116,10 @@ enum Command {
         /// established one.
         #[arg(long)]
         syn: bool,
+        /// For a service with QUIC-LB: the destination connection ID of a short-header
+        /// packet, in hex; shows its decode and where it sends a packet without an entry.
+        #[arg(long, value_name = "HEX")]
+        quic_cid: Option<String>,
     },
     /// Print the daemon's Prometheus metrics.
     Metrics,
@@ -563,7 +567,11 @@ async fn run(cli: &Cli, client: &Client) -> Result<String, ClientError> {
         Command::Conntrack => get("/v1/conntrack".into()).await?,
         Command::Lookup(flow) => get(format!("/v1/conntrack/lookup?{}", flow.query(false))).await?,
         Command::Flows(f) => get(format!("/v1/conntrack/flows?{}", f.query())).await?,
-        Command::Explain { flow, syn } => get(format!("/v1/explain?{}", flow.query(*syn))).await?,
+        Command::Explain { flow, syn, quic_cid } => {
+            let cid =
+                quic_cid.as_deref().map_or(String::new(), |c| format!("&quic_cid={}", enc(c)));
+            get(format!("/v1/explain?{}{cid}", flow.query(*syn))).await?
+        }
         Command::Metrics => return get("/metrics".into()).await,
         Command::Instance => get("/v1/instance".into()).await?,
         Command::DrainInstance { wait, wait_timeout } => {

@@ -540,7 +540,27 @@ pub fn explain(x: &ExplainReply) -> String {
         rows.insert(11, vec!["backend group".into(), opt(&x.backend_group)]);
         rows.insert(7, vec!["advanced split".into(), text]);
     }
+    if let Some(q) = &x.quic {
+        // Before "backend now".
+        let at = rows.iter().position(|r| r[0] == "backend now").unwrap_or(rows.len());
+        rows.insert(at, vec!["quic-lb".into(), quic_decode(q)]);
+    }
     table(&["FIELD", "VALUE"], &rows)
+}
+
+/// The `quic-lb` line of an explanation: what the connection ID decodes to, and whether a
+/// packet without an entry goes there.
+fn quic_decode(q: &QuicDecodeInfo) -> String {
+    let decoded = match (q.config, &q.server_id) {
+        (Some(c), Some(s)) => format!("config {c}, server id {s}"),
+        (Some(c), None) => format!("config {c}"),
+        _ => "no configuration".to_owned(),
+    };
+    match (&q.backend, &q.fallback) {
+        (Some(b), None) => format!("{decoded} -> {b}"),
+        (Some(b), Some(f)) => format!("{decoded} -> {b}, which cannot take it: 4-tuple ({f})"),
+        (None, f) => format!("{decoded}: 4-tuple ({})", f.as_deref().unwrap_or("-")),
+    }
 }
 
 /// The `entry` line of an explanation: the entry found and whether it holds, or why there is

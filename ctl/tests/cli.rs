@@ -206,3 +206,37 @@ async fn advanced_services_show_groups_capacity_and_client_splits() {
     let r: ServicesReply = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r.services[0].advanced.as_ref().unwrap().groups.len(), 2);
 }
+
+/// QL-3 through spillwayctl: `explain --quic-cid` prints the decode and where the packet goes
+/// (control/tests/api.rs has the API's half), and says why an ID falls back.
+#[tokio::test]
+async fn ql_3_explain_prints_what_a_quic_connection_id_decodes_to() {
+    let f = fixture_with(true, quic_yaml).await;
+    let flow = ["explain", "--src", "192.0.2.7", "--dst", "198.51.100.30", "--proto", "udp"];
+    let ports = ["--sport", "40000", "--dport", "443", "--quic-cid"];
+    let run = |cid: &'static str| {
+        let args: Vec<&str> = flow.iter().chain(&ports).copied().chain([cid]).collect();
+        let f = &f;
+        async move {
+            let out = f.ctl(&args).await;
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        }
+    };
+    let text = run("070a000201020304").await;
+    let line = |t: &str, field: &str| -> String {
+        let l = t.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("{t}"));
+        l[field.len()..].trim().to_owned()
+    };
+    assert_eq!(line(&text, "quic-lb"), "config 0, server id 0a0002 -> 10.0.1.2", "{text}");
+    assert_eq!(line(&text, "backend now"), "10.0.1.2", "{text}");
+    assert_eq!(line(&text, "reason"), "quic_cid", "{text}");
+    let text = run("070a000901020304").await;
+    assert_eq!(line(&text, "quic-lb"), "config 0, server id 0a0009: 4-tuple (unknown_server_id)");
+    assert_eq!(line(&text, "reason"), "new_connection", "{text}");
+    let args: Vec<&str> = flow.iter().chain(&ports).copied().chain(["zz"]).collect();
+    let out = f.ctl(&args).await;
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("quic_cid: `zz` is not hex octets"), "{err}");
+}

@@ -857,9 +857,9 @@ fn count_forwarded(
     }
 }
 
-/// The UDP datagram a QUIC-LB decision reads its connection ID from (QL-3): only for a UDP
-/// packet (not an ICMP error) of a service with QUIC-LB; empty otherwise, or when the frame
-/// is shorter than its headers say.
+/// The UDP datagram a QUIC-LB decision reads its connection ID from, only for a service with
+/// QUIC-LB: a UDP packet's own (QL-3), or for an ICMP error the quoted UDP packet's, as far as
+/// the quote goes (QL-5). Empty otherwise, or when the frame is shorter than its headers say.
 #[inline(always)]
 fn quic_payload<'b>(
     frame: &'b [u8],
@@ -869,8 +869,11 @@ fn quic_payload<'b>(
     icmp_error: bool,
 ) -> &'b [u8] {
     let quic = prep.service.is_some_and(|s| s.quic.is_some());
-    if !quic || icmp_error || info.proto != flow::proto::UDP || info.fragment {
+    if !quic || info.proto != flow::proto::UDP || info.fragment {
         return &[];
+    }
+    if icmp_error {
+        return wire::quoted_udp_payload(frame, ip); // QL-5
     }
     let start = ip.l4_offset as usize + wire::udp::HEADER_LEN;
     let end = usize::from(ip.l3_offset) + ip.l3_len as usize;

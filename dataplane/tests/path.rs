@@ -406,6 +406,71 @@ fn icmp_error_for_a_flow_reaches_that_flows_backend() {
     assert_eq!(r.count(Reason::Forward(ForwardReason::ConntrackHit)), 1);
 }
 
+/// `web` over b1 and b2 with a QUIC-LB configuration 0 (plaintext, 3-octet server IDs, 4-octet
+/// nonces): server ID 0a0001 is b1's, 0a0002 b2's.
+fn quic_snap() -> Snapshot {
+    use spillway_core::model::{QuicLbPolicy, QuicServerId};
+    use spillway_core::quic_lb::{Config, Configs, ServerId};
+    let vips = ["198.18.0.100"];
+    let mut s = service(
+        "web",
+        Encap::Ipip,
+        RuleProtocol::L3Default,
+        &vips,
+        "g",
+        [a("198.18.1.1"), a("198.18.1.2")],
+    );
+    let mut configs = Configs::new();
+    configs.insert(Config::new(0, 3, 4, None).unwrap());
+    let server_ids = [("198.18.1.1", "0a0001"), ("198.18.1.2", "0a0002")]
+        .map(|(e, h)| QuicServerId {
+            endpoint: spillway_core::model::Endpoint { addr: a(e), port: 0 },
+            config: 0,
+            server_id: ServerId::from_hex(h).unwrap(),
+        })
+        .to_vec();
+    s.quic_lb = Some(QuicLbPolicy { configs, server_ids });
+    snapshot(model("r", [s]))
+}
+
+#[test]
+fn ql_5_a_packet_too_big_for_quic_reaches_the_server_its_quoted_source_id_names() {
+    let mut r = Rig::new(Encap::Ipip);
+    r.snap = quic_snap();
+    r.neighbours =
+        NeighbourTable::from_pairs([(a("198.18.1.1"), B1_MAC), (a("198.18.1.2"), B6_MAC)]);
+    for (sid, to) in [([0x0a, 0x00, 0x01], [198, 18, 1, 1]), ([0x0a, 0x00, 0x02], [198, 18, 1, 2])]
+    {
+        // The server's Handshake to the client, from its own connection ID: first octet
+        // (config 0, length 7), server ID, nonce.
+        let mut quic = vec![0xe3, 0, 0, 0, 1, 8, 9, 9, 9, 9, 9, 9, 9, 9, 8, 0x07];
+        quic.extend_from_slice(&sid);
+        quic.extend_from_slice(&[1, 2, 3, 4, 0x41, 0x20]);
+        quic.resize(1400, 0x5a);
+        let quoted = ipv4("198.18.0.100", "198.18.10.5", 17, true, &udp(443, 40000, &quic));
+        // A router's fragmentation-needed (MTU 1280), quoting 548 octets of it (RFC 1812).
+        let mut icmp = vec![3, 4, 0, 0, 0, 0, 0x05, 0x00];
+        icmp.extend_from_slice(&quoted[..548]);
+        let c = csum(&icmp);
+        icmp[2..4].copy_from_slice(&c.to_be_bytes());
+        let ip = ipv4("198.18.9.1", "198.18.0.100", 1, false, &icmp);
+        let (o, out) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
+        assert_eq!(o, Outcome::Transmit);
+        assert_eq!(&out[30..34], &to, "to the server the quoted source connection ID names");
+        assert_eq!(&out[34..], &ip[..], "the error itself, whole");
+    }
+    assert_eq!(r.count(Reason::Forward(ForwardReason::QuicCid)), 2);
+    assert_eq!(r.counters.icmp_errors_forwarded.get(), 2);
+    // The same error quoting only 28 octets (no QUIC header): by the 4-tuple, not counted.
+    let before = r.count(Reason::Forward(ForwardReason::QuicCid));
+    let quoted = ipv4("198.18.0.100", "198.18.10.5", 17, true, &udp(443, 40000, &[0xe3; 64]));
+    let ip = ipv4("198.18.9.1", "198.18.0.100", 1, false, &icmp_error(3, 4, [0, 0, 5, 0], &quoted));
+    let (o, _) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x0800, &ip));
+    assert_eq!(o, Outcome::Transmit);
+    assert_eq!(r.count(Reason::Forward(ForwardReason::QuicCid)), before);
+    assert_eq!(r.counters.quic_fallback.iter().map(|c| c.get()).sum::<u64>(), 0);
+}
+
 #[test]
 fn malformed_and_unmatched_are_counted() {
     let mut r = Rig::new(Encap::Ipip);

@@ -2,14 +2,15 @@
 //!
 //! Every input is classified; frames that classify are also answered in place (ARP reply,
 //! echo reply, neighbour advertisement) and complained about (frag-needed / packet-too-big),
-//! and the offsets `classify` reports must lie inside the frame.
+//! and the offsets `classify` reports must lie inside the frame. An ICMP error's quoted UDP
+//! payload (QL-5) must be a tail of its IP packet.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use spillway_core::addr::Addr;
 use spillway_core::wire::build;
-use spillway_core::wire::{classify, FrameKind};
+use spillway_core::wire::{classify, quoted_udp_payload, FrameKind};
 
 const MAC: [u8; 6] = [2, 0, 0, 0, 0x1b, 1];
 
@@ -26,6 +27,13 @@ fuzz_target!(|data: &[u8]| {
             let me: Addr = Addr([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
             build::icmpv6_packet_too_big(&mut out, MAC, MAC, me, l3, 1280)
         };
+    }
+    if let FrameKind::IcmpError { ip, .. } = frame.kind {
+        let quoted = quoted_udp_payload(data, &ip);
+        let end = ip.l3_range().end;
+        if !quoted.is_empty() {
+            assert!(data[..end].ends_with(quoted), "a tail of the error's IP packet");
+        }
     }
     let mut buf = data.to_vec();
     buf.resize(data.len() + 64, 0);

@@ -1,5 +1,6 @@
 //! QUIC-LB: reading a UDP payload as QUIC and decoding its destination connection ID must
-//! never panic, whatever the bytes, and a decoded server ID has its configuration's length.
+//! never panic, whatever the bytes, and a decoded server ID has its configuration's length. A
+//! long header's source connection ID (QL-5) is decoded the same way.
 //!
 //! The first input octets choose the configurations (lengths within the draft's bounds, with
 //! or without a key); the rest is the UDP payload.
@@ -8,7 +9,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use spillway_core::quic_lb::{Config, Configs, Unroutable};
-use spillway_core::wire::quic::{parse, QuicHeader};
+use spillway_core::wire::quic::{long_source_cid, parse, QuicHeader};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&shape, rest)) = data.split_first() else { return };
@@ -22,6 +23,12 @@ fuzz_target!(|data: &[u8]| {
         let nonce = (4 + (shape >> id) % 15).min(19 - sid);
         let config = Config::new(id, sid, nonce, (id != 2).then_some(key)).expect("within bounds");
         configs.insert(config);
+    }
+    if let Some(scid) = long_source_cid(payload) {
+        assert!(scid.len() + 7 <= payload.len(), "inside the header");
+        if let Ok((id, sid)) = configs.decode(scid) {
+            assert_eq!(sid.as_bytes().len(), usize::from(configs.get(id).unwrap().server_id_len()));
+        }
     }
     let dcid = match parse(payload) {
         Ok(QuicHeader::Short { dcid_and_rest }) => dcid_and_rest,

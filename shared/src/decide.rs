@@ -433,14 +433,21 @@ fn track(
 /// `proto`, as an entry pointing at it would be valid (CT-13): it is the service's, not past its
 /// draining time (CD-2, CD-3), and healthy or the service's entries persist (CP-1..CP-4). For
 /// a backend found without an entry: by the previous tables (FS-11) or a connection ID (QL-3).
-fn could_take(slot: u16, svc: &ServiceView, snap: &Snapshot, proto: u8, now: Time) -> bool {
+pub(crate) fn could_take(
+    slot: u16,
+    svc: &ServiceView,
+    snap: &Snapshot,
+    proto: u8,
+    now: Time,
+) -> bool {
     snap.backend(slot).is_some_and(|b| {
         b.service == svc.id && b.is_live(now) && (b.healthy || svc.persists_on_unhealthy(proto))
     })
 }
 
-/// QL-3, QL-4: where a UDP datagram's QUIC connection ID sends it. `None` when it is not a
-/// QUIC short-header packet (a long header goes by the 4-tuple, QL-2); `Ok(slot)` for the
+/// QL-3, QL-4, QL-5: where a UDP datagram's QUIC connection ID sends it. `None` when it is not
+/// a QUIC short-header packet (a long header goes by the 4-tuple, QL-2), or for an ICMP error
+/// when the quoted packet is not a long header with a source connection ID; `Ok(slot)` for the
 /// backend its server ID names, valid for it as an entry's backend would be (CT-13: in the
 /// service, not past its draining time, healthy or persisting); else why not.
 #[cold]
@@ -452,13 +459,19 @@ fn quic_pick(
     p: &PacketInfo,
     now: Time,
 ) -> Option<Result<u16, QuicFallback>> {
+    use crate::wire::quic;
     let routes = svc.quic.as_deref()?;
-    let crate::wire::quic::QuicHeader::Short { dcid_and_rest } =
-        crate::wire::quic::parse(payload).ok()?
-    else {
-        return None;
+    // QL-5: an ICMP error quotes a packet the server sent, whose own ID is the source
+    // connection ID of a long header; a short header quoted carries only the client's ID.
+    let cid = if p.icmp_error {
+        quic::long_source_cid(payload)?
+    } else {
+        match quic::parse(payload).ok()? {
+            quic::QuicHeader::Short { dcid_and_rest } => dcid_and_rest,
+            quic::QuicHeader::Long { .. } => return None,
+        }
     };
-    Some(match routes.route(dcid_and_rest) {
+    Some(match routes.route(cid) {
         Ok(routed) if could_take(routed.slot, svc, snap, p.proto, now) => Ok(routed.slot),
         Ok(_) => Err(QuicFallback::BackendInvalid),
         Err((_, fallback)) => Err(QuicFallback::Decode(fallback)),

@@ -1,14 +1,15 @@
 //! "Why does this flow go there?": the decision for one flow, spelled out, without changing
 //! anything. The admin API's `explain` and `spillwayctl explain` use it. It calls the same
 //! pieces as [`crate::decide::decide`] (rule match, [`judge_found`], [`select`]), so it cannot
-//! disagree with the workers.
+//! disagree with the workers. [`quic_decode`] spells out what a QUIC connection ID says
+//! (QL-1, QL-3, QL-4) for `explain` and `simulate`.
 
 use crate::conntrack::{key_hash, Entry};
-use crate::decide::{judge_found, select, ForwardReason, SYNCED_EPOCH};
+use crate::decide::{could_take, judge_found, select, ForwardReason, QuicFallback, SYNCED_EPOCH};
 use crate::eligible::EligibleKind;
 use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowKey, PacketInfo};
 use crate::model::Endpoint;
-use crate::snapshot::{BackendRef, Snapshot};
+use crate::snapshot::{BackendRef, ServiceView, Snapshot};
 use crate::time::Time;
 
 /// The explanation of one flow against one snapshot.
@@ -44,10 +45,62 @@ pub struct Explanation {
     pub backend: Option<Endpoint>,
     /// The reason label `decide` would report.
     pub reason: &'static str,
+    /// What the given QUIC connection ID says, for a service with QUIC-LB.
+    pub quic: Option<QuicDecode>,
 }
 
-/// Explain `p` against `snap`, with the flow's conntrack entry if one was found.
-pub fn explain(p: &PacketInfo, snap: &Snapshot, entry: Option<&Entry>, now: Time) -> Explanation {
+/// What a QUIC short header's destination connection ID says for a service with QUIC-LB.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuicDecode {
+    /// The configuration its first octet picks, when it is one of the service's.
+    pub config: Option<u8>,
+    /// The server ID decoded under it (hex).
+    pub server_id: Option<String>,
+    /// The backend that server ID names.
+    pub backend: Option<Endpoint>,
+    /// Why a packet without a valid entry would go by its 4-tuple instead (QL-4), or `None`
+    /// when it goes to `backend` (QL-3).
+    pub fallback: Option<QuicFallback>,
+}
+
+/// Decode `cid` (a destination connection ID from its first octet) for `svc`, and judge the
+/// backend it names as [`crate::decide`] does for a packet of protocol `proto` at `now`.
+/// `None` when the service has no QUIC-LB.
+pub fn quic_decode(
+    cid: &[u8],
+    svc: &ServiceView,
+    snap: &Snapshot,
+    proto: u8,
+    now: Time,
+) -> Option<QuicDecode> {
+    let routes = svc.quic.as_deref()?;
+    let endpoint = |slot: u16| snap.backend(slot).map(|b| b.endpoint);
+    Some(match routes.route(cid) {
+        Ok(r) => QuicDecode {
+            config: Some(r.config),
+            server_id: Some(r.server_id.to_hex()),
+            backend: endpoint(r.slot),
+            fallback: (!could_take(r.slot, svc, snap, proto, now))
+                .then_some(QuicFallback::BackendInvalid),
+        },
+        Err((decoded, f)) => QuicDecode {
+            config: decoded.map(|(c, _)| c),
+            server_id: decoded.map(|(_, s)| s.to_hex()),
+            backend: None,
+            fallback: Some(QuicFallback::Decode(f)),
+        },
+    })
+}
+
+/// Explain `p` against `snap`, with the flow's conntrack entry if one was found, and for a
+/// QUIC short-header packet its destination connection ID `quic_cid` (QL-3).
+pub fn explain(
+    p: &PacketInfo,
+    snap: &Snapshot,
+    entry: Option<&Entry>,
+    now: Time,
+    quic_cid: Option<&[u8]>,
+) -> Explanation {
     let mut x = Explanation {
         service: None,
         tracking_key: None,
@@ -64,6 +117,7 @@ pub fn explain(p: &PacketInfo, snap: &Snapshot, entry: Option<&Entry>, now: Time
         entry_valid: None,
         backend: None,
         reason: "no_matching_rule",
+        quic: None,
     };
     let Some(svc) = snap.service_for(p) else { return x };
     let endpoint = |slot: u16| snap.backend(slot).map(|b| b.endpoint);
@@ -98,6 +152,12 @@ pub fn explain(p: &PacketInfo, snap: &Snapshot, entry: Option<&Entry>, now: Time
             }
             Err(r) => stale = Some(r),
         }
+    }
+    x.quic = quic_cid.and_then(|cid| quic_decode(cid, svc, snap, p.proto, now));
+    if let Some(QuicDecode { backend: Some(b), fallback: None, .. }) = x.quic {
+        x.backend = Some(b);
+        x.reason = ForwardReason::QuicCid.as_str();
+        return x;
     }
     x.backend = x.hashed_backend;
     x.reason = match (x.backend, stale) {

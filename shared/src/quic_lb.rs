@@ -100,22 +100,23 @@ impl ServerId {
 
     /// Parse hex (`"c4605e"`, an optional `0x`); `None` for anything else.
     pub fn from_hex(s: &str) -> Option<ServerId> {
-        let s = s.strip_prefix("0x").unwrap_or(s);
-        if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        let octets: Vec<u8> = (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16))
-            .collect::<Result<_, _>>()
-            .ok()?;
-        ServerId::new(&octets)
+        ServerId::new(&hex_octets(s)?)
     }
 
     /// Lower-case hex.
     pub fn to_hex(&self) -> String {
         self.as_bytes().iter().map(|b| format!("{b:02x}")).collect()
     }
+}
+
+/// Octets written in hex (`"c4605e"`, an optional `0x`), as server IDs and connection IDs are
+/// given; `None` for anything else.
+pub fn hex_octets(s: &str) -> Option<Vec<u8>> {
+    let s = s.strip_prefix("0x").unwrap_or(s);
+    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok()).collect()
 }
 
 impl std::fmt::Debug for ServerId {

@@ -41,6 +41,9 @@ pub struct Outcome {
     pub backend: Option<Endpoint>,
     /// The eligible set at that moment.
     pub eligible: Option<EligibleView>,
+    /// For a QUIC short-header packet of a service with QUIC-LB: what its destination
+    /// connection ID says (QL-3), whether or not the packet needed it.
+    pub quic: Option<crate::explain::QuicDecode>,
 }
 
 /// Default conntrack capacity of a simulator shard.
@@ -404,11 +407,20 @@ impl Simulator {
             let c = s.choice(self.snapshot.client_zone(p.src));
             EligibleView { kind: c.kind, zonal_match: c.zonal_match, size: c.members.len() }
         });
+        let quic = match (svc, crate::wire::quic::parse(payload)) {
+            (Some(s), Ok(crate::wire::quic::QuicHeader::Short { dcid_and_rest }))
+                if !p.icmp_error =>
+            {
+                crate::explain::quic_decode(dcid_and_rest, s, &self.snapshot, p.proto, self.now)
+            }
+            _ => None,
+        };
         Outcome {
             decision,
             service: svc.map(|s| s.name.to_string()),
             backend: decision.backend().and_then(|b| self.snapshot.backend(b)).map(|b| b.endpoint),
             eligible,
+            quic,
         }
     }
 

@@ -654,9 +654,9 @@ fn explain_tells_what_decide_then_does() {
     let x = backend(&s.packet(&syn("198.18.10.5", 7)));
     s.set_health_by_addr(a(&x), false);
     for p in [ack("198.18.10.5", 7), udp("198.18.10.5", 9), syn("198.18.10.5", 7)] {
-        let key = explain(&p, s.snapshot(), None, s.now()).tracking_key.unwrap();
+        let key = explain(&p, s.snapshot(), None, s.now(), None).tracking_key.unwrap();
         let entry = s.shard().find(&key, key_hash(&key)).map(|slot| s.shard().get(slot, s.now()));
-        let ex = explain(&p, s.snapshot(), entry.as_ref(), s.now());
+        let ex = explain(&p, s.snapshot(), entry.as_ref(), s.now(), None);
         assert_eq!(ex.service.as_deref(), Some("web"));
         assert_eq!(ex.client_zone.as_deref(), Some("zone-a"));
         assert!(ex.zonal_match);

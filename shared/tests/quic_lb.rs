@@ -4,85 +4,16 @@
 //! to the server ID it carries.
 
 mod common;
+#[path = "common/quic_issue.rs"]
+mod quic_issue;
 
-use aes::cipher::{BlockEncrypt, KeyInit};
-use aes::Aes128;
 use common::{ep, group, model_with, web};
 use proptest::prelude::*;
+use quic_issue::issue;
 use spillway_core::model::{Model, QuicLbPolicy, QuicServerId};
 use spillway_core::quic_lb::{Config, Configs, Fallback, Mode, Routes, ServerId, Unroutable};
 use spillway_core::state::PolicyState;
 use spillway_core::time::Time;
-
-/// A server's connection ID: the first octet (config id in the top three bits, the length
-/// self-description in the other five, as every appendix vector has it), then server ID and
-/// nonce, encrypted as the draft says when there is a key.
-fn issue(config_id: u8, sid: &[u8], nonce: &[u8], key: Option<[u8; 16]>) -> Vec<u8> {
-    let plain: Vec<u8> = sid.iter().chain(nonce).copied().collect();
-    let len = plain.len();
-    let first = (config_id << 5) | (len as u8 & 0x1f);
-    let body = match key {
-        None => plain,
-        Some(k) => {
-            let aes = Aes128::new(&k.into());
-            if len == 16 {
-                let mut b = <[u8; 16]>::try_from(plain.as_slice()).unwrap().into();
-                aes.encrypt_block(&mut b);
-                b.to_vec()
-            } else {
-                server_four_pass(&aes, &plain)
-            }
-        }
-    };
-    std::iter::once(first).chain(body).collect()
-}
-
-/// The draft's "Algorithm Description", steps 1 to 12, as a server runs it.
-fn server_four_pass(aes: &Aes128, plain: &[u8]) -> Vec<u8> {
-    let len = plain.len();
-    let half_len = len.div_ceil(2);
-    let odd = len % 2 == 1;
-    let aes_half = |pass: u8, half: &[u8]| -> Vec<u8> {
-        // expand(length, pass, half): half, zero padding, length, pass.
-        let mut input = vec![0u8; 16];
-        input[..half.len()].copy_from_slice(half);
-        input[14] = len as u8;
-        input[15] = pass;
-        let mut b = <[u8; 16]>::try_from(input.as_slice()).unwrap().into();
-        aes.encrypt_block(&mut b);
-        b[..half_len].to_vec()
-    };
-    let xor = |a: &[u8], b: &[u8]| -> Vec<u8> { a.iter().zip(b).map(|(x, y)| x ^ y).collect() };
-    let clear_first_bits = |mut v: Vec<u8>| {
-        if odd {
-            v[0] &= 0x0f;
-        }
-        v
-    };
-    let clear_last_bits = |mut v: Vec<u8>| {
-        if odd {
-            v[half_len - 1] &= 0xf0;
-        }
-        v
-    };
-    // Step 2: split; with an odd length the middle octet's high nibble goes left, its low
-    // nibble right.
-    let left_0 = clear_last_bits(plain[..half_len].to_vec());
-    let right_0 = clear_first_bits(plain[len / 2..].to_vec());
-    let right_1 = clear_first_bits(xor(&right_0, &aes_half(1, &left_0)));
-    let left_1 = clear_last_bits(xor(&left_0, &aes_half(2, &right_1)));
-    let right_2 = clear_first_bits(xor(&right_1, &aes_half(3, &left_1)));
-    let left_2 = clear_last_bits(xor(&left_1, &aes_half(4, &right_2)));
-    // Step 12: concatenate, the zero nibbles stripped when odd.
-    let mut out = left_2.clone();
-    if odd {
-        out[half_len - 1] |= right_2[0];
-        out.extend_from_slice(&right_2[1..]);
-    } else {
-        out.extend_from_slice(&right_2);
-    }
-    out
-}
 
 fn lengths() -> impl Strategy<Value = (u8, u8)> {
     // Every (server ID, nonce) length the draft allows: sid >= 1, nonce >= 4, sum <= 19.
@@ -391,4 +322,66 @@ fn ql_3_a_draining_backend_keeps_its_connections_and_a_removed_one_does_not() {
     let o = s.packet_with_payload(&datagram("198.18.10.7", 40_002), &short(&cid));
     assert_ne!(backend(&o), b2);
     assert_eq!(o.decision.quic_fallback, Some(QuicFallback::BackendInvalid));
+}
+
+/// A server's Handshake packet (long header, version 1) to the client's connection ID `dcid`
+/// from its own `scid`, as an ICMP error quotes it after the UDP header (here whole).
+fn handshake(dcid: &[u8], scid: &[u8]) -> Vec<u8> {
+    let mut v = vec![0xe3, 0, 0, 0, 1, dcid.len() as u8];
+    v.extend_from_slice(dcid);
+    v.push(scid.len() as u8);
+    v.extend_from_slice(scid);
+    v.extend_from_slice(&[0x41, 0x20, 0x5a, 0x5a]);
+    v
+}
+
+#[test]
+fn ql_5_an_icmp_error_quoting_a_servers_long_header_reaches_the_server_its_id_names() {
+    use common::{backend, reason};
+    use spillway_core::decide::QuicFallback;
+    let hex = |h: &str| ServerId::from_hex(h).unwrap().as_bytes().to_vec();
+    // An ICMP error is decided on the quoted packet's reversed tuple: client -> VIP:443.
+    let error = |port: u16| spillway_core::flow::PacketInfo {
+        icmp_error: true,
+        ..datagram("198.18.10.7", port)
+    };
+    let mut s = quic_sim(30);
+    let mut hash_only = quic_sim(30);
+    let mut moved_by_hash = 0;
+    for i in 0..100u16 {
+        let home = BACKENDS[usize::from(i % 4)];
+        let cid = issue(1, &hex(server_id_of(home)), &[i as u8, 1, 2, 3, 4], Some([5; 16]));
+        // No entry for the tuple (the connection moved here, or this instance restarted).
+        let o = s.packet_with_payload(&error(50_000 + i), &handshake(&[9; 8], &cid));
+        assert_eq!((backend(&o).as_str(), reason(&o)), (home, "quic_cid"));
+        if backend(&hash_only.packet(&error(50_000 + i))) != home {
+            moved_by_hash += 1;
+        }
+        // No entry made: the tuple's next packet, a short header naming another server, goes
+        // by its own ID, not to `home`.
+        let other = BACKENDS[usize::from((i + 1) % 4)];
+        let cid2 = issue(0, &hex(server_id_of(other)), &[i as u8, 9, 9, 9], None);
+        let o = s.packet_with_payload(&datagram("198.18.10.7", 50_000 + i), &short(&cid2));
+        assert_eq!((backend(&o).as_str(), reason(&o)), (other, "quic_cid"));
+        // Now with that entry: the error follows the entry, whatever its quote names.
+        let o = s.packet_with_payload(&error(50_000 + i), &handshake(&[9; 8], &cid));
+        assert_eq!((backend(&o).as_str(), reason(&o)), (other, "conntrack_hit"));
+    }
+    assert!(moved_by_hash > 50, "{moved_by_hash} of 100 would have gone elsewhere by the hash");
+
+    // A quoted short header carries only the client's ID; a quote cut inside the source
+    // connection ID has none: both go by the 4-tuple, nothing counted.
+    let cid = issue(0, &hex(server_id_of(BACKENDS[2])), &[1, 2, 3, 4], None);
+    let cut = handshake(&[9; 8], &cid);
+    for (port, quote) in [(51_000, short(&cid)), (51_001, cut[..cut.len() - 8].to_vec())] {
+        let mut s = quic_sim(30);
+        let o = s.packet_with_payload(&error(port), &quote);
+        assert_eq!(backend(&o), backend(&hash_only.packet(&error(port))));
+        assert_eq!((reason(&o), o.decision.quic_fallback), ("new_connection", None));
+    }
+    // A source ID that names no backend falls back and is counted (QL-4).
+    let unknown = issue(0, &hex("0a0009"), &[1, 2, 3, 4], None);
+    let o = quic_sim(30).packet_with_payload(&error(51_002), &handshake(&[9; 8], &unknown));
+    assert_eq!(o.decision.quic_fallback, Some(QuicFallback::Decode(Fallback::UnknownServerId)));
+    assert_eq!(backend(&o), backend(&hash_only.packet(&error(51_002))));
 }

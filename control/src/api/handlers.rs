@@ -262,7 +262,7 @@ fn tracking_key_of(api: &Api, p: &PacketInfo) -> Result<(String, FlowKey, u64), 
         let c = lock(&api.controller);
         (c.snapshot(), c.now())
     };
-    let x = explain(p, &snap, None, now);
+    let x = explain(p, &snap, None, now, None);
     match (x.service, x.tracking_key) {
         (Some(s), Some(k)) => Ok((s, k, x.tracking_hash)),
         _ => Err(HttpError::new(
@@ -304,7 +304,9 @@ pub(super) async fn explain_flow(
     State(api): State<Api>,
     q: Result<Query<FlowQuery>, QueryRejection>,
 ) -> Result<Json<ExplainReply>, HttpError> {
-    let p = flow_packet(&query::query(q)?)?;
+    let q = query::query(q)?;
+    let p = flow_packet(&q)?;
+    let cid = query::quic_cid(&q, &p)?;
     // Without a rule there is nothing to look up: explain says no_matching_rule.
     let answers = match tracking_key_of(&api, &p) {
         Ok((_, key, hash)) => ask_workers(&*api.view, key, hash).await,
@@ -323,7 +325,7 @@ pub(super) async fn explain_flow(
         let c = lock(&api.controller);
         (c.snapshot(), c.now())
     };
-    let x = explain(&p, &snap, best.map(|(_, e)| e), now);
+    let x = explain(&p, &snap, best.map(|(_, e)| e), now, cid.as_deref());
     let workers = Asked {
         asked: answers.len(),
         answered: answers.iter().filter(|a| !matches!(a, Answer::Silent)).count(),

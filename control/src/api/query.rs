@@ -19,6 +19,7 @@ pub(super) struct FlowQuery {
     sport: Option<String>,
     dport: Option<String>,
     syn: Option<String>,
+    quic_cid: Option<String>,
 }
 
 /// `GET /v1/backends?service=...`.
@@ -70,6 +71,24 @@ pub(super) fn flow_packet(q: &FlowQuery) -> Result<PacketInfo, HttpError> {
         tcp_flags: flags,
         icmp_error: false,
     })
+}
+
+/// The `quic_cid` of an explain request: a QUIC short header's destination connection ID, in
+/// hex, 1 to 20 octets (QUIC v1's longest), for a UDP flow.
+pub(super) fn quic_cid(q: &FlowQuery, p: &PacketInfo) -> Result<Option<Vec<u8>>, HttpError> {
+    let Some(h) = q.quic_cid.as_deref() else { return Ok(None) };
+    if p.proto != proto::UDP {
+        return Err(HttpError::bad_request("quic_cid: only a udp flow carries QUIC"));
+    }
+    let bytes = spillway_core::quic_lb::hex_octets(h)
+        .ok_or_else(|| HttpError::bad_request(format!("quic_cid: `{h}` is not hex octets")))?;
+    if !(1..=20).contains(&bytes.len()) {
+        return Err(HttpError::bad_request(format!(
+            "quic_cid: {} octets, not 1 to 20",
+            bytes.len()
+        )));
+    }
+    Ok(Some(bytes))
 }
 
 fn addr_param(name: &str, v: &Option<String>) -> Result<Addr, HttpError> {

@@ -358,5 +358,11 @@ pub(super) fn explain_reply(
         reason: x.reason.to_owned(),
         group_shares,
         backend_group,
+        quic: x.quic.map(|d| QuicDecodeInfo {
+            config: d.config,
+            server_id: d.server_id,
+            backend: endpoint(d.backend),
+            fallback: d.fallback.map(|f| f.as_str().to_owned()),
+        }),
     }
 }

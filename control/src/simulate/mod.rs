@@ -173,7 +173,13 @@ pub fn run(config: &Path, scenario: &Path, out: &mut dyn Write) -> Result<(), Si
                 let k = spec.instance.unwrap_or(1);
                 let line = match impossible(spec) {
                     Some(_) => OutputLine::malformed(i),
-                    None => OutputLine::from_outcome(i, &sims[k - 1].packet(&spec.info())),
+                    None => {
+                        let payload = spec.quic_cid.as_ref().map(|c| c.short_header());
+                        let sim = &mut sims[k - 1];
+                        let o = sim
+                            .packet_with_payload(&spec.info(), payload.as_deref().unwrap_or(&[]));
+                        OutputLine::from_outcome(i, &o)
+                    }
                 };
                 let line = OutputLine { instance: (n > 1).then_some(k), ..line };
                 write_line(out, &line).map_err(SimulateError::Output)?;

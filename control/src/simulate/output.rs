@@ -17,6 +17,19 @@ pub(super) struct OutputLine {
     pub(super) reason: &'static str,
     pub(super) service: Option<String>,
     pub(super) eligible: Option<EligibleOut>,
+    /// A packet with a QUIC connection ID, for a service with QUIC-LB: its decode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) quic: Option<QuicOut>,
+}
+
+/// What a packet's QUIC connection ID decodes to (QL-3, QL-4).
+#[derive(Debug, Serialize)]
+pub(super) struct QuicOut {
+    pub(super) config: Option<u8>,
+    pub(super) server_id: Option<String>,
+    pub(super) backend: Option<String>,
+    /// Why a packet without a valid entry goes by its 4-tuple, or `null`.
+    pub(super) fallback: Option<&'static str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -36,6 +49,7 @@ impl OutputLine {
             reason: "malformed",
             service: None,
             eligible: None,
+            quic: None,
         }
     }
 
@@ -51,6 +65,12 @@ impl OutputLine {
                 kind: e.kind.as_str(),
                 zonal_match: e.zonal_match,
                 size: e.size,
+            }),
+            quic: o.quic.as_ref().map(|q| QuicOut {
+                config: q.config,
+                server_id: q.server_id.clone(),
+                backend: q.backend.map(|e| e.to_string()),
+                fallback: q.fallback.map(|f| f.as_str()),
             }),
         }
     }

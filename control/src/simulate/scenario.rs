@@ -289,6 +289,9 @@ pub(super) struct PacketSpec {
     /// The instance that receives it (1-based; 1 when absent).
     #[serde(default)]
     pub(super) instance: Option<usize>,
+    /// A UDP packet's QUIC short header: its destination connection ID (QL-3).
+    #[serde(default)]
+    pub(super) quic_cid: Option<CidField>,
 }
 
 impl PacketSpec {
@@ -312,7 +315,8 @@ impl PacketSpec {
 /// - the source and destination are not of the same family (IPv4 and IPv6);
 /// - a fragment with ports (SA-6: the decision core never sees a fragment's ports);
 /// - ports on a protocol other than TCP and UDP;
-/// - TCP flags on anything but an unfragmented TCP segment.
+/// - TCP flags on anything but an unfragmented TCP segment;
+/// - a QUIC connection ID on anything but an unfragmented UDP datagram.
 pub(super) fn impossible(p: &PacketSpec) -> Option<&'static str> {
     let ported = p.proto.0 == proto::TCP || p.proto.0 == proto::UDP;
     let has_ports = p.sport != 0 || p.dport != 0;
@@ -325,8 +329,37 @@ pub(super) fn impossible(p: &PacketSpec) -> Option<&'static str> {
         Some("ports on a protocol without ports")
     } else if has_flags && (p.fragment || p.proto.0 != proto::TCP) {
         Some("TCP flags on something else than an unfragmented TCP segment")
+    } else if p.quic_cid.is_some() && (p.fragment || p.proto.0 != proto::UDP) {
+        Some("a QUIC connection ID on something else than an unfragmented UDP datagram")
     } else {
         None
+    }
+}
+
+/// A QUIC connection ID field: 1 to 20 octets in hex.
+#[derive(Debug, Clone)]
+pub(super) struct CidField(pub(super) Vec<u8>);
+
+impl CidField {
+    /// The UDP payload it stands for: a short header (the fixed bit set) with this
+    /// destination connection ID, then a few octets of protected packet.
+    pub(super) fn short_header(&self) -> Vec<u8> {
+        [0x40].iter().chain(&self.0).chain(&[0x5a; 16]).copied().collect()
+    }
+}
+
+impl<'de> Deserialize<'de> for CidField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let bytes = spillway_core::quic_lb::hex_octets(s.trim())
+            .ok_or_else(|| serde::de::Error::custom(format!("`{s}` is not hex octets")))?;
+        if !(1..=20).contains(&bytes.len()) {
+            return Err(serde::de::Error::custom(format!(
+                "{} octets, not 1 to 20 (QUIC v1's connection IDs)",
+                bytes.len()
+            )));
+        }
+        Ok(CidField(bytes))
     }
 }
 

@@ -94,6 +94,42 @@ services:
     )
 }
 
+/// QUIC-LB: `h3` on UDP 443 over two backends with a plaintext configuration 0 (3-octet server
+/// IDs, 4-octet nonces): server ID 0a0001 is 10.0.1.1's, 0a0002 10.0.1.2's; no health checks.
+pub fn quic_yaml(_: u16) -> String {
+    r#"dataplane:
+  ports: [net_null0]
+  workers: 3
+  node:
+    ipv4: 10.0.0.2/8
+    gateway_ipv4: 10.0.0.1
+admin:
+  listen: unix:/run/spillway-api-test/unused.sock
+topology:
+  region: r1
+  zones:
+    - name: zone-a
+services:
+  - name: h3
+    forwarding_rules:
+      - vip: 198.51.100.30
+        protocol: UDP
+        ports: [443]
+    backend_service:
+      backends:
+        - group: h3-a
+          zone: zone-a
+          endpoints: [10.0.1.1, 10.0.1.2]
+      quic_lb:
+        configs:
+          - {id: 0, server_id_length: 3, nonce_length: 4}
+        server_ids:
+          - {endpoint: 10.0.1.1, config: 0, server_id: "0a0001"}
+          - {endpoint: 10.0.1.2, config: 0, server_id: "0a0002"}
+"#
+    .to_owned()
+}
+
 /// Section 7: one advanced service (`WATERFALL_BY_ZONE`), capacity 10 new connections/s per
 /// endpoint, three endpoints in zone-a and two in zone-b, no health checks (healthy).
 pub fn advanced_yaml(_: u16) -> String {

@@ -654,6 +654,25 @@ fn quoted_ipv6(q: &[u8]) -> Result<PacketInfo, Malformed> {
     Ok(reversed(Addr(ip.src_addr()), Addr(ip.dst_addr()), chain.proto, later_fragment, l4))
 }
 
+/// The transport payload of the packet an ICMP error quotes (after its 8-octet UDP header),
+/// as far as the quote goes: for a UDP packet a QUIC server sent, its QUIC header (QL-5).
+/// `ip` is the error's own [`IpMeta`], as [`classify`] gave it; empty when the quote ends
+/// before the payload starts.
+pub fn quoted_udp_payload<'f>(frame: &'f [u8], ip: &IpMeta) -> &'f [u8] {
+    // ICMP and ICMPv6 headers are both 8 octets before the quote.
+    let end = ip.l3_range().end.min(frame.len());
+    let Some(q) = frame.get(ip.l4() + icmp::HEADER_LEN..end) else { return &[] };
+    let l4 = if ip.is_v4 {
+        q.first().map(|b| usize::from(b & 0x0f) * 4)
+    } else {
+        let next = q.get(6).copied().unwrap_or(0);
+        q.get(ipv6::HEADER_LEN..)
+            .and_then(|rest| ipv6::walk_chain(next, rest).ok())
+            .map(|chain| ipv6::HEADER_LEN + chain.l4_offset)
+    };
+    l4.and_then(|l4| q.get(l4 + udp::HEADER_LEN..)).unwrap_or(&[])
+}
+
 fn reversed(src: Addr, dst: Addr, proto: u8, later_fragment: bool, l4: &[u8]) -> PacketInfo {
     let ported = !later_fragment && (proto == ip_proto::TCP || proto == ip_proto::UDP);
     let (sport, dport) = if ported {

@@ -105,8 +105,8 @@ mod view;
 pub use arp::ArpPacket;
 pub use build::BuildError;
 pub use classify::{
-    classify, classify_fast, classify_general, classify_ip6_fast, classify_ip_fast, Frame,
-    FrameKind, IpFrame, IpMeta,
+    classify, classify_fast, classify_general, classify_ip6_fast, classify_ip_fast,
+    quoted_udp_payload, Frame, FrameKind, IpFrame, IpMeta,
 };
 pub use ethernet::{EthernetFrame, VlanHeader};
 pub use icmp::IcmpPacket;

@@ -10,6 +10,9 @@
 //!   only the servers' configuration knows it, so the view returns everything after the
 //!   first octet and the QUIC-LB decoder reads what its configuration says.
 //!
+//! [`long_source_cid`] reads a long header's source connection ID: in a packet a server sent,
+//! quoted by an ICMP error, it is the server's own ID (QL-5).
+//!
 //! Coalesced packets (RFC 9000 section 12.2) start with the first packet's header, which is
 //! the one read. The view never panics and never allocates.
 
@@ -66,6 +69,19 @@ pub fn parse(payload: &[u8]) -> Result<QuicHeader<'_>, NotQuic> {
     Ok(QuicHeader::Long { version, dcid })
 }
 
+/// The source connection ID of a long-header packet (after the destination connection ID and
+/// its length octet, RFC 8999 section 5.1); `None` for a short header or a header that ends
+/// before the source connection ID does.
+pub fn long_source_cid(payload: &[u8]) -> Option<&[u8]> {
+    if payload.first()? & LONG_HEADER == 0 {
+        return None;
+    }
+    let dcid_len = usize::from(*payload.get(5)?);
+    let at = 6 + dcid_len;
+    let len = usize::from(*payload.get(at)?);
+    payload.get(at + 1..at + 1 + len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +106,17 @@ mod tests {
         assert_eq!(parse(&[0xc0, 0, 0, 0, 1]), Err(NotQuic::TruncatedLong));
         assert_eq!(parse(&[0xc0, 0, 0, 0, 1, 3, 1, 2]), Err(NotQuic::TruncatedLong));
         assert_eq!(parse(&[0xc0, 0, 0, 0, 1, 0]), Ok(QuicHeader::Long { version: 1, dcid: &[] }));
+    }
+
+    #[test]
+    fn a_long_headers_source_connection_id() {
+        // A server's Handshake (version 1): DCID of 2 octets, SCID of 3, then the rest.
+        let handshake = [0xe1, 0, 0, 0, 1, 2, 0xaa, 0xbb, 3, 0x07, 0x0a, 0x01, 0x40, 0x20];
+        assert_eq!(long_source_cid(&handshake), Some(&[0x07, 0x0a, 0x01][..]));
+        assert_eq!(long_source_cid(&handshake[..11]), None, "ends inside the SCID");
+        assert_eq!(long_source_cid(&handshake[..8]), None, "ends before its length");
+        assert_eq!(long_source_cid(&[0xe1, 0, 0, 0, 1, 0, 0]), Some(&[][..]));
+        assert_eq!(long_source_cid(&[0x41, 0x07, 0x0a]), None, "a short header has none");
+        assert_eq!(long_source_cid(&[]), None);
     }
 }
