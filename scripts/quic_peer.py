@@ -161,6 +161,7 @@ class Client:
         cfg.verify_mode = 0
         self.conn = qc.QuicConnection(configuration=cfg)
         self.sock = self._socket(source)
+        self.old_socks: list[socket.socket] = []
         self.conn.connect(server, now=time.time())
         self.stream = None
         self.seq = self.sent = self.answered = 0
@@ -178,7 +179,9 @@ class Client:
         return s
 
     def rebind(self, source: str | None, new_cid: bool) -> None:
-        self.sock.close()
+        # The old socket stays open until the run ends: closed, its port could go to another
+        # connection's new socket, whose tuple would then meet the old one's conntrack entry.
+        self.old_socks.append(self.sock)
         self.sock = self._socket(source)
         if new_cid:
             self.conn.change_connection_id()
