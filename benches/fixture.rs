@@ -144,3 +144,95 @@ pub fn fill_to(shard: &mut Shard, percent: usize, seed: u64) {
         shard.insert(&key, key_hash(&key), value, Time::ZERO);
     }
 }
+
+/// The QUIC-LB configurations of [`quic_service`]: (name, config id, nonce length, keyed), all
+/// with 3-octet server IDs: plaintext, single pass (3 + 13 = 16 octets), four pass (3 + 5).
+pub const QUIC_MODES: [(&str, u8, u8, bool); 3] =
+    [("plaintext", 0, 4, false), ("single_pass", 1, 13, true), ("four_pass", 2, 5, true)];
+
+/// The key of [`QUIC_MODES`]' keyed configurations.
+pub const QUIC_KEY: [u8; 16] =
+    [0x8f, 0x95, 0xf0, 0x92, 0x45, 0x76, 0x5f, 0x80, 1, 2, 3, 4, 5, 6, 7, 8];
+
+/// The server ID of `backends[i]` in [`quic_service`], under every configuration.
+pub fn quic_server_id(i: usize) -> [u8; 3] {
+    [0x0a, 0x01, i as u8]
+}
+
+/// A service `name` on `vip`, UDP port 443, IPIP over `backends`, with QUIC-LB: the
+/// configurations of [`QUIC_MODES`] and [`quic_server_id`] for each backend under each.
+pub fn quic_service(name: &str, vip: &str, backends: &[Addr]) -> Service {
+    use spillway_core::model::{QuicLbPolicy, QuicServerId};
+    use spillway_core::quic_lb::{Config, Configs, ServerId};
+    let mut s = service(name, Encap::Ipip, RuleProtocol::Udp, &[vip], "g", backends.to_vec());
+    s.rules[0].ports = Ports::List(vec![(443, 443)]);
+    let mut configs = Configs::new();
+    for (_, id, nonce, keyed) in QUIC_MODES {
+        configs.insert(Config::new(id, 3, nonce, keyed.then_some(QUIC_KEY)).expect("in bounds"));
+    }
+    let server_ids = backends
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &addr)| {
+            QUIC_MODES.map(|(_, config, _, _)| QuicServerId {
+                endpoint: Endpoint { addr, port: 0 },
+                config,
+                server_id: ServerId::new(&quic_server_id(i)).expect("3 octets"),
+            })
+        })
+        .collect();
+    s.quic_lb = Some(QuicLbPolicy { configs, server_ids });
+    s
+}
+
+/// An Ethernet/IPv4/UDP frame from `src`:`sport` to `dst`:443 carrying a QUIC short header
+/// with destination connection ID `cid`, then 24 octets of protected packet.
+pub fn quic_frame(src: [u8; 4], sport: u16, dst: [u8; 4], cid: &[u8]) -> Vec<u8> {
+    let payload: Vec<u8> = [0x40].iter().chain(cid).chain(&[0x5a; 24]).copied().collect();
+    let udp_len = 8 + payload.len() as u16;
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0xc, 0x08, 0x00];
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&(20 + udp_len).to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&443u16.to_be_bytes());
+    f.extend_from_slice(&udp_len.to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(&payload);
+    f
+}
+
+/// The VIPs of [`quic_snapshot`]: UDP port 443 with QUIC-LB, and without.
+pub const QUIC_VIP: [u8; 4] = [198, 18, 0, 110];
+/// See [`QUIC_VIP`].
+pub const UDP_VIP: [u8; 4] = [198, 18, 0, 111];
+
+/// The QUIC-LB benchmarks' snapshot: over 198.18.1.1..16, `quic` on [`QUIC_VIP`] (see
+/// [`quic_service`]) and `udp` on [`UDP_VIP`], the same without QUIC-LB.
+pub fn quic_snapshot() -> Snapshot {
+    let backends: Vec<Addr> = (1..=16).map(|i| Addr::v4(198, 18, 1, i)).collect();
+    let mut udp =
+        service("udp", Encap::Ipip, RuleProtocol::Udp, &["198.18.0.111"], "g", backends.clone());
+    udp.rules[0].ports = Ports::List(vec![(443, 443)]);
+    snapshot(model("", [quic_service("quic", "198.18.0.110", &backends), udp]))
+}
+
+/// The frames of the QUIC-LB benchmarks, with `cid(mode, i)` connection `i`'s ID under
+/// [`QUIC_MODES`]`[mode]` naming backend `i % 16`: `flows` established connections to `vip`
+/// (from 198.18.30.x, four-pass IDs), or `n` packets of new 4-tuples (from 198.18.40.x on).
+pub fn quic_frames(
+    vip: [u8; 4],
+    third: u8,
+    n: usize,
+    mode: usize,
+    cid: &dyn Fn(usize, usize) -> Vec<u8>,
+) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let src = [198, 18, third + (i / 60000) as u8, (i % 250) as u8];
+            quic_frame(src, 1024 + (i % 60000) as u16, vip, &cid(mode, i))
+        })
+        .collect()
+}

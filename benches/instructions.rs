@@ -33,6 +33,17 @@
 //!   packet classified and run alone), and with one that keeps every packet as received and as
 //!   sent (the cost while capturing everything).
 //!
+//! - `quic_established_udp` / `quic_established`: 1,000 established UDP flows to port 443 of a
+//!   service without QUIC-LB, and of one with it (short headers, conntrack hits: the QUIC
+//!   packet's established path, which must cost what any UDP packet's does);
+//! - `quic_new_udp`: UDP packets of new 4-tuples to the service without QUIC-LB (a miss, the
+//!   hash, an insert): the baseline of the next three;
+//! - `quic_migrated_plaintext` / `_single_pass` / `_four_pass`: short headers of new 4-tuples
+//!   (a connection that moved) to the QUIC-LB service, each connection ID naming a backend
+//!   under that configuration: a miss, the decode, an insert (QL-3);
+//! - `quic_mix_10pct_migrating`: the QUIC-LB service's established flows with one packet in
+//!   ten from a connection that just moved (four-pass IDs).
+//!
 //! `--fill PERCENT` (default 90) sets how full `burst_syn_crowded`'s table is before its
 //! first SYN: `cargo bench -p spillway-dataplane --bench instructions -- crowded --fill 70` is
 //! the instructions of a new connection at 70-74% load (docs/performance.md, "Instructions per
@@ -42,6 +53,8 @@
 //! `target/release/deps/instructions-* --case classify --packets 100000`.
 
 mod fixture;
+#[path = "../shared/tests/common/quic_issue.rs"]
+mod quic_issue;
 
 use std::hint::black_box;
 use std::process::Command;
@@ -64,7 +77,7 @@ use spillway_dataplane::neighbour::{NeighbourTable, NextHopCache};
 use spillway_dataplane::path::{process_burst, Outcome, PacketBuf, MAX_BURST};
 use spillway_dataplane::vecbuf::VecBuf;
 
-const CASES: [&str; 14] = [
+const CASES: [&str; 21] = [
     "classify",
     "classify_ip",
     "decide_hit",
@@ -79,6 +92,13 @@ const CASES: [&str; 14] = [
     "tap_idle",
     "tap_miss",
     "tap_captured",
+    "quic_established_udp",
+    "quic_established",
+    "quic_new_udp",
+    "quic_migrated_plaintext",
+    "quic_migrated_single_pass",
+    "quic_migrated_four_pass",
+    "quic_mix_10pct_migrating",
 ];
 
 /// Flows cycled through by the established cases.
@@ -115,8 +135,88 @@ const V6_CLIENTS: u128 = 0xfd00_0000_0000_0000_0000_0000_000a_0000;
 /// fd00::100, the IPv6 VIP.
 const V6_VIP: u128 = 0xfd00_0000_0000_0000_0000_0000_0000_0100;
 
+/// The QUIC-LB cases (`quic_*`) over `packets` packets: a snapshot of their own, two UDP
+/// services on port 443 over 16 backends, one with QUIC-LB ([`fixture::quic_service`]).
+fn run_quic_case(case: &str, packets: usize) {
+    use fixture::{quic_frames, quic_server_id, QUIC_KEY, QUIC_MODES};
+    use spillway_core::counters::Reason;
+    use spillway_core::decide::ForwardReason;
+    let snap = fixture::quic_snapshot();
+    let node = node(false);
+    let neighbours =
+        NeighbourTable::from_pairs((1..=16).map(|i| (Addr::v4(198, 18, 1, i), [2, 0, 0, 0, 1, i])));
+    let events = ArrayQueue::new(16);
+    let mut next_hops = NextHopCache::new();
+    next_hops.refresh(&snap, &neighbours, &node);
+    let counters = WorkerCounters::new();
+    // Connection `i`'s ID under `mode` (an index of QUIC_MODES): backend i % 16, nonce from i.
+    let cid = |mode: usize, i: usize| {
+        let (_, config, nonce_len, keyed) = QUIC_MODES[mode];
+        let nonce: Vec<u8> = (0..nonce_len).map(|k| (i >> (8 * (k % 4))) as u8 ^ k).collect();
+        quic_issue::issue(config, &quic_server_id(i % 16), &nonce, keyed.then_some(QUIC_KEY))
+    };
+    let (quic_vip, udp_vip) = (fixture::QUIC_VIP, fixture::UDP_VIP);
+    let (quic_flows, udp_flows) =
+        (quic_frames(quic_vip, 30, FLOWS, 2, &cid), quic_frames(udp_vip, 30, FLOWS, 2, &cid));
+    let moved = |vip: [u8; 4], mode: usize| quic_frames(vip, 40, MAX_PACKETS, mode, &cid);
+    let frames: Vec<Vec<u8>> = match case {
+        "quic_established_udp" => udp_flows.clone(),
+        "quic_established" => quic_flows.clone(),
+        "quic_new_udp" => moved(udp_vip, 2),
+        "quic_migrated_plaintext" => moved(quic_vip, 0),
+        "quic_migrated_single_pass" => moved(quic_vip, 1),
+        "quic_migrated_four_pass" => moved(quic_vip, 2),
+        "quic_mix_10pct_migrating" => {
+            // As many whatever `packets` is, so that building them cancels out.
+            let m = moved(quic_vip, 2);
+            (0..MAX_PACKETS)
+                .map(
+                    |k| if k % 10 == 9 { m[k / 10].clone() } else { quic_flows[k % FLOWS].clone() },
+                )
+                .collect()
+        }
+        other => panic!("unknown case {other} (cases: {CASES:?})"),
+    };
+    assert!(packets <= MAX_PACKETS, "at most {MAX_PACKETS} packets");
+    let mut shard = Shard::with_capacity(SHARD_CAPACITY);
+    let mut ctx = path_ctx(&snap, &mut shard, &node, &neighbours, &next_hops, &events, &counters);
+    let mut bufs = vec![VecBuf::new(); MAX_BURST];
+    let mut out = [Outcome::Consumed; MAX_BURST];
+    // The established flows have their entries (the QUIC-LB ones made by their IDs).
+    for chunk in quic_flows.chunks(MAX_BURST).chain(udp_flows.chunks(MAX_BURST)) {
+        for (b, f) in bufs.iter_mut().zip(chunk) {
+            b.load(f);
+        }
+        process_burst(&mut bufs[..chunk.len()], &mut ctx, &mut out);
+        assert!(out[..chunk.len()].iter().all(|o| *o == Outcome::Transmit), "{out:?}");
+    }
+    let routed = counters.reason(Reason::Forward(ForwardReason::QuicCid)).get();
+    assert_eq!(routed, FLOWS as u64, "every established QUIC flow's first packet went by its ID");
+    let mut done = 0;
+    while done < packets {
+        let n = MAX_BURST.min(packets - done);
+        for (k, b) in bufs[..n].iter_mut().enumerate() {
+            b.load(&frames[(done + k) % frames.len()]);
+        }
+        process_burst(&mut bufs[..n], &mut ctx, &mut out);
+        black_box(&bufs);
+        done += n;
+    }
+    // What each case measures happened: the moved connections went by their IDs.
+    let routed = counters.reason(Reason::Forward(ForwardReason::QuicCid)).get() - FLOWS as u64;
+    let expected = match case {
+        c if c.starts_with("quic_migrated") => packets,
+        "quic_mix_10pct_migrating" => packets / 10,
+        _ => 0,
+    };
+    assert_eq!(routed, expected as u64, "{case}: packets routed by their connection ID");
+}
+
 /// Runs `case` over `packets` packets (`burst_syn_crowded` into a table `fill` percent full).
 fn run_case(case: &str, packets: usize, fill: usize) {
+    if case.starts_with("quic_") {
+        return run_quic_case(case, packets);
+    }
     let backends = || (1..=16).map(|i| Addr::v4(198, 18, 1, i));
     let backends_v6 = || {
         (1..=16u8).map(|i| {

@@ -3,9 +3,16 @@
 //! per-packet cost the worker adds on top of rx/tx; the whole-pipeline numbers (generator ->
 //! ring -> worker -> null) are the performance issue's.
 //!
+//! The `quic` group is QUIC-LB's (QL-3): established QUIC flows against established UDP ones,
+//! and packets of connections that moved (new 4-tuples whose connection ID names the backend)
+//! per mode against new UDP flows, and established flows with one packet in ten from a
+//! connection that just moved.
+//!
 //! `cargo bench -p spillway-dataplane --bench path`
 
 mod fixture;
+#[path = "../shared/tests/common/quic_issue.rs"]
+mod quic_issue;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 // `std::hint::black_box`: criterion's own reads the value back byte by byte (a volatile read),
@@ -249,5 +256,89 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// The `quic` group (see the module doc): ns per packet in bursts of `MAX_BURST`.
+fn quic(c: &mut Criterion) {
+    use fixture::{quic_frames, quic_server_id, QUIC_KEY, QUIC_MODES, QUIC_VIP, UDP_VIP};
+    let snap = fixture::quic_snapshot();
+    let node = node(false);
+    let neighbours =
+        NeighbourTable::from_pairs((1..=16).map(|i| (Addr::v4(198, 18, 1, i), [2, 0, 0, 0, 1, i])));
+    let events = ArrayQueue::new(16);
+    let mut next_hops = NextHopCache::new();
+    next_hops.refresh(&snap, &neighbours, &node);
+    let counters = WorkerCounters::new();
+    let cid = |mode: usize, i: usize| {
+        let (_, config, nonce_len, keyed) = QUIC_MODES[mode];
+        let nonce: Vec<u8> = (0..nonce_len).map(|k| (i >> (8 * (k % 4))) as u8 ^ k).collect();
+        quic_issue::issue(config, &quic_server_id(i % 16), &nonce, keyed.then_some(QUIC_KEY))
+    };
+    const FLOWS: usize = 1000;
+    const MOVED: usize = 65_536;
+    let established = [QUIC_VIP, UDP_VIP].map(|vip| quic_frames(vip, 30, FLOWS, 2, &cid));
+    let mut shard = Shard::with_capacity_advised(MOVED * 4, |p, n| {
+        spillway_dataplane::dpdk::advise_huge_pages(p, n);
+    });
+    let mut bufs = vec![VecBuf::new(); MAX_BURST];
+    let mut g = c.benchmark_group("quic");
+    g.measurement_time(Duration::from_secs(2)).sample_size(10);
+    // Established: every flow has its entry (the QUIC ones made by their IDs); each round
+    // sends every flow's packet once more.
+    {
+        let mut ctx =
+            path_ctx(&snap, &mut shard, &node, &neighbours, &next_hops, &events, &counters);
+        for frames in &established {
+            bursts(frames, &mut bufs, &mut ctx);
+        }
+        g.throughput(Throughput::Elements(FLOWS as u64));
+        for (name, frames) in
+            [("established_quic", &established[0]), ("established_udp", &established[1])]
+        {
+            g.bench_function(format!("{name}_{FLOWS}_flows_burst"), |b| {
+                b.iter_custom(|rounds| {
+                    (0..rounds).map(|_| bursts(frames, &mut bufs, &mut ctx)).sum()
+                })
+            });
+        }
+    }
+    // Moved connections (or new UDP flows): each round into an emptied table.
+    let mut cases = vec![("new_udp".to_string(), quic_frames(UDP_VIP, 40, MOVED, 2, &cid))];
+    for (mode, (name, ..)) in QUIC_MODES.iter().enumerate() {
+        cases.push((format!("moved_{name}"), quic_frames(QUIC_VIP, 40, MOVED, mode, &cid)));
+    }
+    // One packet in ten from a connection that just moved (four-pass IDs), the others
+    // established; the table emptied and the established flows back in before each round.
+    let moved = &cases[3].1;
+    let mix: Vec<Vec<u8>> = (0..MOVED)
+        .map(
+            |k| if k % 10 == 9 { moved[k / 10].clone() } else { established[0][k % FLOWS].clone() },
+        )
+        .collect();
+    cases.push(("mix_10pct_moving".to_string(), mix));
+    g.throughput(Throughput::Elements(MOVED as u64));
+    for (name, frames) in &cases {
+        g.bench_function(format!("{name}_{MOVED}_burst"), |b| {
+            b.iter_custom(|rounds| {
+                let mut timed = Duration::ZERO;
+                for _ in 0..rounds {
+                    shard.clear();
+                    let mut ctx = path_ctx(
+                        &snap,
+                        &mut shard,
+                        &node,
+                        &neighbours,
+                        &next_hops,
+                        &events,
+                        &counters,
+                    );
+                    bursts(&established[0], &mut bufs, &mut ctx);
+                    timed += bursts(frames, &mut bufs, &mut ctx);
+                }
+                timed
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, quic);
 criterion_main!(benches);
