@@ -33,6 +33,10 @@
 //! - established flows, IPIP, 1K and 1M distinct flows (random order, so a 1M-flow table is far
 //!   larger than the caches); the same for GUE and for IPv6 (IP6IP6) with 1K flows;
 //! - `syn_100`: every packet a SYN from a fresh random source (eligible set, hash, insert);
+//! - only with `--only quic`: `udp_10pct_new` and `quic_10pct_moving`, UDP to port 443 of a
+//!   service without QUIC-LB and of one with it (four-pass IDs), 1,024 established flows and
+//!   one packet in ten from a new 4-tuple: a new flow, or a QUIC connection that moved (a
+//!   miss, the decode, an insert; QL-3); the difference is the decode's;
 //! - only with `--only`: `established_ipip_1m_80` (1.68M flows, the table 80% full) and
 //!   `syn_100_room` (a 64M-entry, 4.3 GiB table: room for every SYN of the run) and
 //!   `syn_100_full` (an 8M-entry table, full for most of the run: a flood with no guard, whose
@@ -83,6 +87,8 @@ mod floor;
 mod latency;
 mod measure;
 mod probe;
+#[path = "../../shared/tests/common/quic_issue.rs"]
+mod quic_issue;
 mod report;
 mod rig;
 mod scaling;

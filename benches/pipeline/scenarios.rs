@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use spillway_core::addr::Addr;
-use spillway_core::model::{Encap, RuleProtocol};
+use spillway_core::model::{Encap, Ports, RuleProtocol};
 use spillway_core::snapshot::Snapshot;
 use spillway_gen::{Order, TrafficSpec};
 
@@ -14,22 +14,54 @@ use crate::floor::Floor;
 const VIP_IPIP: &str = "198.18.0.100";
 const VIP_GUE: &str = "198.18.0.101";
 const VIP6: &str = "fd00::100";
+const VIP_QUIC: &str = "198.18.0.110";
+const VIP_UDP: &str = "198.18.0.111";
 pub const BACKENDS: u8 = 16;
 
-/// Three services over 16 backends each: IPIP and GUE on IPv4 VIPs, IP6IP6 on an IPv6 VIP.
+/// Five services over 16 backends each: IPIP and GUE on IPv4 VIPs, IP6IP6 on an IPv6 VIP,
+/// and UDP port 443 with QUIC-LB and without ([`fixture::quic_service`], `--only quic`).
 pub fn snapshot() -> Snapshot {
     let services: [(&str, Encap, &str, bool); 3] = [
         ("ipip", Encap::Ipip, VIP_IPIP, false),
         ("gue", Encap::Gue { port: 6080 }, VIP_GUE, false),
         ("v6", Encap::Ipip, VIP6, true),
     ];
+    let v4: Vec<Addr> = (1..=BACKENDS).map(|i| backend(false, i)).collect();
+    let mut udp = service("udp", Encap::Ipip, RuleProtocol::Udp, &[VIP_UDP], "g", v4.clone());
+    udp.rules[0].ports = Ports::List(vec![(443, 443)]);
+    let quic = fixture::quic_service("quic", VIP_QUIC, &v4);
     fixture::snapshot(model(
         "",
-        services.map(|(name, encap, vip, v6)| {
-            let backends = (1..=BACKENDS).map(|i| backend(v6, i));
-            service(name, encap, RuleProtocol::L3Default, &[vip], "g", backends)
-        }),
+        services
+            .map(|(name, encap, vip, v6)| {
+                let backends = (1..=BACKENDS).map(|i| backend(v6, i));
+                service(name, encap, RuleProtocol::L3Default, &[vip], "g", backends)
+            })
+            .into_iter()
+            .chain([quic, udp]),
     ))
+}
+
+/// `--only quic`'s traffic to `vip`: UDP to port 443, 1,024 established flows and one packet
+/// in ten from a new 4-tuple, every one a QUIC short header with one four-pass connection ID
+/// of backend 0 (only the first packet of a 4-tuple reads it).
+fn quic_spec(vip: &str) -> TrafficSpec {
+    let (_, config, nonce, _) = fixture::QUIC_MODES[2];
+    let nonce: Vec<u8> = (1..=nonce).collect();
+    let cid = crate::quic_issue::issue(
+        config,
+        &fixture::quic_server_id(0),
+        &nonce,
+        Some(fixture::QUIC_KEY),
+    );
+    TrafficSpec {
+        udp_share: 1.0,
+        syn_share: 0.1,
+        dst_v4: vip.parse().expect("vip"),
+        dst_port: 443,
+        udp_payload: [0x40].iter().chain(&cid).copied().collect(),
+        ..spec(1024)
+    }
 }
 
 pub fn backend(v6: bool, i: u8) -> Addr {
@@ -125,6 +157,10 @@ pub fn list(big: u32) -> Vec<Scenario> {
         big as usize * 2,
         3000,
     ));
+    // Run only with `--only quic` (OPT_IN): a 16M-entry table as `syn_100`'s (each run's new
+    // 4-tuples are a tenth of its packets).
+    scenarios.push(lb("udp_10pct_new", quic_spec(VIP_UDP), 1 << 24, 300));
+    scenarios.push(lb("quic_10pct_moving", quic_spec(VIP_QUIC), 1 << 24, 300));
     scenarios.extend(floors(big));
     scenarios.push(Scenario {
         guard: Some(200_000),
@@ -169,20 +205,30 @@ fn floors(big: u32) -> Vec<Scenario> {
 }
 
 /// Scenarios run only when `--only` names them.
-const OPT_IN: [&str; 3] = ["established_ipip_1m_80", "syn_100_room", "syn_100_full"];
+const OPT_IN: [&str; 5] = [
+    "established_ipip_1m_80",
+    "syn_100_room",
+    "syn_100_full",
+    "udp_10pct_new",
+    "quic_10pct_moving",
+];
 
 /// Keeps the scenarios that `--only` asks for (`only`: its value, if given): that scenario
 /// between the baselines, nothing else (for profiling); `--only scaling`: none (the
 /// replay-source scaling run alone: one worker on its own core, no cross-core traffic, the
 /// steadiest measure of the worker on this machine).
 pub fn select(scenarios: &mut Vec<Scenario>, only: Option<&str>) {
-    scenarios.retain(|s| !OPT_IN.contains(&s.name) || only == Some(s.name));
+    let quic = |name: &str| name == "udp_10pct_new" || name == "quic_10pct_moving";
+    scenarios.retain(|s| {
+        !OPT_IN.contains(&s.name) || only == Some(s.name) || (only == Some("quic") && quic(s.name))
+    });
     if let Some(only) = only {
         scenarios.retain(|s| {
             only != "scaling"
                 && (s.name == "io_forward"
                     || s.name == "io_forward_end"
                     || s.name == only
+                    || (only == "quic" && quic(s.name))
                     || (only == "floor"
                         && (s.floor.is_some()
                             || s.name == "established_ipip_1m"

@@ -7,7 +7,9 @@ use spillway_core::rng::SplitMix64;
 use spillway_core::wire::{checksum, ip_proto, ipv4, tcp, udp, Ipv4Packet};
 
 use crate::sources::SourcePool;
-use crate::spec::{share, Order, SpecError, TrafficSpec, MAX_FLOWS, MAX_FRAME_LEN, MIN_FRAME_LEN};
+use crate::spec::{
+    share, Order, SpecError, TrafficSpec, MAX_FLOWS, MAX_FRAME_LEN, MAX_UDP_PAYLOAD, MIN_FRAME_LEN,
+};
 use crate::template::{write_any, write_one, Template, ETH_LEN, HEAD};
 
 /// What a [`FrameFactory`] has produced so far.
@@ -106,6 +108,9 @@ impl FrameFactory {
         }
         if spec.dst_port == 0 {
             return Err(SpecError::DstPort);
+        }
+        if spec.udp_payload.len() > MAX_UDP_PAYLOAD {
+            return Err(SpecError::UdpPayload(spec.udp_payload.len()));
         }
         let v4 = SourcePool::new(
             "src_v4",

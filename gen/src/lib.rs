@@ -38,6 +38,6 @@ mod template;
 pub use frames::{FrameFactory, GenCounts};
 pub use send::{send, send_and_receive, Limit, SendReport};
 pub use spec::{
-    Order, SpecError, TrafficSpec, FIRST_PORT, MAX_FLOWS, MAX_FRAME_LEN, MIN_FRAME_LEN,
-    MIN_PAYLOAD, PORTS_PER_HOST,
+    Order, SpecError, TrafficSpec, FIRST_PORT, MAX_FLOWS, MAX_FRAME_LEN, MAX_UDP_PAYLOAD,
+    MIN_FRAME_LEN, MIN_PAYLOAD, PORTS_PER_HOST,
 };

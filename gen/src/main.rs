@@ -102,6 +102,10 @@ struct Args {
     /// latency measurement on the receiving side.
     #[arg(long)]
     stamp: bool,
+    /// The first octets of every UDP payload, in hex (the rest zero): for example a QUIC
+    /// short header, `40` then a connection ID, to load a QUIC-LB service (docs/quic.md).
+    #[arg(long, value_name = "HEX", value_parser = hex_payload)]
+    udp_payload: Option<Vec<u8>>,
     /// Also poll the port's RX queue, count what arrives and free it (loopback drivers such
     /// as net_ring; without it received frames stay in the RX ring).
     #[arg(long)]
@@ -243,6 +247,10 @@ fn dst_mac(s: &str) -> Result<DstMac, String> {
     }
 }
 
+fn hex_payload(s: &str) -> Result<Vec<u8>, String> {
+    spillway_core::quic_lb::hex_octets(s).ok_or_else(|| format!("'{s}' is not hex octets"))
+}
+
 /// The command-line flag of a spec field, for error messages.
 fn flag_of(e: &SpecError) -> &'static str {
     match e.field() {
@@ -255,6 +263,7 @@ fn flag_of(e: &SpecError) -> &'static str {
         "src_v4" => "--src-v4",
         "src_v6" => "--src-v6",
         "dst_port" => "--dst-port",
+        "udp_payload" => "--udp-payload",
         _ => "the traffic options",
     }
 }
@@ -273,6 +282,7 @@ fn spec_of(args: &Args) -> anyhow::Result<TrafficSpec> {
         order: args.order,
         seed: args.seed,
         stamp: args.stamp,
+        udp_payload: args.udp_payload.clone().unwrap_or_default(),
         ..TrafficSpec::default()
     };
     let (v4, v6): (Vec<_>, Vec<_>) = args.dst.iter().partition(|a| a.is_ipv4());

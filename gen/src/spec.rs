@@ -19,6 +19,9 @@ pub const FIRST_PORT: u16 = 1024;
 pub const PORTS_PER_HOST: u32 = 65536 - FIRST_PORT as u32;
 /// Every frame carries at least this many payload bytes (room for the time stamp).
 pub const MIN_PAYLOAD: usize = 8;
+/// The longest [`TrafficSpec::udp_payload`]: what an IPv6 UDP frame of [`MAX_FRAME_LEN`] holds
+/// besides the time stamp's room.
+pub const MAX_UDP_PAYLOAD: usize = MAX_FRAME_LEN as usize - 14 - 40 - 8 - MIN_PAYLOAD;
 
 /// In which order established flows are used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -91,6 +94,10 @@ pub struct TrafficSpec {
     /// as 8 little-endian bytes at the end of the L4 payload (for latency measurement); else the
     /// payload is all zero.
     pub stamp: bool,
+    /// The first octets of every UDP packet's payload (the rest zero, the stamp at the end):
+    /// for example a QUIC short header whose destination connection ID a QUIC-LB service
+    /// routes by. Empty by default; at most [`MAX_UDP_PAYLOAD`] octets.
+    pub udp_payload: Vec<u8>,
 }
 
 impl Default for TrafficSpec {
@@ -112,6 +119,7 @@ impl Default for TrafficSpec {
             order: Order::Random,
             seed: 1,
             stamp: false,
+            udp_payload: Vec::new(),
         }
     }
 }
@@ -163,6 +171,9 @@ pub enum SpecError {
     /// `dst_port` is 0.
     #[error("dst_port: 0 is not a usable TCP/UDP port")]
     DstPort,
+    /// `udp_payload` is longer than [`MAX_UDP_PAYLOAD`].
+    #[error("udp_payload: {0} octets is above 1444, what the largest IPv6 UDP frame holds")]
+    UdpPayload(usize),
 }
 
 impl SpecError {
@@ -175,6 +186,7 @@ impl SpecError {
             | SpecError::PrefixTooSmall { field, .. } => field,
             SpecError::FrameLen(_) => "frame_len",
             SpecError::DstPort => "dst_port",
+            SpecError::UdpPayload(_) => "udp_payload",
         }
     }
 }

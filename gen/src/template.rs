@@ -83,7 +83,8 @@ impl Template {
     ) -> Template {
         let l3 = if is_v6 { ipv6::HEADER_LEN } else { ipv4::HEADER_LEN };
         let l4_hdr = if udp { udp::HEADER_LEN } else { tcp::HEADER_LEN };
-        let min = ETH_LEN + l3 + l4_hdr + MIN_PAYLOAD;
+        let given = if udp { spec.udp_payload.len() } else { 0 };
+        let min = ETH_LEN + l3 + l4_hdr + given + MIN_PAYLOAD;
         let len = usize::from(spec.frame_len).max(usize::from(MIN_FRAME_LEN)).max(min);
         let l4 = ETH_LEN + l3;
         let l4_len = len - l4;
@@ -125,6 +126,7 @@ impl Template {
             let mut u = UdpPacket::new_unchecked(&mut *seg);
             u.set_dst_port(spec.dst_port);
             u.set_len(l4_len as u16);
+            seg[l4_hdr..l4_hdr + given].copy_from_slice(&spec.udp_payload);
         } else {
             // seq 1; ack 1 on established segments; no options; window 65535.
             let mut t = TcpPacket::new_unchecked(&mut *seg);

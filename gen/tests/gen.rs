@@ -869,3 +869,50 @@ fn cli_dpdk_errors_are_clear_and_never_panic() {
     assert!(err.contains("DPDK EAL initialisation failed"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn udp_frames_carry_the_given_payload_and_tcp_frames_do_not() {
+    // A QUIC short header: the fixed bit, then an 8-octet connection ID.
+    let quic = [0x40, 0x07, 0x0a, 0x01, 0x02, 1, 2, 3, 4];
+    for (len, stamp) in [(64u16, false), (64, true), (61, true), (300, true)] {
+        let spec = TrafficSpec {
+            flows: 100,
+            frame_len: len,
+            ipv6_share: 0.5,
+            udp_share: 0.5,
+            syn_share: 0.2,
+            fragment_share: 0.0,
+            stamp,
+            udp_payload: quic.to_vec(),
+            ..TrafficSpec::default()
+        };
+        let (_, out) = frames(&spec, 2000);
+        let mut udp = 0;
+        for fr in &out {
+            let p = parse(fr);
+            assert!(l4_checksum_ok(p.src, p.dst, p.proto, &p.payload), "{fr:02x?}");
+            let data = &p.payload[if p.proto == 17 { 8 } else { 20 }..];
+            if p.proto == 17 {
+                udp += 1;
+                assert_eq!(data[..quic.len()], quic, "{fr:02x?}");
+                // Room for the stamp after it.
+                assert!(data.len() >= quic.len() + 8, "{fr:02x?}");
+            } else {
+                assert!(data[..data.len() - 8].iter().all(|&b| b == 0), "{fr:02x?}");
+            }
+        }
+        assert!(udp > 800, "{udp} UDP frames of 2000");
+    }
+    let too_long = TrafficSpec { udp_payload: vec![0; 1445], ..TrafficSpec::default() };
+    let e = FrameFactory::new(&too_long).unwrap_err();
+    assert_eq!(e, SpecError::UdpPayload(1445));
+    assert!(e.to_string().starts_with("udp_payload: 1445 octets"), "{e}");
+    let longest = TrafficSpec {
+        udp_payload: vec![0x40; 1444],
+        udp_share: 1.0,
+        ipv6_share: 1.0,
+        ..TrafficSpec::default()
+    };
+    let (_, out) = frames(&longest, 10);
+    assert!(out.iter().all(|f| f.len() == 1514), "the longest IPv6 UDP frame");
+}
