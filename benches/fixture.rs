@@ -185,6 +185,18 @@ pub fn quic_service(name: &str, vip: &str, backends: &[Addr]) -> Service {
     s
 }
 
+/// A QUIC server's encoder: config id, server ID, nonce, key -> connection ID.
+pub type Issue = fn(u8, &[u8], &[u8], Option<[u8; 16]>) -> Vec<u8>;
+
+/// Connection `i`'s ID under [`QUIC_MODES`]`[mode]`, made by `issue` (the tests' encoder,
+/// `shared/tests/common/quic_issue.rs`, which each benchmark includes): it names backend
+/// `i % 16`, with a nonce drawn from `i`.
+pub fn quic_cid(issue: Issue, mode: usize, i: usize) -> Vec<u8> {
+    let (_, config, nonce_len, keyed) = QUIC_MODES[mode];
+    let nonce: Vec<u8> = (0..nonce_len).map(|k| (i >> (8 * (k % 4))) as u8 ^ k).collect();
+    issue(config, &quic_server_id(i % 16), &nonce, keyed.then_some(QUIC_KEY))
+}
+
 /// An Ethernet/IPv4/UDP frame from `src`:`sport` to `dst`:443 carrying a QUIC short header
 /// with destination connection ID `cid`, then 24 octets of protected packet.
 pub fn quic_frame(src: [u8; 4], sport: u16, dst: [u8; 4], cid: &[u8]) -> Vec<u8> {

@@ -138,7 +138,7 @@ const V6_VIP: u128 = 0xfd00_0000_0000_0000_0000_0000_0000_0100;
 /// The QUIC-LB cases (`quic_*`) over `packets` packets: a snapshot of their own, two UDP
 /// services on port 443 over 16 backends, one with QUIC-LB ([`fixture::quic_service`]).
 fn run_quic_case(case: &str, packets: usize) {
-    use fixture::{quic_frames, quic_server_id, QUIC_KEY, QUIC_MODES};
+    use fixture::quic_frames;
     use spillway_core::counters::Reason;
     use spillway_core::decide::ForwardReason;
     let snap = fixture::quic_snapshot();
@@ -149,12 +149,7 @@ fn run_quic_case(case: &str, packets: usize) {
     let mut next_hops = NextHopCache::new();
     next_hops.refresh(&snap, &neighbours, &node);
     let counters = WorkerCounters::new();
-    // Connection `i`'s ID under `mode` (an index of QUIC_MODES): backend i % 16, nonce from i.
-    let cid = |mode: usize, i: usize| {
-        let (_, config, nonce_len, keyed) = QUIC_MODES[mode];
-        let nonce: Vec<u8> = (0..nonce_len).map(|k| (i >> (8 * (k % 4))) as u8 ^ k).collect();
-        quic_issue::issue(config, &quic_server_id(i % 16), &nonce, keyed.then_some(QUIC_KEY))
-    };
+    let cid = |mode: usize, i: usize| fixture::quic_cid(quic_issue::issue, mode, i);
     let (quic_vip, udp_vip) = (fixture::QUIC_VIP, fixture::UDP_VIP);
     let (quic_flows, udp_flows) =
         (quic_frames(quic_vip, 30, FLOWS, 2, &cid), quic_frames(udp_vip, 30, FLOWS, 2, &cid));

@@ -258,7 +258,7 @@ fn bench(c: &mut Criterion) {
 
 /// The `quic` group (see the module doc): ns per packet in bursts of `MAX_BURST`.
 fn quic(c: &mut Criterion) {
-    use fixture::{quic_frames, quic_server_id, QUIC_KEY, QUIC_MODES, QUIC_VIP, UDP_VIP};
+    use fixture::{quic_frames, QUIC_MODES, QUIC_VIP, UDP_VIP};
     let snap = fixture::quic_snapshot();
     let node = node(false);
     let neighbours =
@@ -267,11 +267,7 @@ fn quic(c: &mut Criterion) {
     let mut next_hops = NextHopCache::new();
     next_hops.refresh(&snap, &neighbours, &node);
     let counters = WorkerCounters::new();
-    let cid = |mode: usize, i: usize| {
-        let (_, config, nonce_len, keyed) = QUIC_MODES[mode];
-        let nonce: Vec<u8> = (0..nonce_len).map(|k| (i >> (8 * (k % 4))) as u8 ^ k).collect();
-        quic_issue::issue(config, &quic_server_id(i % 16), &nonce, keyed.then_some(QUIC_KEY))
-    };
+    let cid = |mode: usize, i: usize| fixture::quic_cid(quic_issue::issue, mode, i);
     const FLOWS: usize = 1000;
     const MOVED: usize = 65_536;
     let established = [QUIC_VIP, UDP_VIP].map(|vip| quic_frames(vip, 30, FLOWS, 2, &cid));

@@ -46,14 +46,7 @@ pub fn snapshot() -> Snapshot {
 /// in ten from a new 4-tuple, every one a QUIC short header with one four-pass connection ID
 /// of backend 0 (only the first packet of a 4-tuple reads it).
 fn quic_spec(vip: &str) -> TrafficSpec {
-    let (_, config, nonce, _) = fixture::QUIC_MODES[2];
-    let nonce: Vec<u8> = (1..=nonce).collect();
-    let cid = crate::quic_issue::issue(
-        config,
-        &fixture::quic_server_id(0),
-        &nonce,
-        Some(fixture::QUIC_KEY),
-    );
+    let cid = fixture::quic_cid(crate::quic_issue::issue, 2, 0);
     TrafficSpec {
         udp_share: 1.0,
         syn_share: 0.1,
