@@ -406,12 +406,12 @@ fn icmp_error_for_a_flow_reaches_that_flows_backend() {
     assert_eq!(r.count(Reason::Forward(ForwardReason::ConntrackHit)), 1);
 }
 
-/// `web` over b1 and b2 with a QUIC-LB configuration 0 (plaintext, 3-octet server IDs, 4-octet
-/// nonces): server ID 0a0001 is b1's, 0a0002 b2's.
+/// `web` (198.18.0.100 and fd00::100) over b1 and b2 with a QUIC-LB configuration 0 (plaintext,
+/// 3-octet server IDs, 4-octet nonces): server ID 0a0001 is b1's, 0a0002 b2's.
 fn quic_snap() -> Snapshot {
     use spillway_core::model::{QuicLbPolicy, QuicServerId};
     use spillway_core::quic_lb::{Config, Configs, ServerId};
-    let vips = ["198.18.0.100"];
+    let vips = ["198.18.0.100", "fd00::100"];
     let mut s = service(
         "web",
         Encap::Ipip,
@@ -469,6 +469,29 @@ fn ql_5_a_packet_too_big_for_quic_reaches_the_server_its_quoted_source_id_names(
     assert_eq!(o, Outcome::Transmit);
     assert_eq!(r.count(Reason::Forward(ForwardReason::QuicCid)), before);
     assert_eq!(r.counters.quic_fallback.iter().map(|c| c.get()).sum::<u64>(), 0);
+
+    // IPv6: a Packet Too Big quoting the server's packet, whose UDP header follows a
+    // Destination Options header.
+    for (sid, to) in [([0x0a, 0x00, 0x01], [198, 18, 1, 1]), ([0x0a, 0x00, 0x02], [198, 18, 1, 2])]
+    {
+        let mut quic = vec![0xe3, 0, 0, 0, 1, 8, 9, 9, 9, 9, 9, 9, 9, 9, 8, 0x07];
+        quic.extend_from_slice(&sid);
+        quic.extend_from_slice(&[1, 2, 3, 4, 0x41, 0x20]);
+        quic.resize(1400, 0x5a);
+        let dest_opts = [17, 0, 1, 4, 0, 0, 0, 0]; // next: UDP; 8 octets; PadN
+        let l4: Vec<u8> = dest_opts.iter().copied().chain(udp(443, 40001, &quic)).collect();
+        let quoted = ipv6("fd00::100", "fd00::10:5", 60, &l4);
+        // ICMPv6 Packet Too Big (MTU 1280), quoting as much as fits in 1,280 octets.
+        let mut icmp = vec![2, 0, 0, 0, 0, 0, 0x05, 0x00];
+        icmp.extend_from_slice(&quoted[..1280 - 40 - 8]);
+        let ip = ipv6("fd00::9:1", "fd00::100", 58, &icmp);
+        let before = r.count(Reason::Forward(ForwardReason::QuicCid));
+        let (o, out) = r.run(&eth(NODE_MAC, CLIENT_MAC, 0x86dd, &ip));
+        assert_eq!(o, Outcome::Transmit);
+        assert_eq!(&out[30..34], &to, "to the server the quoted source connection ID names");
+        assert_eq!(&out[34..], &ip[..], "the error itself, whole");
+        assert_eq!(r.count(Reason::Forward(ForwardReason::QuicCid)), before + 1);
+    }
 }
 
 #[test]
