@@ -875,9 +875,7 @@ fn quic_payload<'b>(
     if icmp_error {
         return wire::quoted_udp_payload(frame, ip); // QL-5
     }
-    let start = ip.l4_offset as usize + wire::udp::HEADER_LEN;
-    let end = usize::from(ip.l3_offset) + ip.l3_len as usize;
-    frame.get(start..end).unwrap_or(&[])
+    frame.get(ip.l4() + wire::udp::HEADER_LEN..ip.l3_range().end).unwrap_or(&[])
 }
 
 /// Decide and send on to the backend.

@@ -471,11 +471,26 @@ fn quic_pick(
             quic::QuicHeader::Long { .. } => return None,
         }
     };
-    Some(match routes.route(cid) {
-        Ok(routed) if could_take(routed.slot, svc, snap, p.proto, now) => Ok(routed.slot),
+    Some(quic_verdict(&routes.route(cid), svc, snap, p.proto, now))
+}
+
+/// QL-3, QL-4: the backend a decoded connection ID (`routed`, from [`Routes::route`]) sends a
+/// packet of protocol `proto` to, valid for it as an entry's backend would be (CT-13), or why
+/// the packet goes by its 4-tuple instead. The decision and `explain` both judge with it.
+///
+/// [`Routes::route`]: crate::quic_lb::Routes::route
+pub(crate) fn quic_verdict(
+    routed: &crate::quic_lb::Route,
+    svc: &ServiceView,
+    snap: &Snapshot,
+    proto: u8,
+    now: Time,
+) -> Result<u16, QuicFallback> {
+    match routed {
+        Ok(r) if could_take(r.slot, svc, snap, proto, now) => Ok(r.slot),
         Ok(_) => Err(QuicFallback::BackendInvalid),
-        Err((_, fallback)) => Err(QuicFallback::Decode(fallback)),
-    })
+        Err((_, fallback)) => Err(QuicFallback::Decode(*fallback)),
+    }
 }
 
 /// The backend for a new connection (CH-1), with the client's zone it was chosen for: the

@@ -5,7 +5,7 @@
 //! (QL-1, QL-3, QL-4) for `explain` and `simulate`.
 
 use crate::conntrack::{key_hash, Entry};
-use crate::decide::{could_take, judge_found, select, ForwardReason, QuicFallback, SYNCED_EPOCH};
+use crate::decide::{judge_found, quic_verdict, select, ForwardReason, QuicFallback, SYNCED_EPOCH};
 use crate::eligible::EligibleKind;
 use crate::flow::{is_new_connection_syn, selection_tuple, tracking_key, FlowKey, PacketInfo};
 use crate::model::Endpoint;
@@ -73,22 +73,17 @@ pub fn quic_decode(
     proto: u8,
     now: Time,
 ) -> Option<QuicDecode> {
-    let routes = svc.quic.as_deref()?;
-    let endpoint = |slot: u16| snap.backend(slot).map(|b| b.endpoint);
-    Some(match routes.route(cid) {
-        Ok(r) => QuicDecode {
-            config: Some(r.config),
-            server_id: Some(r.server_id.to_hex()),
-            backend: endpoint(r.slot),
-            fallback: (!could_take(r.slot, svc, snap, proto, now))
-                .then_some(QuicFallback::BackendInvalid),
-        },
-        Err((decoded, f)) => QuicDecode {
-            config: decoded.map(|(c, _)| c),
-            server_id: decoded.map(|(_, s)| s.to_hex()),
-            backend: None,
-            fallback: Some(QuicFallback::Decode(f)),
-        },
+    let routed = svc.quic.as_deref()?.route(cid);
+    let fallback = quic_verdict(&routed, svc, snap, proto, now).err();
+    let (decoded, slot) = match routed {
+        Ok(r) => (Some((r.config, r.server_id)), Some(r.slot)),
+        Err((decoded, _)) => (decoded, None),
+    };
+    Some(QuicDecode {
+        config: decoded.map(|(c, _)| c),
+        server_id: decoded.map(|(_, s)| s.to_hex()),
+        backend: slot.and_then(|s| snap.backend(s)).map(|b| b.endpoint),
+        fallback,
     })
 }
 

@@ -421,6 +421,10 @@ impl Fallback {
     }
 }
 
+/// What [`Routes::route`] finds: the backend a connection ID names, or why none, with the
+/// configuration and server ID when the ID decoded that far.
+pub type Route = Result<Routed, (Option<(u8, ServerId)>, Fallback)>;
+
 /// What decoding a packet's destination connection ID found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Routed {
@@ -475,7 +479,7 @@ impl Routes {
     /// Decode `dcid` (a destination connection ID from its first octet; octets after it are
     /// not read) and find the backend slot its server ID names; or why not, with what was
     /// decoded.
-    pub fn route(&self, dcid: &[u8]) -> Result<Routed, (Option<(u8, ServerId)>, Fallback)> {
+    pub fn route(&self, dcid: &[u8]) -> Route {
         let (config, server_id) =
             self.configs.decode(dcid).map_err(|u| (None, Fallback::Unroutable(u)))?;
         match self.slots[usize::from(config)].get(&server_id) {

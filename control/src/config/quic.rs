@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use spillway_core::model::Endpoint;
-use spillway_core::quic_lb::{Config as QuicConfig, ServerId, MAX_CONFIGS};
+use spillway_core::quic_lb::{hex_octets, Config as QuicConfig, ServerId, MAX_CONFIGS};
 
 use super::compile::parse_endpoint;
 use super::{BackendServiceConfig, Config, FieldError, QuicKeys};
@@ -188,18 +188,17 @@ pub(super) fn check(q: &QuicLbConfig, path: &str, b: &BackendServiceConfig) -> V
 /// What a QUIC-LB key file holds: 32 hex digits, an optional newline.
 fn parse_key(text: &[u8]) -> Result<[u8; 16], String> {
     let body = text.strip_suffix(b"\n").unwrap_or(text);
-    if body.len() != 32 || !body.iter().all(u8::is_ascii_hexdigit) {
-        return Err(format!(
-            "holds {} characters: a QUIC-LB key is 32 hex digits (16 octets, AES-128)",
-            body.len()
-        ));
-    }
-    let mut key = [0u8; 16];
-    for (i, pair) in body.chunks(2).enumerate() {
-        let s = std::str::from_utf8(pair).map_err(|e| e.to_string())?;
-        key[i] = u8::from_str_radix(s, 16).map_err(|e| e.to_string())?;
-    }
-    Ok(key)
+    std::str::from_utf8(body)
+        .ok()
+        .filter(|h| h.len() == 32)
+        .and_then(hex_octets)
+        .and_then(|octets| <[u8; 16]>::try_from(octets).ok())
+        .ok_or_else(|| {
+            format!(
+                "holds {} characters: a QUIC-LB key is 32 hex digits (16 octets, AES-128)",
+                body.len()
+            )
+        })
 }
 
 /// Read one key file: absolute, a regular file, no access for group or others (`spillway
